@@ -1,0 +1,145 @@
+"""The core types every layer shares: spans, edits, fixes and findings.
+
+Everything here is a frozen dataclass with no behaviour beyond small helpers, so rules,
+the fixer, the reporters and the cache can pass them around (and serialise them) freely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Applicability(str, Enum):
+    SAFE = "safe"  # training behaviour is unchanged
+    UNSAFE = "unsafe"  # numerics or semantics change
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A region of one file: 1-based lines and columns (columns count characters),
+    plus byte offsets into the file's bytes as read (after decoding, see Document)."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    start: int = 0  # offset into the decoded text
+    end: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "start": self.start,
+            "end": self.end,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Span":
+        return cls(**data)
+
+
+@dataclass(frozen=True, order=True)
+class Edit:
+    """Replace text[start:end] of one file with `content` (offsets into the decoded text)."""
+
+    path: str
+    start: int
+    end: int
+    content: str
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "start": self.start, "end": self.end, "content": self.content}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Edit":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Fix:
+    edits: tuple[Edit, ...]
+    description: str
+    applicability: Applicability = Applicability.SAFE
+
+    def to_dict(self) -> dict:
+        return {
+            "edits": [e.to_dict() for e in self.edits],
+            "description": self.description,
+            "applicability": self.applicability.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Fix":
+        return cls(
+            edits=tuple(Edit.from_dict(e) for e in data["edits"]),
+            description=data["description"],
+            applicability=Applicability(data["applicability"]),
+        )
+
+
+@dataclass(frozen=True)
+class Related:
+    """A span that explains a finding (the load that makes a later `.to()` wrong)."""
+
+    span: Span
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"span": self.span.to_dict(), "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Related":
+        return cls(span=Span.from_dict(data["span"]), message=data["message"])
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    message: str
+    severity: Severity
+    span: Span
+    related: tuple[Related, ...] = field(default=())
+    fix: Fix | None = None
+
+    @property
+    def path(self) -> str:
+        return self.span.path
+
+    def sort_key(self) -> tuple:
+        return (self.span.path, self.span.line, self.span.column, self.code)
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "severity": self.severity.value,
+            "span": self.span.to_dict(),
+            "related": [r.to_dict() for r in self.related],
+            "fix": self.fix.to_dict() if self.fix else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        return cls(
+            code=data["code"],
+            name=data["name"],
+            message=data["message"],
+            severity=Severity(data["severity"]),
+            span=Span.from_dict(data["span"]),
+            related=tuple(Related.from_dict(r) for r in data["related"]),
+            fix=Fix.from_dict(data["fix"]) if data["fix"] else None,
+        )

@@ -1,0 +1,1 @@
+"""Documents: one parsed view per file kind (Python, shell, YAML/JSON)."""

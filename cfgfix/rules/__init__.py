@@ -1,0 +1,1 @@
+"""Rules, one module per family; `base` holds the rule class and the registry."""

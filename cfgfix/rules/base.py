@@ -1,0 +1,135 @@
+"""The rule base: every rule is a small class with a code, a name, a severity, a docstring in
+a fixed order, and embedded VALID / INVALID examples that one generic test runs.
+
+Rules are pure: they read a context built by the engine (a parsed document and its shared
+analysis) and yield findings. They never read files, print, or import the CLI.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterable, Iterator
+
+from cfgfix.core import Finding, Fix, Related, Severity, Span
+
+DOCS_URL = "https://github.com/cfgfix/cfgfix/blob/main/rules/{code}.md"
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One embedded example. `code` is the primary file (`path`); `files` adds other files of
+    the sample project (a launch script, a requirements.txt pin). INVALID examples name the
+    expected `line` of the finding and, when the rule fixes it, the `fixed` text of `path`
+    (unsafe fixes included). `why` says which near miss or case the example guards."""
+
+    code: str
+    why: str = ""
+    path: str = "train.py"
+    line: int | None = None
+    fixed: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity]
+    fix_availability: ClassVar[str] = "none"  # "safe", "unsafe", "sometimes" or "none"
+    default_enabled: ClassVar[bool] = True
+    kinds: ClassVar[tuple[str, ...]] = ("python",)
+    # Prefilter: every group must have one of its byte strings in the file, or the rule
+    # cannot match and the file is not parsed for it.
+    triggers: ClassVar[tuple[tuple[bytes, ...], ...]] = ()
+    VALID: ClassVar[list[Example]] = []
+    INVALID: ClassVar[list[Example]] = []
+
+    def check(self, ctx) -> Iterable[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    # -- helpers for rules -------------------------------------------------------------
+    def finding(
+        self,
+        span: Span,
+        message: str,
+        *,
+        fix: Fix | None = None,
+        related: Iterable[Related] = (),
+        severity: Severity | None = None,
+    ) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            message=message,
+            severity=severity or self.severity,
+            span=span,
+            related=tuple(related),
+            fix=fix,
+        )
+
+    @classmethod
+    def may_match(cls, data: bytes) -> bool:
+        return all(any(token in data for token in group) for group in cls.triggers)
+
+    # -- documentation -----------------------------------------------------------------
+    @classmethod
+    def doc(cls) -> str:
+        return textwrap.dedent(inspect.getdoc(cls) or "").strip()
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first sentence of "What it does"."""
+        section = doc_sections(cls.doc()).get("What it does", "")
+        first = re.split(r"(?<=\.)\s", " ".join(section.split()), maxsplit=1)[0]
+        return first
+
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code)
+
+
+def doc_sections(doc: str) -> dict[str, str]:
+    """Split a rule docstring into its `## Heading` sections."""
+    sections: dict[str, str] = {}
+    current = None
+    lines: list[str] = []
+    for line in doc.splitlines():
+        match = re.match(r"^##\s+(.*?)\s*$", line)
+        if match:
+            if current:
+                sections[current] = "\n".join(lines).strip()
+            current, lines = match.group(1), []
+        elif current:
+            lines.append(line)
+    if current:
+        sections[current] = "\n".join(lines).strip()
+    return sections
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    if cls.code in _REGISTRY:
+        raise ValueError(f"duplicate rule code {cls.code}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every registered rule, by code. Importing the families registers them."""
+    from cfgfix.rules import families  # noqa: F401  (import for the side effect)
+
+    return [_REGISTRY[code] for code in sorted(_REGISTRY)]
+
+
+def rule_by_code(code: str) -> type[Rule] | None:
+    all_rules()
+    return _REGISTRY.get(code.upper())
+
+
+def iter_codes() -> Iterator[str]:
+    return (rule.code for rule in all_rules())
