@@ -1,0 +1,1 @@
+"""Shared analyses that rules read: names, model bindings, versions."""

@@ -1,0 +1,121 @@
+"""What a name refers to: import aliases resolved to qualified names, and constants.
+
+`import torch as th` makes `th.bfloat16` resolve to `torch.bfloat16`;
+`from torch import bfloat16` makes `bfloat16` resolve to it too. Names that no import
+binds resolve to themselves (`AutoModel` defined locally stays `AutoModel`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+# Canonical dtype names, keyed by what `torch.<attr>` or a string may say.
+DTYPE_ALIASES = {
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+}
+
+
+class ImportMap:
+    def __init__(self, tree: ast.Module) -> None:
+        self.aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:  # `import torch.nn` binds `torch`
+                        root = alias.name.split(".")[0]
+                        self.aliases.setdefault(root, root)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def qualify(self, node: ast.AST) -> str | None:
+        """Dotted qualified name of a Name/Attribute chain, or None for anything else."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        parts.append(self.aliases.get(node.id, node.id))
+        return ".".join(reversed(parts))
+
+    def local_name_for(self, qualified: str) -> str | None:
+        """How this module can spell a module such as `torch` (`th` after `import torch as th`)."""
+        for local, target in self.aliases.items():
+            if target == qualified:
+                return local
+        return None
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`self.model` -> "self.model"; anything that is not a Name/Attribute chain -> None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Names assigned exactly once in a scope (not in nested functions), to their value.
+
+    Used to resolve `dtype = torch.bfloat16 ... from_pretrained(..., torch_dtype=dtype)`:
+    a name bound once can be trusted; a name bound twice (or in a loop target, `with ...
+    as`, `for`, augmented assignment) cannot.
+    """
+    counts: dict[str, int] = {}
+    values: dict[str, ast.expr] = {}
+
+    def bump(name: str, value: ast.expr | None) -> None:
+        counts[name] = counts.get(name, 0) + 1
+        if value is not None:
+            values[name] = value
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            for node in _walk_scope(stmt):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            bump(target.id, node.value)
+                        else:
+                            for sub in ast.walk(target):
+                                if isinstance(sub, ast.Name):
+                                    bump(sub.id, None)
+                                    bump(sub.id, None)
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    bump(node.target.id, node.value)
+                elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr, ast.comprehension)):
+                    target = getattr(node, "target", None) or getattr(node, "optional_vars", None)
+                    for sub in ast.walk(target) if target is not None else ():
+                        if isinstance(sub, ast.Name):
+                            bump(sub.id, None)
+                            bump(sub.id, None)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    for name in node.names:
+                        bump(name, None)
+                        bump(name, None)
+
+    visit(body)
+    return {name: values[name] for name, count in counts.items() if count == 1 and name in values}
+
+
+def _walk_scope(node: ast.AST):
+    """ast.walk that does not descend into nested functions, lambdas or classes."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                stack.append(child)

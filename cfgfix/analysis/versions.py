@@ -1,0 +1,378 @@
+"""Which versions of the ML libraries a project runs on, read without importing them.
+
+Some rules are only right on some versions (transformers renamed `torch_dtype` to `dtype`;
+bitsandbytes stopped forcing hooks). The project's own pins say what it will run, so they
+come first; the installed version is the fallback; else the rule takes the cautious reading.
+Questions are asked about ranges (`>=4.40,<5` is below 5), so loose pins still answer.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TRACKED = ("torch", "transformers", "peft", "accelerate", "deepspeed", "bitsandbytes", "diffusers")
+_CONDA_NAMES = {"pytorch": "torch"}  # conda's name for torch
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name: Flash_Attn, flash.attn and flash-attn are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ------------------------------------------------------------------------ range logic
+
+_Bound = tuple[Version, bool]  # (version, inclusive)
+
+
+@lru_cache(maxsize=256)
+def _bounds(text: str) -> tuple[_Bound | None, _Bound | None] | None:
+    """The interval a specifier admits as (lower, upper), None when unknown or empty."""
+    if not text:
+        return None
+    try:
+        spec = SpecifierSet(text)
+        lows: list[_Bound] = []
+        highs: list[_Bound] = []
+        for s in spec:
+            op, v = s.operator, s.version
+            if op == "!=":
+                continue  # removes a point, never moves a bound
+            if v.endswith(".*"):  # ==4.* admits 4.dev0 up to, not including, 5.dev0
+                release = Version(v[:-2]).release
+                lows.append((_dev0(release), True))
+                highs.append((_dev0(_bump(release, len(release) - 1)), False))
+            elif op == "~=":  # ~=4.46 is >=4.46, ==4.*
+                release = Version(v).release
+                lows.append((Version(v), True))
+                highs.append((_dev0(_bump(release, len(release) - 2)), False))
+            elif op in ("==", "==="):
+                lows.append((Version(v), True))
+                highs.append((Version(v), True))
+            elif op in (">=", ">"):
+                lows.append((Version(v), op == ">="))
+            elif op in ("<=", "<"):
+                highs.append((Version(v), op == "<="))
+    except (InvalidSpecifier, InvalidVersion):
+        return None
+    # The tightest bound wins; at an equal version an exclusive bound is the tighter one.
+    lo = max(lows, key=lambda b: (b[0], not b[1]), default=None)
+    hi = min(highs, key=lambda b: (b[0], b[1]), default=None)
+    if lo and hi and (lo[0] > hi[0] or (lo[0] == hi[0] and not (lo[1] and hi[1]))):
+        return None  # contradictory pins admit nothing: claim nothing
+    return lo, hi
+
+
+def _bump(release: tuple[int, ...], index: int) -> tuple[int, ...]:
+    return release[:index] + (release[index] + 1,)
+
+
+def _dev0(release: tuple[int, ...]) -> Version:
+    return Version(".".join(map(str, release)) + ".dev0")  # the first version with that prefix
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    package: str
+    specifier: str = ""  # e.g. ">=4.40,<5" ("" when unknown)
+    source: str = ""  # the file holding the pin, "installed", or "" (unknown)
+
+    @property
+    def known(self) -> bool:
+        return _bounds(self.specifier) is not None
+
+    def below(self, version: str) -> bool | None:
+        """True when every admitted version is < `version`, False when every one is >=,
+        None when the range straddles it or nothing is known."""
+        bounds = _bounds(self.specifier)
+        if bounds is None:
+            return None
+        lo, hi = bounds
+        v = Version(version)
+        if hi is not None and (hi[0] < v or (hi[0] == v and not hi[1])):
+            return True
+        if lo is not None and lo[0] >= v:
+            return False
+        return None
+
+    def at_least(self, version: str) -> bool | None:
+        below = self.below(version)
+        return None if below is None else not below
+
+
+# ---------------------------------------------------------------------------- sources
+
+_Pin = tuple[str, str, str, bool]  # (name, specifier, source, marker matches this machine)
+
+
+_OP_ORDER = {op: i for i, op in enumerate((">=", ">", "~=", "==", "===", "<=", "<", "!="))}
+
+
+def _fmt(spec: SpecifierSet) -> str:
+    """Lower bounds first (">=4.40,<5"), as people write them; str(SpecifierSet) sorts by text."""
+    return ",".join(str(s) for s in sorted(spec, key=lambda s: (_OP_ORDER.get(s.operator, 9), s.version)))
+
+
+def _label(path: Path, root: Path) -> str:
+    return Path(os.path.relpath(path, root)).as_posix()
+
+
+def _from_requirement(text: str, source: str) -> _Pin | None:
+    text = text.split(" --")[0].split("\t--")[0].strip()  # per-line options: --hash=...
+    wheel = _from_wheel_url(text, source)
+    if wheel:
+        return wheel
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if req.url:
+        return _from_wheel_url(req.url, source)
+    matches = True
+    if req.marker is not None:
+        try:
+            matches = req.marker.evaluate({"extra": ""})
+        except Exception:  # markers we cannot evaluate: keep the pin
+            pass
+    return req.name, _fmt(req.specifier), source, matches
+
+
+def _from_wheel_url(text: str, source: str) -> _Pin | None:
+    # https://download.pytorch.org/whl/cu121/torch-2.3.0%2Bcu121-cp311-...whl
+    name = urllib.parse.unquote(text.split("#")[0].split("?")[0].rsplit("/", 1)[-1])
+    if not name.endswith(".whl"):
+        return None
+    try:
+        dist, version, _, _ = parse_wheel_filename(name)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    return dist, f"=={version}", source, True
+
+
+def _requirement_lines(text: str) -> Iterator[str]:
+    text = re.sub(r"\\\r?\n", " ", text)  # line continuations
+    for line in text.splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()  # a '#' inside a URL is no comment
+        if line:
+            yield line
+
+
+def _read_requirements(path: Path, root: Path, seen: set[Path]) -> Iterator[_Pin]:
+    key = path.resolve()
+    if key in seen:  # includes can loop
+        return
+    seen.add(key)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    yield from _requirements_text(text, path.parent, _label(path, root), root, seen)
+
+
+def _requirements_text(text: str, folder: Path, source: str, root: Path, seen: set[Path]) -> Iterator[_Pin]:
+    for line in _requirement_lines(text):
+        include = re.match(r"(?:-r|--requirement|-c|--constraint)(?:\s*=?\s*)(\S+)", line)
+        if include:
+            yield from _read_requirements(folder / include.group(1), root, seen)
+        elif not line.startswith("-"):  # -e, --index-url, -f ...: not pins
+            pin = _from_requirement(line, source)
+            if pin:
+                yield pin
+
+
+def _requirements(root: Path) -> Iterator[_Pin]:
+    files = sorted(root.glob("requirements*.txt"), key=lambda p: (p.name != "requirements.txt", p.name))
+    files += sorted((root / "requirements").glob("*.txt"))
+    seen: set[Path] = set()
+    for path in files:
+        yield from _read_requirements(path, root, seen)
+
+
+def _table(doc, *keys) -> dict:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _pyproject(root: Path) -> Iterator[_Pin]:
+    try:
+        with open(root / "pyproject.toml", "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return
+    project = _table(doc, "project")
+    lines = list(project.get("dependencies") or [])
+    for group in _table(project, "optional-dependencies").values():
+        lines += group if isinstance(group, list) else []
+    for group in _table(doc, "dependency-groups").values():
+        lines += group if isinstance(group, list) else []
+    for line in lines:
+        pin = _from_requirement(line, "pyproject.toml") if isinstance(line, str) else None
+        if pin:
+            yield pin
+    poetry = _table(doc, "tool", "poetry")
+    tables = [_table(poetry, "dependencies"), _table(poetry, "dev-dependencies")]
+    tables += [_table(g, "dependencies") for g in _table(poetry, "group").values()]
+    for table in tables:
+        for name, value in table.items():
+            if name != "python":
+                yield name, _poetry_spec(value), "pyproject.toml", True
+
+
+def _poetry_spec(value) -> str:
+    """Poetry constraints (^1.2, ~1.2, 1.2.*, >=1,<2, "*") as a PEP 440 specifier."""
+    if isinstance(value, list):  # per-platform constraints: the first is as good as any
+        value = value[0] if value else ""
+    if isinstance(value, dict):
+        value = value.get("version", "")
+    if not isinstance(value, str) or "||" in value:
+        return ""  # unions do not fit one interval
+    value = re.sub(r"([<>=!~^]+)\s+", r"\1", value.strip())
+    parts = []
+    try:
+        for part in filter(None, re.split(r"[,\s]+", value)):
+            if part == "*":
+                continue
+            if part[0] in "^~" and not part.startswith("~="):
+                v = Version(part[1:])
+                release = v.release
+                if part[0] == "^":  # bump the first non-zero component
+                    index = next((i for i, n in enumerate(release) if n), len(release) - 1)
+                else:  # ~1.2.3 bumps the minor, ~1 the major
+                    index = 1 if len(release) > 1 else 0
+                parts += [f">={v}", f"<{'.'.join(map(str, _bump(release, index)))}"]
+            elif part[0].isdigit():
+                parts.append(f"=={part}")
+            else:
+                parts.append(part)
+        return _fmt(SpecifierSet(",".join(parts)))
+    except (InvalidVersion, InvalidSpecifier):
+        return ""
+
+
+def _setup_cfg(root: Path) -> Iterator[_Pin]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(root / "setup.cfg", encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return
+    values = [parser.get("options", "install_requires", fallback="")]
+    if parser.has_section("options.extras_require"):
+        values += [v for _, v in parser.items("options.extras_require")]
+    for value in values:
+        for line in _requirement_lines(value):
+            pin = _from_requirement(line, "setup.cfg")
+            if pin:
+                yield pin
+
+
+def _environment(root: Path) -> Iterator[_Pin]:
+    for name in ("environment.yml", "environment.yaml"):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            import yaml
+
+            doc = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+        except Exception:  # a broken environment file must not stop the lint
+            continue
+        deps = doc.get("dependencies") if isinstance(doc, dict) else None
+        for dep in deps if isinstance(deps, list) else []:
+            if isinstance(dep, str):
+                pin = _conda_spec(dep)
+                if pin:
+                    yield pin[0], pin[1], name, True
+            elif isinstance(dep, dict) and isinstance(dep.get("pip"), list):
+                text = "\n".join(x for x in dep["pip"] if isinstance(x, str))
+                yield from _requirements_text(text, root, name, root, set())
+
+
+def _conda_spec(entry: str) -> tuple[str, str] | None:
+    """conda match specs: pytorch=2.1 (2.1.*), pytorch==2.1.0=build, pytorch>=2.1,<2.3."""
+    m = re.fullmatch(r"\s*(?:[^:\s]+::)?([A-Za-z0-9_.\-]+)\s*(.*?)\s*", entry)
+    if not m:
+        return None
+    name, rest = m.groups()
+    name = _CONDA_NAMES.get(name.lower(), name)
+    if not rest or "|" in rest:
+        return name, ""
+    if rest[0] in "=0123456789":
+        raw = rest.lstrip("=").split("=")[0].split()[0]  # drop the build string
+        version = re.sub(r"\.?\*$", "", raw)
+        # `pkg=1.2` and `pkg 1.2*` are prefix matches; `pkg==1.2` and `pkg 1.2` are exact.
+        prefix = raw.endswith("*") or (rest[0] == "=" and not rest.startswith("=="))
+        spec = f"=={version}.*" if prefix else f"=={version}"
+    else:
+        spec = re.sub(r"(\d)\*", r"\1.*", rest.split()[0])
+    try:
+        return name, _fmt(SpecifierSet(spec))
+    except InvalidSpecifier:
+        return name, ""
+
+
+# ----------------------------------------------------------------------------- lookup
+
+
+class Versions:
+    """Pins of one project; the first source that pins a package wins."""
+
+    def __init__(self, pins: dict[str, VersionInfo]):
+        self._pins = pins
+        self._installed: dict[str, VersionInfo] = {}
+
+    @classmethod
+    def from_project(cls, root: Path) -> "Versions":
+        root = Path(root)
+        pins: dict[str, VersionInfo] = {}
+        # A pin whose marker is false here (sys_platform == "linux" on a laptop) still
+        # describes the training machine better than what happens to be installed locally.
+        fallback: dict[str, VersionInfo] = {}
+        for source in (_requirements, _pyproject, _setup_cfg, _environment):
+            for name, spec, label, matches in source(root):
+                name = normalize(name)
+                if spec:  # a bare `torch` pins nothing: let a later source or install answer
+                    target = pins if matches else fallback
+                    target.setdefault(name, VersionInfo(name, spec, label))
+        return cls({**fallback, **pins})
+
+    def get(self, package: str) -> VersionInfo:
+        name = normalize(package)
+        if name in self._pins:
+            return self._pins[name]
+        if name not in self._installed:
+            self._installed[name] = _installed(name)
+        return self._installed[name]
+
+    def fingerprint(self) -> str:
+        infos = {p: self.get(p) for p in TRACKED}
+        infos.update(self._pins)
+        data = sorted((i.package, i.specifier, i.source) for i in infos.values())
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+
+def _installed(name: str) -> VersionInfo:
+    # Metadata only: importing torch to ask its version would cost seconds.
+    try:
+        return VersionInfo(name, f"=={importlib.metadata.version(name)}", "installed")
+    except Exception:  # PackageNotFoundError, or broken metadata
+        return VersionInfo(name)

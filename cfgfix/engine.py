@@ -1,0 +1,292 @@
+"""The engine: files in, findings out.
+
+    read bytes -> prefilter -> parse once -> rules (per file)       [cached by content hash]
+    -> project stage (launch scripts decide cross-file conditions)
+    -> suppressions, per-file ignores -> findings
+
+Per-file work is pure and cacheable: a file's result depends only on its bytes, the
+settings, the enabled rules and the project's library versions. Cross-file facts (which
+script a launch script starts, with how many processes) are kept as plain data in the
+per-file result and combined afterwards, so a warm run parses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cfgfix.analysis.versions import Versions
+from cfgfix.core import Finding, Related, Severity, Span
+from cfgfix.documents.text import DecodeError, SourceText
+from cfgfix.project import LaunchFacts, ProjectModel
+from cfgfix.rules.base import Rule, all_rules
+from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
+from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
+from cfgfix.workspace import SourceFile
+
+LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python")
+SHELL_KINDS = ("shell", "dockerfile", "makefile", "env")
+POOL_MIN_FILES = 64  # below this a process pool costs more than it saves
+
+
+@dataclass
+class FileResult:
+    """What one file yields on its own (cacheable, JSON-serialisable)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    conditional: list[tuple[str, Finding]] = field(default_factory=list)
+    launches: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # internal errors (bugs), never user errors
+
+    def to_dict(self) -> dict:
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "conditional": [[c, f.to_dict()] for c, f in self.conditional],
+            "launches": self.launches,
+            "errors": self.errors,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FileResult":
+        return cls(
+            findings=[Finding.from_dict(f) for f in data["findings"]],
+            conditional=[(c, Finding.from_dict(f)) for c, f in data["conditional"]],
+            launches=data["launches"],
+            errors=data["errors"],
+        )
+
+
+def parse_error(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
+    span = Span(path, line, column, line, column)
+    return Finding("CFX901", "parse-error", message, Severity.ERROR, span)
+
+
+class Linter:
+    """Runs the enabled per-file rules on one file's bytes."""
+
+    def __init__(self, codes: frozenset[str], versions: Versions) -> None:
+        self.rules: list[Rule] = [rule() for rule in all_rules() if rule.code in codes and rule.triggers]
+        self.versions = versions
+        self.report_parse_errors = "CFX901" in codes
+
+    def lint(self, sf: SourceFile, data: bytes) -> FileResult:
+        if sf.kind == "python":
+            return self._python(sf, data)
+        if sf.kind in SHELL_KINDS:
+            return self._shell(sf, data)
+        return FileResult()
+
+    def _python(self, sf: SourceFile, data: bytes) -> FileResult:
+        rules = [r for r in self.rules if "python" in r.kinds and r.may_match(data)]
+        if not rules:
+            return FileResult()
+        from cfgfix.documents.python import PythonDocument
+        from cfgfix.rules.context import PythonContext
+
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+            document = PythonDocument.parse(source)
+        except DecodeError as exc:
+            return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
+        except SyntaxError as exc:
+            return self._unparsable(
+                sf, f"syntax error: {exc.msg}; the file was skipped", exc.lineno or 1, (exc.offset or 1)
+            )
+        except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
+            return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
+        ctx = PythonContext(document, self.versions)
+        result = FileResult()
+        for rule in rules:
+            try:
+                for finding in rule.check(ctx):
+                    condition = getattr(rule, "condition", None)
+                    if condition:
+                        result.conditional.append((condition, finding))
+                    else:
+                        result.findings.append(finding)
+            except Exception as exc:  # a bug in a rule must not stop the other files
+                result.errors.append(f"internal error in {rule.code} on {sf.display}: {exc!r}")
+        return result
+
+    def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1) -> FileResult:
+        if not self.report_parse_errors:
+            return FileResult()
+        return FileResult(findings=[parse_error(sf.display, message, line, column)])
+
+    def _shell(self, sf: SourceFile, data: bytes) -> FileResult:
+        if not any(token in data for token in LAUNCH_TOKENS):
+            return FileResult()
+        from cfgfix.documents.shell import find_launches, parse_shell
+
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+        except DecodeError:
+            return FileResult()  # not a script we can read; launch scripts are optional input
+        document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
+        return FileResult(launches=[LaunchFacts.from_launch(l).to_dict() for l in find_launches(document)])
+
+
+# A process pool needs the linter in each worker: set once by the initializer.
+_WORKER: Linter | None = None
+
+
+def _init_worker(codes, versions) -> None:
+    global _WORKER
+    _WORKER = Linter(codes, versions)
+
+
+def _lint_in_worker(job):
+    sf, data = job
+    return _WORKER.lint(sf, data).to_dict()
+
+
+@dataclass
+class RunResult:
+    findings: list[Finding]
+    sources: dict[str, SourceText]
+    errors: list[str]
+    files: int
+
+
+class Engine:
+    """Lints a set of files with the project's settings; the one entry point for commands."""
+
+    def __init__(self, settings: Settings, use_cache: bool = True, jobs: int | None = None) -> None:
+        self.settings = settings
+        rules = all_rules()
+        self.codes = enabled_codes(
+            settings, [r.code for r in rules], {r.code for r in rules if r.default_enabled}
+        )
+        self.versions = Versions.from_project(settings.root)
+        self.linter = Linter(self.codes, self.versions)
+        self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        self.cache = None
+        if use_cache:
+            from cfgfix.cache import Cache
+
+            self.cache = Cache(settings.root, self._fingerprint())
+        self.project: ProjectModel | None = None
+
+    def _fingerprint(self) -> str:
+        from cfgfix import __version__
+
+        return "|".join([__version__, self.settings.fingerprint(), self.versions.fingerprint(), ",".join(sorted(self.codes))])
+
+    # -- the whole run ---------------------------------------------------------------------
+    def run(self, files: list[SourceFile]) -> RunResult:
+        results: dict[str, FileResult] = {}
+        datas: dict[str, bytes] = {}
+        pending: list[tuple[SourceFile, bytes]] = []
+        for sf in files:
+            try:
+                data = sf.path.read_bytes()
+            except OSError as exc:
+                results[sf.display] = FileResult(
+                    findings=[parse_error(sf.display, f"cannot read {sf.display}: {exc.strerror or exc}")]
+                )
+                continue
+            datas[sf.display] = data
+            cached = self.cache.get(sf.relpath, data) if self.cache else None
+            if cached is not None:
+                results[sf.display] = FileResult.from_dict(cached)
+            else:
+                pending.append((sf, data))
+        for (sf, data), result in zip(pending, self._lint_many(pending)):
+            results[sf.display] = result
+            if self.cache is not None:
+                self.cache.put(sf.relpath, data, result.to_dict())
+        if self.cache is not None:
+            self.cache.save()
+        self.project = ProjectModel.build(files, results, self.settings.root)
+        findings: list[Finding] = []
+        sources: dict[str, SourceText] = {}
+        errors: list[str] = []
+        for sf in files:
+            result = results.get(sf.display)
+            if result is None:
+                continue
+            errors.extend(result.errors)
+            findings.extend(self.finalize(sf, datas.get(sf.display), result, sources))
+        findings.sort(key=Finding.sort_key)
+        return RunResult(findings, sources, errors, len(files))
+
+    def _lint_many(self, jobs: list[tuple[SourceFile, bytes]]) -> list[FileResult]:
+        heavy = [job for job in jobs if job[0].kind == "python" and self._may_match(job)]
+        if self.jobs > 1 and len(heavy) >= POOL_MIN_FILES:
+            return self._lint_pool(jobs)
+        return [self.linter.lint(sf, data) for sf, data in jobs]
+
+    def _may_match(self, job) -> bool:
+        return any(rule.may_match(job[1]) for rule in self.linter.rules)
+
+    def _lint_pool(self, jobs) -> list[FileResult]:
+        import multiprocessing
+
+        method = "fork" if sys.platform.startswith("linux") else "spawn"
+        context = multiprocessing.get_context(method)
+        workers = min(self.jobs, 8)
+        with ProcessPoolExecutor(workers, context, _init_worker, (self.codes, self.versions)) as pool:
+            chunk = max(1, len(jobs) // (workers * 8))
+            return [FileResult.from_dict(d) for d in pool.map(_lint_in_worker, jobs, chunksize=chunk)]
+
+    # -- one file, with the project in view ---------------------------------------------------
+    def lint_one(self, sf: SourceFile, data: bytes, sources: dict[str, SourceText]) -> list[Finding]:
+        """Findings for one file's (possibly edited) bytes, as `run` would report them.
+        Used by the fixer after each round of edits."""
+        return self.finalize(sf, data, self.linter.lint(sf, data), sources)
+
+    def finalize(self, sf: SourceFile, data: bytes | None, result: FileResult, sources) -> list[Finding]:
+        findings = list(result.findings)
+        for condition, finding in result.conditional:
+            related = self.project.condition_holds(condition, sf) if self.project else None
+            if related is not None:
+                findings.append(replace(finding, related=finding.related + tuple(related)))
+        ignored = ignored_codes_for(self.settings, sf.relpath, self.codes)
+        findings = [f for f in findings if f.code in self.codes and f.code not in ignored]
+        if data is None:
+            return findings
+        if not findings and b"cfgfix:" not in data:
+            return findings
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+        except DecodeError:
+            return findings
+        if findings:
+            sources[sf.display] = source
+        if b"cfgfix:" not in data:
+            return findings
+        directives = parse_directives(source)
+        kept = [f for f in findings if f.code == "CFX901" or not is_suppressed(f, directives)]
+        if "CFX902" in self.codes and "CFX902" not in ignored:
+            kept.extend(self._unused(source, directives))
+            sources[sf.display] = source
+        return kept
+
+    def _unused(self, source: SourceText, directives) -> list[Finding]:
+        from cfgfix.core import Fix
+
+        unused = []
+        for directive in directives:
+            if directive.codes is None:
+                if directive.used:
+                    continue
+                what = "`cfgfix: ignore`"
+            else:
+                stale = sorted(c for c in directive.codes - directive.used if c in self.codes)
+                if not stale or directive.used:
+                    continue
+                what = "`cfgfix: ignore[" + ", ".join(stale) + "]`"
+            unused.append(
+                Finding(
+                    "CFX902",
+                    "unused-suppression",
+                    f"{what} suppresses nothing on this line",
+                    Severity.INFO,
+                    directive.span,
+                    fix=Fix((removal_edit(source, directive),), "Remove the unused suppression"),
+                )
+            )
+        return unused

@@ -1,0 +1,188 @@
+"""Applying fixes: the only code that writes user files.
+
+Per file: pick non-overlapping fixes (in position order, deterministic), apply their edits,
+check that the result still parses, re-lint, and repeat until nothing applies (bounded).
+Then write atomically (temporary file in the same folder, fsync, rename), keeping the
+mode, the BOM and the line endings (edits never touch text outside their ranges). A file
+that failed to parse, or whose fixed text would not parse, is never written.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.core import Applicability, Edit, Finding, Fix
+from cfgfix.documents.text import SourceText
+
+MAX_ROUNDS = 10
+
+
+@dataclass
+class FileFix:
+    display: str
+    original: str
+    fixed: str
+    source: SourceText
+    applied: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # fixes that failed the re-parse check
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.original
+
+    def diff(self) -> str:
+        lines = difflib.unified_diff(
+            self.original.splitlines(keepends=True),
+            self.fixed.splitlines(keepends=True),
+            fromfile=f"a/{self.display}",
+            tofile=f"b/{self.display}",
+        )
+        return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def wanted(finding: Finding, unsafe: bool) -> bool:
+    fix = finding.fix
+    return fix is not None and (fix.applicability is Applicability.SAFE or unsafe)
+
+
+def apply_edits(text: str, edits: list[Edit]) -> str:
+    for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        text = text[: edit.start] + edit.content + text[edit.end :]
+    return text
+
+
+def select_fixes(findings: list[Finding]) -> list[Finding]:
+    """Non-overlapping fixes, first by position. Identical edits from two findings (two
+    rules removing the same call) are applied once."""
+    taken: list[Edit] = []
+    chosen = []
+    for finding in sorted(findings, key=Finding.sort_key):
+        edits = finding.fix.edits
+        new = [e for e in edits if e not in taken]
+        if any(_overlaps(e, t) for e in new for t in taken):
+            continue
+        taken.extend(new)
+        chosen.append(finding)
+    return chosen
+
+
+def _overlaps(a: Edit, b: Edit) -> bool:
+    if a.path != b.path:
+        return False
+    if a.start == a.end == b.start == b.end:
+        return True  # two insertions at one point: their order would be arbitrary
+    return a.start < b.end and b.start < a.end
+
+
+def still_parses(kind: str, text: str) -> bool:
+    try:
+        if kind == "python":
+            ast.parse(text)
+        elif kind == "json":
+            json.loads(text)
+        elif kind == "yaml":
+            import yaml
+
+            list(yaml.safe_load_all(text))
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    except Exception:  # yaml.YAMLError and friends
+        return False
+    return True
+
+
+def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
+    """Fix one file in memory; None when it cannot be decoded (nothing to fix)."""
+    try:
+        source = SourceText.from_bytes(sf.display, data)
+    except ValueError:
+        return None
+    original = source.text
+    text = original
+    result = FileFix(sf.display, original, original, source)
+    for _ in range(MAX_ROUNDS):
+        current = SourceText(sf.display, text, source.bom)
+        sources: dict = {}
+        findings = engine.lint_one(sf, current.to_bytes(), sources)
+        if any(f.code == "CFX901" for f in findings):
+            return result if text == original else None  # never write a file that failed to parse
+        fixable = select_fixes([f for f in findings if wanted(f, unsafe)])
+        applied = []
+        candidate = apply_edits(text, [e for f in fixable for e in _unique(f.fix)])
+        if fixable and still_parses(sf.kind, candidate):
+            applied = fixable
+        else:  # find the fix that breaks the file: apply them one at a time
+            candidate = text
+            for finding in fixable:
+                attempt = apply_edits(candidate, list(finding.fix.edits))
+                if still_parses(sf.kind, attempt):
+                    candidate, applied = attempt, applied + [finding]
+                    break  # positions of the others are stale now; next round re-lints
+                result.dropped.append(f"{finding.code} at line {finding.span.line}")
+        if not applied:
+            break
+        result.applied.extend(applied)
+        text = candidate
+    result.fixed = text
+    result.source = SourceText(sf.display, text, source.bom)
+    result.remaining = engine.lint_one(sf, result.source.to_bytes(), {})
+    return result
+
+
+def _unique(fix: Fix) -> list[Edit]:
+    seen = []
+    for edit in fix.edits:
+        if edit not in seen:
+            seen.append(edit)
+    return seen
+
+
+class WriteError(Exception):
+    pass
+
+
+def write_atomically(path: Path, data: bytes, root: Path) -> None:
+    """Replace `path` with `data` without a moment where it is half-written.
+    Writes through a link only when the target stays inside the project."""
+    real = Path(os.path.realpath(path))
+    if path.is_symlink() and not _inside(real, Path(os.path.realpath(root))):
+        raise WriteError(f"{path} links outside the project ({real}); not written")
+    try:
+        mode = stat.S_IMODE(real.stat().st_mode)
+    except OSError as exc:
+        raise WriteError(f"cannot stat {path}: {exc.strerror}") from None
+    if not os.access(real, os.W_OK):
+        raise WriteError(f"{path} is read-only; not written")
+    try:
+        handle, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".cfgfix")
+    except OSError as exc:
+        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise WriteError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False

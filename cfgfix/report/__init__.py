@@ -1,0 +1,62 @@
+"""Output formats: turn findings into text for people, JSON, SARIF or GitHub annotations.
+
+Formatters only read findings and sources; they never re-run rules or touch files. Each
+format lives in its own module and is imported on demand, so `cfgfix check` pays only for
+the one it prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+from cfgfix.core import Edit, Finding
+from cfgfix.documents.text import SourceText
+from cfgfix.rules.base import DOCS_URL, Rule
+
+FORMATS = ("text", "json", "sarif", "github")
+_MODULES = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "github"}
+
+
+@dataclass
+class ReportContext:
+    sources: dict[str, SourceText]  # display path -> text; a missing path means no code frame
+    rules: list[type[Rule]]  # every registered rule (SARIF lists them all)
+    color: bool = False
+    show_fixes: bool = True
+    statistics: bool = False
+    fixed: int = 0  # findings that `fix` already fixed
+    unsafe_hidden: int = 0  # findings an --unsafe-fixes run could fix
+    tool_version: str = ""
+
+
+def render(fmt: str, findings: list[Finding], ctx: ReportContext) -> str:
+    """The whole report in format `fmt` (one of FORMATS), ending in a newline when non-empty."""
+    if fmt not in _MODULES:
+        raise ValueError(f"unknown output format {fmt!r}; choose from {', '.join(FORMATS)}")
+    module = import_module(f"{__name__}.{_MODULES[fmt]}")
+    return module.render(findings, ctx)
+
+
+# -- helpers shared by the formats ---------------------------------------------------------
+def sorted_findings(findings: list[Finding]) -> list[Finding]:
+    # Every format sorts the same way, so reruns and formats agree line for line.
+    return sorted(findings, key=Finding.sort_key)
+
+
+def rule_url(ctx: ReportContext, code: str) -> str:
+    for rule in ctx.rules:
+        if rule.code == code:
+            return rule.url()
+    return DOCS_URL.format(code=code)
+
+
+def edit_region(ctx: ReportContext, edit: Edit) -> tuple[int, int, int, int] | None:
+    """1-based (line, column, end line, end column) of an edit, or None when its file's
+    text is unknown (offsets alone cannot be turned into lines)."""
+    source = ctx.sources.get(edit.path)
+    if source is None:
+        return None
+    line, column = source.position(edit.start)
+    end_line, end_column = source.position(edit.end)
+    return line, column, end_line, end_column

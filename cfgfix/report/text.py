@@ -1,0 +1,159 @@
+"""The human format, modelled on ruff's full output: a header line per finding, a code
+frame with a caret underline, the fix and related notes, then a one-line summary."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from cfgfix.core import Applicability, Finding, Severity, Span
+from cfgfix.report import sorted_findings
+
+if TYPE_CHECKING:
+    from cfgfix.report import ReportContext
+
+TAB_WIDTH = 4
+MAX_EXTRA_LINES = 3  # lines shown after the first line of a multi-line span
+
+_RESET = "\x1b[0m"
+_BOLD, _RED, _YELLOW, _BLUE, _CYAN, _GREEN = "1", "31", "33", "34", "36", "32"
+_SEVERITY_COLOR = {Severity.ERROR: _RED, Severity.WARNING: _YELLOW, Severity.INFO: _CYAN}
+
+
+class _Painter:
+    """Wraps text in ANSI codes only when colour is on, so plain output stays byte-clean."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, text: str, *codes: str) -> str:
+        if not self.enabled or not text:
+            return text
+        return f"\x1b[{';'.join(codes)}m{text}{_RESET}"
+
+
+def render(findings: list[Finding], ctx: ReportContext) -> str:
+    paint = _Painter(ctx.color)
+    findings = sorted_findings(findings)
+    if ctx.statistics:
+        return _statistics(findings, paint)
+    blocks = [_finding_block(f, ctx, paint) for f in findings]
+    summary = _summary(findings, ctx, paint)
+    return "\n\n".join(blocks + [summary]) + "\n"
+
+
+def has_safe_fix(finding: Finding) -> bool:
+    return finding.fix is not None and finding.fix.applicability is Applicability.SAFE
+
+
+def _location(span: Span, paint: _Painter) -> str:
+    colon = paint(":", _CYAN)
+    return f"{paint(span.path, _BOLD)}{colon}{span.line}{colon}{span.column}{colon}"
+
+
+def _finding_block(finding: Finding, ctx: ReportContext, paint: _Painter) -> str:
+    color = _SEVERITY_COLOR.get(finding.severity, _RED)
+    marker = f" {paint('[*]', _CYAN)}" if has_safe_fix(finding) else ""
+    code = paint(finding.code, _BOLD, color)
+    lines = [f"{_location(finding.span, paint)} {code}{marker} {finding.message}"]
+    source = ctx.sources.get(finding.span.path)
+    if source is not None and 1 <= finding.span.line <= len(source.line_starts):
+        lines += _frame(source, finding.span, paint, color)
+    if ctx.show_fixes and finding.fix is not None:
+        lines.append(f"  {paint('help', _BOLD, _CYAN)}: {finding.fix.description}")
+    for related in finding.related:
+        lines.append(
+            f"  {paint('note', _BOLD, _GREEN)}: {_location(related.span, paint)} {related.message}"
+        )
+    return "\n".join(lines)
+
+
+def _frame(source, span: Span, paint: _Painter, color: str) -> list[str]:
+    """The span's lines under a number gutter, with carets under the first line (to its end
+    when the span goes on)."""
+    last = min(span.end_line, span.line + MAX_EXTRA_LINES, len(source.line_starts))
+    numbers = range(span.line, last + 1)
+    width = len(str(last))
+    pad = " " * width
+    bar = paint("|", _BLUE)
+
+    def row(number: int | None, text: str) -> str:
+        label = paint(str(number).rjust(width), _BLUE) if number else pad
+        return f"{label} {bar} {text}".rstrip()
+
+    first = source.line_text(span.line)
+    start = max(span.column - 1, 0)
+    stop = span.end_column - 1 if span.end_line == span.line else len(first)
+    lead = _display_width(first[:start])
+    carets = "^" * max(_display_width(first[start:stop]), 1)  # an empty span still gets one
+
+    out = [
+        row(None, ""),
+        row(span.line, _expand(first)),
+        row(None, " " * lead + paint(carets, _BOLD, color)),
+    ]
+    out += [row(n, _expand(source.line_text(n))) for n in numbers[1:]]
+    if span.end_line > last:
+        out.append(f"{pad} {paint(':', _BLUE)}")  # more span lines than we show
+    out.append(row(None, ""))
+    return out
+
+
+def _expand(text: str) -> str:
+    return text.replace("\t", " " * TAB_WIDTH)
+
+
+def _display_width(text: str) -> int:
+    """Terminal cells: wide East Asian characters take two, combining marks none, tabs four."""
+    width = 0
+    for char in text:
+        if char == "\t":
+            width += TAB_WIDTH
+        elif unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+            continue
+        elif unicodedata.east_asian_width(char) in ("W", "F"):
+            width += 2
+        else:
+            width += 1
+    return width
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 'es' if word.endswith('x') else 's'}"
+
+
+def _summary(findings: list[Finding], ctx: ReportContext, paint: _Painter) -> str:
+    remaining = len(findings)
+    if ctx.fixed:
+        total = _plural(remaining + ctx.fixed, "finding")
+        line = f"Found {total} ({ctx.fixed} fixed, {remaining} remaining)."
+    elif not remaining:
+        line = "All checks passed!"
+    else:
+        fixable = sum(has_safe_fix(f) for f in findings)
+        tail = f" ({fixable} fixable with cfgfix fix)" if fixable else ""
+        line = f"Found {_plural(remaining, 'finding')}{tail}."
+    lines = [paint(line, _BOLD)]
+    if ctx.unsafe_hidden:
+        hidden = _plural(ctx.unsafe_hidden, "hidden fix")
+        lines.append(f"{hidden} can be enabled with the --unsafe-fixes option.")
+    return "\n".join(lines)
+
+
+def _statistics(findings: list[Finding], paint: _Painter) -> str:
+    """Like `ruff --statistics`: count, code, fixability and name per rule."""
+    if not findings:
+        return "All checks passed!\n"
+    counts = Counter(f.code for f in findings)
+    names = {f.code: f.name for f in findings}
+    fixable = {f.code for f in findings if has_safe_fix(f)}
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    width = max(4, len(str(rows[0][1])))
+    code_width = max(len(code) for code in counts)
+    lines = [
+        f"{str(count).rjust(width)}\t{paint(code.ljust(code_width), _BOLD, _RED)}\t"
+        f"{'[*]' if code in fixable else '[ ]'} {names[code]}"
+        for code, count in rows
+    ]
+    return "\n".join(lines) + "\n"

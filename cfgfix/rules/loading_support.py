@@ -1,0 +1,63 @@
+"""Shared wording and edits for the model-loading rules (CFX101-CFX105)."""
+
+from __future__ import annotations
+
+import ast
+
+from cfgfix.analysis.models import ModelCall, ModelLoad
+from cfgfix.analysis.names import dotted
+from cfgfix.core import Edit, Related
+from cfgfix.documents import python_edits
+from cfgfix.documents.text import SourceText
+
+LOAD_TRIGGERS = (b"from_pretrained",)
+MOVE_TRIGGERS = (b".to(", b".cuda(", b".half(", b".bfloat16(", b".float(")
+
+
+def name_of(src: SourceText, mc: ModelCall) -> str:
+    """How the message names the model: `model`, `self.model`, or the load expression."""
+    return mc.key or "the loaded model"
+
+
+def call_text(src: SourceText, mc: ModelCall) -> str:
+    """`.to(torch.bfloat16)`: the method call without its receiver, on one line."""
+    text = src.text[python_edits.drop_method_call(src, mc.call).start:python_edits.node_range(src, mc.call)[1]]
+    return " ".join(text.split())
+
+
+def load_related(src: SourceText, load: ModelLoad, message: str) -> Related:
+    return Related(src.span_of_node(load.call), message)
+
+
+def drop_call_edits(src: SourceText, mc: ModelCall) -> list[Edit] | None:
+    """Edits that remove a cast/move entirely: the statement when it only re-binds the
+    model (`model = model.to(x)`, `model.to(x)`), else just `.to(x)` from the chain."""
+    stmt = mc.stmt
+    receiver = dotted(mc.receiver)
+    whole = False
+    if isinstance(stmt, ast.Expr) and stmt.value is mc.call and receiver is not None:
+        whole = True
+    elif (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is mc.call
+        and len(stmt.targets) == 1
+        and receiver is not None
+        and dotted(stmt.targets[0]) == receiver
+    ):
+        whole = True
+    if whole:
+        edit = python_edits.delete_statement(src, stmt, mc.sole_in_block)
+        return [edit] if edit else None
+    return [python_edits.drop_method_call(src, mc.call)]
+
+
+def dtype_source_text(analysis, dtype: str) -> str:
+    """`torch.bfloat16` spelled as this module can (`th.bfloat16`), else the string form."""
+    alias = analysis.imports.local_name_for("torch")
+    return f"{alias}.{dtype}" if alias else repr(dtype).replace("'", '"')
+
+
+def keyword_text(load: ModelLoad) -> str:
+    if load.dtype_keyword is None:
+        return ""
+    return f"{load.dtype_keyword.arg}="

@@ -1,0 +1,89 @@
+"""CFX9xx: findings about cfgfix's own input: files it cannot read, suppressions that do
+nothing. The engine emits them (they are not about a document's content), but they live in
+the registry like every rule so selection, pages and examples work the same way."""
+
+from __future__ import annotations
+
+from cfgfix.core import Severity
+from cfgfix.rules.base import Example, Rule, register
+
+
+@register
+class ParseError(Rule):
+    """## What it does
+    Reports a file of a kind cfgfix reads (Python, a training config, a launch script) that
+    it cannot parse: a syntax error, invalid UTF-8, a binary file, an unreadable file.
+
+    ## Why is this bad?
+    cfgfix cannot check what it cannot parse, and a training script with a syntax error will
+    not run either. The finding says why, and the rest of the files are checked as usual.
+
+    ## Example
+    ```python
+    model = AutoModel.from_pretrained("m"
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModel.from_pretrained("m")
+    ```
+
+    ## Fix safety
+    No fix. A file that failed to parse is never written by `cfgfix fix`.
+
+    ## References
+    - Python's own `SyntaxError` message is repeated in the finding.
+    """
+
+    code = "CFX901"
+    name = "parse-error"
+    severity = Severity.ERROR
+    kinds = ("python", "shell", "yaml", "json", "dockerfile", "makefile", "env")
+    VALID = [Example("x = 1\n", why="a file that parses")]
+    INVALID = [
+        Example("import torch\nmodel = load(\n", why="an unclosed call", line=2),
+    ]
+
+    def check(self, ctx):
+        return ()
+
+
+@register
+class UnusedSuppression(Rule):
+    """## What it does
+    Reports a `# cfgfix: ignore[...]` comment that suppressed nothing: the codes it names
+    produced no finding on that line. Off by default; enable it with
+    `--extend-select CFX902`.
+
+    ## Why is this bad?
+    A stale suppression hides the next real finding on that line and tells readers about a
+    problem that is no longer there.
+
+    ## Example
+    ```python
+    model = AutoModel.from_pretrained("m")  # cfgfix: ignore[CFX103]
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModel.from_pretrained("m")
+    ```
+
+    ## Fix safety
+    Safe: only the comment is removed.
+
+    ## References
+    - ruff's RUF100 (unused-noqa) works the same way.
+    """
+
+    code = "CFX902"
+    name = "unused-suppression"
+    severity = Severity.INFO
+    fix_availability = "safe"
+    default_enabled = False
+    kinds = ("python", "shell", "yaml", "dockerfile", "makefile", "env")
+    VALID = []
+    INVALID = []
+
+    def check(self, ctx):
+        return ()

@@ -1,0 +1,250 @@
+"""Settings: where they come from (cfgfix.toml or [tool.cfgfix]) and what they select.
+
+Shaped like ruff's so users know it already: the nearest config file wins, CLI flags win
+over files, and a more specific rule selector wins over a less specific one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+CONFIG_NAMES = ("cfgfix.toml", ".cfgfix.toml")  # beat pyproject.toml in the same folder
+
+# ruff's defaults, plus our own cache.
+DEFAULT_EXCLUDE: tuple[str, ...] = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints",
+    ".mypy_cache", ".nox", ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache",
+    ".svn", ".tox", ".venv", ".vscode", "__pypackages__", "_build", "buck-out", "dist",
+    "node_modules", "site-packages", "venv", ".cfgfix_cache",
+)
+
+_LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
+_KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores",)
+_SELECTOR_KEYS = ("select", "ignore", "extend-select")
+# A code (CFX103), a prefix of one (CFX1, CFX), or ALL.
+_SELECTOR_RE = re.compile(r"ALL|[A-Z]+[0-9]*")
+
+
+class SettingsError(Exception):
+    """A config file or flag cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    config_path: Path | None
+    select: tuple[str, ...] | None  # None = the rules' defaults
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, selectors)
+    exclude: tuple[str, ...] | None = None  # None = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    # Selectors given on the command line, only so errors blame the flag, not the file.
+    cli_selectors: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def fingerprint(self) -> str:
+        # root and config_path are left out: moving a checkout must not invalidate a cache.
+        data = [
+            self.select, self.ignore, self.extend_select,
+            [[g, list(c)] for g, c in self.per_file_ignores],
+            self.exclude, self.extend_exclude,
+        ]
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_settings(start: Path, config_file: Path | None = None) -> Settings:
+    """Settings from `config_file`, else from the nearest config above `start`."""
+    start = Path(start).absolute()
+    if config_file is not None:
+        path = Path(config_file).absolute()
+        if not path.is_file():
+            raise SettingsError(f"{path}: config file does not exist")
+        table = _read(path)
+        if path.name == "pyproject.toml":
+            table = _cfgfix_table(table, path) or {}
+        return _from_table(table, path)
+    folder = start if start.is_dir() else start.parent
+    for d in (folder, *folder.parents):
+        for name in CONFIG_NAMES:
+            if (d / name).is_file():
+                return _from_table(_read(d / name), d / name)
+        pyproject = d / "pyproject.toml"
+        if pyproject.is_file():
+            table = _cfgfix_table(_read(pyproject), pyproject)
+            if table is not None:
+                return _from_table(table, pyproject)
+    return Settings(root=folder, config_path=None, select=None)
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: cannot read: {exc}") from None
+
+
+def _cfgfix_table(doc: dict, path: Path) -> dict | None:
+    table = doc.get("tool", {}).get("cfgfix") if isinstance(doc.get("tool"), dict) else None
+    if table is not None and not isinstance(table, dict):
+        raise SettingsError(f"{path}: 'tool.cfgfix' must be a table")
+    return table
+
+
+def _from_table(table: dict, path: Path) -> Settings:
+    where = "[tool.cfgfix]" if path.name == "pyproject.toml" else "settings"
+    values: dict = {}
+    for key, value in table.items():
+        if key not in _KNOWN_KEYS:
+            close = difflib.get_close_matches(key, _KNOWN_KEYS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise SettingsError(f"{path}: unknown key '{key}' in {where}{hint}")
+        if key == "per-file-ignores":
+            values[key] = _per_file_ignores(value, path)
+        else:
+            values[key] = _str_list(value, f"{path}: '{key}'")
+            if key in _SELECTOR_KEYS:
+                _check_syntax(values[key], f"{path}: '{key}'")
+    return Settings(
+        root=path.parent,
+        config_path=path,
+        select=values.get("select"),
+        ignore=values.get("ignore", ()),
+        extend_select=values.get("extend-select", ()),
+        per_file_ignores=values.get("per-file-ignores", ()),
+        exclude=values.get("exclude"),
+        extend_exclude=values.get("extend-exclude", ()),
+    )
+
+
+def _str_list(value, what: str) -> tuple[str, ...]:
+    # A bare string is the classic mistake (select = "CFX1"): say so instead of iterating it.
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SettingsError(f"{what} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _per_file_ignores(value, path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        raise SettingsError(f"{path}: 'per-file-ignores' must be a table of glob = [codes], got {value!r}")
+    out = []
+    for glob, codes in value.items():
+        what = f"{path}: 'per-file-ignores' entry {glob!r}"
+        codes = _str_list(codes, what)
+        _check_syntax(codes, what)
+        out.append((glob, codes))
+    return tuple(out)
+
+
+def _check_syntax(selectors: Iterable[str], what: str) -> None:
+    for sel in selectors:
+        if not _SELECTOR_RE.fullmatch(sel):
+            raise SettingsError(f"{what}: unknown rule selector '{sel}'")
+
+
+def with_overrides(settings: Settings, *, select=None, ignore=None, extend_select=None) -> Settings:
+    """Apply CLI flags: --select replaces the file's select; --ignore/--extend-select add."""
+    given = [tuple(v) for v in (select, ignore, extend_select) if v is not None]
+    for flag, v in (("--select", select), ("--ignore", ignore), ("--extend-select", extend_select)):
+        if v is not None:
+            _check_syntax(v, flag)
+    return replace(
+        settings,
+        select=tuple(select) if select is not None else settings.select,
+        ignore=settings.ignore + tuple(ignore or ()),
+        extend_select=settings.extend_select + tuple(extend_select or ()),
+        cli_selectors=settings.cli_selectors.union(*given),
+    )
+
+
+# -------------------------------------------------------------------------- selection
+
+
+def selector_matches(selector: str, code: str) -> bool:
+    return selector == "ALL" or code.startswith(selector)
+
+
+def _specificity(selector: str) -> int:
+    return 0 if selector == "ALL" else len(selector)
+
+
+def enabled_codes(settings: Settings, codes: list[str], default_codes: set[str]) -> frozenset[str]:
+    """(select or defaults) + extend-select - ignore, the most specific selector winning.
+
+    Like ruff: selectors are applied from least to most specific, and at equal
+    specificity an ignore beats a select. So select=CFX1 + ignore=CFX103 turns CFX103 off,
+    and ignore=CFX1 + extend-select=CFX103 turns it on.
+    """
+    known = list(codes)
+    enabled = set(default_codes) & set(known) if settings.select is None else set()
+    steps = []
+    for key, selectors, on in (
+        ("select", settings.select or (), True),
+        ("extend-select", settings.extend_select, True),
+        ("ignore", settings.ignore, False),
+    ):
+        for sel in selectors:
+            matched = {c for c in known if selector_matches(sel, c)}
+            if not matched:
+                raise SettingsError(f"{_origin(settings, sel, key)}: unknown rule selector '{sel}'")
+            steps.append((_specificity(sel), not on, on, matched))
+    for _, _, on, matched in sorted(steps, key=lambda s: (s[0], s[1])):
+        enabled = enabled | matched if on else enabled - matched
+    return frozenset(enabled)
+
+
+def _origin(settings: Settings, selector: str, key: str) -> str:
+    if selector in settings.cli_selectors or settings.config_path is None:
+        return f"--{key}"
+    return f"{settings.config_path}: '{key}'"
+
+
+def ignored_codes_for(settings: Settings, relpath: str, codes: Iterable[str] | None = None) -> frozenset[str]:
+    """Selectors that per-file-ignores switches off for `relpath` (posix, relative to root).
+
+    Without `codes` the selectors come back as written (test them with selector_matches);
+    with the known codes, prefixes and ALL are expanded to codes.
+    """
+    selectors: set[str] = set()
+    for spec, sels in _compiled_per_file(settings.per_file_ignores):
+        if spec.match_file(relpath):
+            selectors.update(sels)
+    if codes is None:
+        return frozenset(selectors)
+    return frozenset(c for c in codes if any(selector_matches(s, c) for s in selectors))
+
+
+@lru_cache(maxsize=32)
+def _compiled_per_file(per_file_ignores):
+    # gitignore-style globs: "train.py" matches at any depth, "scripts/*.sh" from the root.
+    from pathspec import GitIgnoreSpec
+
+    return [(GitIgnoreSpec.from_lines(_expand_braces(glob)), sels) for glob, sels in per_file_ignores]
+
+
+def _expand_braces(glob: str) -> list[str]:
+    # ruff's examples use "**/{tests,docs}/*"; gitignore globs have no braces.
+    m = re.search(r"\{([^{}]*)\}", glob)
+    if not m:
+        return [glob]
+    out = []
+    for alt in m.group(1).split(","):
+        out.extend(_expand_braces(glob[: m.start()] + alt + glob[m.end():]))
+    return out

@@ -1,0 +1,267 @@
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from cfgfix.analysis.versions import VersionInfo, Versions, normalize
+
+
+def write(root: Path, name: str, text: str) -> None:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture(autouse=True)
+def nothing_installed(monkeypatch):
+    """Tests must not depend on what this machine has installed."""
+
+    def version(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+# ----------------------------------------------------------------------- range logic
+
+
+@pytest.mark.parametrize(
+    "spec, threshold, below",
+    [
+        (">=4.40,<5", "5", True),
+        (">=5.1", "5", False),
+        (">=4.40", "5", None),
+        ("==4.46.3", "4.56", True),
+        ("~=4.46", "5", True),
+        ("~=4.46", "4.50", None),
+        ("~=4.46.1", "4.47", True),
+        ("==4.*", "5", True),
+        ("==4.*", "4", False),
+        ("<=4.57.1", "5", True),
+        ("<=5", "5", None),
+        ("<5", "5", True),
+        (">5", "5", False),
+        (">=5", "5", False),
+        ("==5.0", "5", False),
+        ("!=4.50", "5", None),
+        (">=4.40,<5,!=4.45", "5", True),
+        ("==2.3.0+cu121", "2.4", True),
+        ("==2.3.0+cu121", "2.3", False),
+        (">=2.4.0rc1", "2.4", None),  # the release candidate is admitted and is below 2.4
+        ("<2.4.0rc1", "2.4", True),
+        (">=2.4.0.dev20240101", "2.3", False),
+        ("==2.5.0.post1", "2.5", False),
+        ("", "5", None),
+        (">5,<4", "5", None),  # contradictory pins say nothing
+        ("not a spec", "5", None),
+    ],
+)
+def test_below_reasons_on_ranges(spec, threshold, below):
+    info = VersionInfo("transformers", spec, "requirements.txt")
+    assert info.below(threshold) is below
+    assert info.at_least(threshold) is (None if below is None else not below)
+
+
+def test_unknown_info():
+    info = VersionInfo("torch")
+    assert info.specifier == "" and info.source == "" and not info.known
+    assert info.below("2") is None and info.at_least("2") is None
+
+
+def test_normalize():
+    assert normalize("Flash_Attn") == normalize("flash.attn") == "flash-attn"
+
+
+# ---------------------------------------------------------------------- requirements
+
+
+def test_requirements_txt_with_includes_comments_and_options(tmp_path):
+    write(
+        tmp_path,
+        "requirements.txt",
+        "# training deps\n"
+        "--extra-index-url https://download.pytorch.org/whl/cu121\n"
+        "-r requirements/base.txt\n"
+        "-e git+https://github.com/x/y.git#egg=y\n"
+        "accelerate>=0.30 \\\n    ,<1.0  # keep below 1.0\n"
+        "transformers==9.0  # base.txt was read first\n",
+    )
+    write(tmp_path, "requirements/base.txt", "torch==2.3.0+cu121\ntransformers>=4.40,<5\n-r ../requirements.txt\n")
+    v = Versions.from_project(tmp_path)
+    assert v.get("torch") == VersionInfo("torch", "==2.3.0+cu121", "requirements/base.txt")
+    assert v.get("torch").below("2.4") is True
+    assert v.get("transformers").specifier == ">=4.40,<5"
+    assert v.get("accelerate") == VersionInfo("accelerate", ">=0.30,<1.0", "requirements.txt")
+
+
+def test_requirements_order_and_extra_files(tmp_path):
+    write(tmp_path, "requirements-dev.txt", "peft==0.10\n")
+    write(tmp_path, "requirements.txt", "peft==0.11\n")
+    write(tmp_path, "requirements/gpu.txt", "bitsandbytes>=0.43.2 --hash=sha256:abc\n")
+    v = Versions.from_project(tmp_path)
+    assert v.get("peft").specifier == "==0.11"
+    assert v.get("bitsandbytes") == VersionInfo("bitsandbytes", ">=0.43.2", "requirements/gpu.txt")
+
+
+def test_wheel_urls_and_bare_names(tmp_path):
+    write(
+        tmp_path,
+        "requirements.txt",
+        "https://download.pytorch.org/whl/cu118/torch-2.1.0%2Bcu118-cp310-cp310-linux_x86_64.whl\n"
+        "diffusers\n"
+        "deepspeed @ git+https://github.com/microsoft/DeepSpeed.git\n",
+    )
+    write(tmp_path, "pyproject.toml", '[project]\ndependencies = ["diffusers>=0.27"]\n')
+    v = Versions.from_project(tmp_path)
+    assert v.get("torch").specifier == "==2.1.0+cu118"
+    # A bare name pins nothing, so a later source answers.
+    assert v.get("diffusers") == VersionInfo("diffusers", ">=0.27", "pyproject.toml")
+    assert v.get("deepspeed") == VersionInfo("deepspeed")
+
+
+def test_markers_for_other_machines_lose_to_matching_ones(tmp_path):
+    write(
+        tmp_path,
+        "requirements.txt",
+        'torch==1.0; python_version < "3"\n'
+        'torch==2.2; python_version >= "3"\n'
+        'peft==0.9; python_version < "3"\n',
+    )
+    v = Versions.from_project(tmp_path)
+    assert v.get("torch").specifier == "==2.2"
+    assert v.get("peft").specifier == "==0.9"  # still better than nothing
+
+
+# ------------------------------------------------------------------- other sources
+
+
+def test_pyproject_dependencies_and_extras(tmp_path):
+    write(
+        tmp_path,
+        "pyproject.toml",
+        '[project]\nname = "x"\ndependencies = ["Transformers[torch]>=4.40,<5"]\n'
+        '[project.optional-dependencies]\ntrain = ["deepspeed==0.14.2; sys_platform != \'win32\'"]\n',
+    )
+    v = Versions.from_project(tmp_path)
+    assert v.get("transformers") == VersionInfo("transformers", ">=4.40,<5", "pyproject.toml")
+    assert v.get("deepspeed").specifier == "==0.14.2"
+
+
+@pytest.mark.parametrize(
+    "constraint, spec",
+    [
+        ('"^2.1"', ">=2.1,<3"),
+        ('"^0.2.3"', ">=0.2.3,<0.3"),
+        ('"^0.0.3"', ">=0.0.3,<0.0.4"),
+        ('"~4.40.1"', ">=4.40.1,<4.41"),
+        ('"~4"', ">=4,<5"),
+        ('"4.46.*"', "==4.46.*"),
+        ('"2.3.0"', "==2.3.0"),
+        ('">=4.40 <5"', ">=4.40,<5"),
+        ('{ version = "^4.40", extras = ["torch"] }', ">=4.40,<5"),
+        ('"*"', ""),
+        ('">=1 || <0.5"', ""),
+    ],
+)
+def test_poetry_constraints(tmp_path, constraint, spec):
+    write(tmp_path, "pyproject.toml", f'[tool.poetry.dependencies]\npython = "^3.10"\ntransformers = {constraint}\n')
+    info = Versions.from_project(tmp_path).get("transformers")
+    assert info.specifier == spec
+    assert info.source == ("pyproject.toml" if spec else "")
+
+
+def test_poetry_groups(tmp_path):
+    write(tmp_path, "pyproject.toml", '[tool.poetry.group.train.dependencies]\naccelerate = "^0.30"\n')
+    assert Versions.from_project(tmp_path).get("accelerate").below("1.0") is True
+
+
+def test_setup_cfg(tmp_path):
+    write(
+        tmp_path,
+        "setup.cfg",
+        "[options]\ninstall_requires =\n    torch>=2.1\n    peft~=0.10.0\n"
+        "[options.extras_require]\nquant =\n    bitsandbytes<0.43\n",
+    )
+    v = Versions.from_project(tmp_path)
+    assert v.get("torch") == VersionInfo("torch", ">=2.1", "setup.cfg")
+    assert v.get("peft").below("0.11") is True
+    assert v.get("bitsandbytes").below("0.43.2") is True
+
+
+@pytest.mark.parametrize("name", ["environment.yml", "environment.yaml"])
+def test_environment_yml(tmp_path, name):
+    write(
+        tmp_path,
+        name,
+        "name: train\nchannels: [pytorch, nvidia]\ndependencies:\n"
+        "  - python=3.10\n"
+        "  - pytorch::pytorch=2.1.0=py3.10_cuda11.8_cudnn8.7.0_0\n"
+        "  - conda-forge::accelerate>=0.25,<0.30\n"
+        "  - pip\n"
+        "  - pip:\n"
+        "    - transformers==4.36.2\n"
+        "    - -r requirements-extra.txt\n",
+    )
+    write(tmp_path, "requirements-extra.txt", "peft>=0.7\n")
+    # requirements-extra.txt is also a requirements*.txt file, read first.
+    v = Versions.from_project(tmp_path)
+    assert v.get("torch") == VersionInfo("torch", "==2.1.0.*", name)
+    assert v.get("torch").below("2.2") is True and v.get("torch").at_least("2.1") is True
+    assert v.get("accelerate").specifier == ">=0.25,<0.30"
+    assert v.get("transformers") == VersionInfo("transformers", "==4.36.2", name)
+    assert v.get("peft").source == "requirements-extra.txt"
+
+
+def test_source_order(tmp_path):
+    write(tmp_path, "requirements.txt", "torch==2.1\n")
+    write(tmp_path, "pyproject.toml", '[project]\ndependencies = ["torch==2.2", "peft==0.8"]\n')
+    write(tmp_path, "setup.cfg", "[options]\ninstall_requires =\n    peft==0.9\n    diffusers==0.20\n")
+    write(tmp_path, "environment.yml", "dependencies:\n  - diffusers=0.21\n  - deepspeed=0.12\n")
+    v = Versions.from_project(tmp_path)
+    assert [(v.get(p).specifier, v.get(p).source) for p in ("torch", "peft", "diffusers", "deepspeed")] == [
+        ("==2.1", "requirements.txt"),
+        ("==0.8", "pyproject.toml"),
+        ("==0.20", "setup.cfg"),
+        ("==0.21.*", "environment.yml"),
+    ] and v.get("deepspeed").specifier == "==0.12.*"
+
+
+def test_broken_files_are_skipped(tmp_path):
+    write(tmp_path, "pyproject.toml", "[project\n")
+    write(tmp_path, "environment.yml", "dependencies: [\n")
+    write(tmp_path, "setup.cfg", "not an ini file\n")
+    write(tmp_path, "requirements.txt", "torch==2.1\n")
+    assert Versions.from_project(tmp_path).get("torch").specifier == "==2.1"
+
+
+# ------------------------------------------------------------------ installed fallback
+
+
+def test_installed_fallback_uses_metadata_only(tmp_path, monkeypatch):
+    asked = []
+
+    def version(name):
+        asked.append(name)
+        if name == "transformers":
+            return "4.57.1"
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    write(tmp_path, "requirements.txt", "torch>=2.1\n")
+    v = Versions.from_project(tmp_path)
+    assert v.get("transformers") == VersionInfo("transformers", "==4.57.1", "installed")
+    assert v.get("transformers").below("5") is True
+    assert v.get("peft") == VersionInfo("peft")
+    assert v.get("torch").source == "requirements.txt"
+    assert "torch" not in asked  # pinned: metadata never consulted
+
+
+def test_fingerprint_tracks_pins_and_installs(tmp_path, monkeypatch):
+    write(tmp_path, "requirements.txt", "torch==2.1\n")
+    a = Versions.from_project(tmp_path).fingerprint()
+    assert a == Versions.from_project(tmp_path).fingerprint()
+    write(tmp_path, "requirements.txt", "torch==2.2\n")
+    b = Versions.from_project(tmp_path).fingerprint()
+    assert a != b
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.0")
+    assert Versions.from_project(tmp_path).fingerprint() != b
