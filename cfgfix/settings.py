@@ -10,10 +10,10 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 try:
     import tomllib

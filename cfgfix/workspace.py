@@ -45,11 +45,15 @@ _SHELLS = {"sh", "bash", "zsh", "dash"}
 # unknown suffixes get their first bytes read, except these, which are never scripts and
 # are numerous in ML trees (checkpoints, data, docs).
 _NO_SHEBANG = frozenset(
-    ".txt .md .rst .csv .tsv .jsonl .parquet .arrow .npy .npz .pt .pth .bin .safetensors .ckpt"
-    " .pkl .pickle .h5 .hdf5 .onnx .tflite .msgpack .model .png .jpg .jpeg .gif .webp .bmp"
-    " .svg .pdf .wav .mp3 .mp4 .flac .zip .gz .tgz .bz2 .xz .zst .tar .whl .so .dylib .dll"
-    " .pyc .pyd .o .a .ipynb .toml .cfg .ini .lock .log .html .css .js .ts .c .cc .cpp .h"
-    " .hpp .cu .cuh .rs .go .java .tokenizer .spm .vocab .idx .db .sqlite".split()
+    {
+        ".txt", ".md", ".rst", ".csv", ".tsv", ".jsonl", ".parquet", ".arrow", ".npy", ".npz", ".pt",
+        ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", ".h5", ".hdf5", ".onnx", ".tflite",
+        ".msgpack", ".model", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".svg", ".pdf", ".wav",
+        ".mp3", ".mp4", ".flac", ".zip", ".gz", ".tgz", ".bz2", ".xz", ".zst", ".tar", ".whl", ".so",
+        ".dylib", ".dll", ".pyc", ".pyd", ".o", ".a", ".ipynb", ".toml", ".cfg", ".ini", ".lock",
+        ".log", ".html", ".css", ".js", ".ts", ".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".rs",
+        ".go", ".java", ".tokenizer", ".spm", ".vocab", ".idx", ".db", ".sqlite",
+    }
 )
 
 

@@ -37,6 +37,8 @@ def nothing_installed(monkeypatch):
         ("~=4.46.1", "4.47", True),
         ("==4.*", "5", True),
         ("==4.*", "4", False),
+        ("==4.46.*", "4.46", False),
+        ("==4.46.*", "4.47", True),
         ("<=4.57.1", "5", True),
         ("<=5", "5", None),
         ("<5", "5", True),
@@ -222,8 +224,8 @@ def test_source_order(tmp_path):
         ("==2.1", "requirements.txt"),
         ("==0.8", "pyproject.toml"),
         ("==0.20", "setup.cfg"),
-        ("==0.21.*", "environment.yml"),
-    ] and v.get("deepspeed").specifier == "==0.12.*"
+        ("==0.12.*", "environment.yml"),
+    ]
 
 
 def test_broken_files_are_skipped(tmp_path):

@@ -15,11 +15,12 @@ import json
 import os
 import re
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
 
+from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -57,9 +58,10 @@ def _bounds(text: str) -> tuple[_Bound | None, _Bound | None] | None:
             op, v = s.operator, s.version
             if op == "!=":
                 continue  # removes a point, never moves a bound
-            if v.endswith(".*"):  # ==4.* admits 4.dev0 up to, not including, 5.dev0
+            if v.endswith(".*"):  # ==4.* admits 4 up to, not including, 5.dev0
                 release = Version(v[:-2]).release
-                lows.append((_dev0(release), True))
+                # Like >=4, pre-releases of 4 only come in when asked for (PEP 440).
+                lows.append((Version(v[:-2]), True))
                 highs.append((_dev0(_bump(release, len(release) - 1)), False))
             elif op == "~=":  # ~=4.46 is >=4.46, ==4.*
                 release = Version(v).release
@@ -151,8 +153,8 @@ def _from_requirement(text: str, source: str) -> _Pin | None:
     if req.marker is not None:
         try:
             matches = req.marker.evaluate({"extra": ""})
-        except Exception:  # markers we cannot evaluate: keep the pin
-            pass
+        except (UndefinedComparison, UndefinedEnvironmentName):
+            matches = True  # markers we cannot evaluate: keep the pin
     return req.name, _fmt(req.specifier), source, matches
 
 
@@ -290,11 +292,11 @@ def _environment(root: Path) -> Iterator[_Pin]:
         path = root / name
         if not path.is_file():
             continue
-        try:
-            import yaml
+        import yaml  # only projects with an environment file pay for it
 
+        try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-        except Exception:  # a broken environment file must not stop the lint
+        except (OSError, yaml.YAMLError):  # a broken environment file must not stop the lint
             continue
         deps = doc.get("dependencies") if isinstance(doc, dict) else None
         for dep in deps if isinstance(deps, list) else []:
@@ -341,7 +343,7 @@ class Versions:
         self._installed: dict[str, VersionInfo] = {}
 
     @classmethod
-    def from_project(cls, root: Path) -> "Versions":
+    def from_project(cls, root: Path) -> Versions:
         root = Path(root)
         pins: dict[str, VersionInfo] = {}
         # A pin whose marker is false here (sys_platform == "linux" on a laptop) still
@@ -373,6 +375,8 @@ class Versions:
 def _installed(name: str) -> VersionInfo:
     # Metadata only: importing torch to ask its version would cost seconds.
     try:
-        return VersionInfo(name, f"=={importlib.metadata.version(name)}", "installed")
-    except Exception:  # PackageNotFoundError, or broken metadata
+        version = importlib.metadata.version(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
         return VersionInfo(name)
+    # Broken metadata can lack a version; say nothing rather than guess.
+    return VersionInfo(name, f"=={version}", "installed") if version else VersionInfo(name)

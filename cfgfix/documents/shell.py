@@ -1,0 +1,872 @@
+"""Launch scripts as logical lines: words with exact positions, commands and assignments.
+
+Shell scripts, Makefile recipes, Dockerfile `RUN`/`CMD`/`ENTRYPOINT`/`ENV` and `.env` files
+all end up as the same `ShellDocument`. `shlex` cannot report where a token sits in the
+file, so a small tokenizer of our own follows the POSIX quoting rules closely enough for
+launch lines and keeps the offset of every word. It never raises on bad input: a line it
+cannot tokenize (an unbalanced quote) is skipped. Launch recognition lives in `launches.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from cfgfix.core import Span
+from cfgfix.documents.text import SourceText
+
+DIALECTS = ("sh", "makefile", "dockerfile", "env")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One shell word after quote removal (`$VAR` and `$(...)` are left as written)."""
+
+    text: str
+    raw: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """`export A=B` ("export"), `A=B` ("plain"), `A=B cmd` / `env A=B cmd` ("prefix"),
+    Dockerfile `ENV` and `.env` lines ("env")."""
+
+    name: str
+    value: Word
+    span: Span
+    kind: str
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[Word, ...]  # argv, after the prefix assignments
+    env: tuple[Assignment, ...]  # prefix assignments of this command
+    span: Span
+
+
+@dataclass
+class ShellDocument:
+    source: SourceText
+    commands: list[Command] = field(default_factory=list)
+    assignments: list[Assignment] = field(default_factory=list)
+    # Block path (if/loop/case branch, function body, subshell, one Makefile recipe line or
+    # Dockerfile instruction) of each command and assignment, keyed by its span start: an
+    # assignment certainly ran before a command only from the same or an enclosing block.
+    scopes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # (name, offset) where a variable took a value we cannot know (`for NAME in`, `read`,
+    # `unset`, `NAME+=`); name "*" for `source`/`.`/`eval`, which may change any variable.
+    clobbers: list[tuple[str, int]] = field(default_factory=list)
+
+    def visible(self, assignment: Assignment, at: Span) -> bool:
+        """True when `assignment` certainly ran before the command at `at`."""
+        if assignment.span.start >= at.start:
+            return False
+        mine = self.scopes.get(assignment.span.start, ())
+        theirs = self.scopes.get(at.start, ())
+        return theirs[: len(mine)] == mine
+
+    def clobbered(self, name: str, start: int, end: int, *, any_name: bool = True) -> bool:
+        """True when `name` may have changed between the offsets `start` and `end`."""
+        return any(
+            start < offset < end and (n == name or (any_name and n == "*"))
+            for n, offset in self.clobbers
+        )
+
+
+def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown shell dialect {dialect!r}; expected one of {DIALECTS}")
+    doc = ShellDocument(source)
+    builder = _Builder(doc)
+    if dialect == "sh":
+        _parse_sh_range(builder, _Lexer(source.text), 0)
+    elif dialect == "makefile":
+        _parse_makefile(builder)
+    elif dialect == "dockerfile":
+        _parse_dockerfile(builder)
+    else:
+        _parse_env(doc)
+    return doc
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+_OPERATORS = (  # longest first, so `&&` wins over `&`
+    ";;&", "&>>", "<<<", "<<-",
+    "&&", "||", ";;", ";&", "|&", "&>", ">>", ">|", ">&", "<&", "<>", "<<",
+    ";", "&", "|", "<", ">", "(", ")",
+)
+_REDIRECTS = {">", ">>", ">|", "<", "<>", "&>", "&>>", ">&", "<&", "<<<", "<<", "<<-"}
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+_ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b"}
+
+
+class _Unbalanced(Exception):
+    """A quote, `$(`, `${` or backtick that never closes; `pos` is where it opened."""
+
+    def __init__(self, pos: int) -> None:
+        super().__init__(pos)
+        self.pos = pos
+
+
+@dataclass
+class _Tok:
+    kind: str  # "word" | "op" | "nl"
+    start: int
+    end: int
+    text: str  # words: the value after quote removal; operators: the operator
+
+
+class _Lexer:
+    """Tokens of one logical line at a time, with offsets into `text`.
+
+    `make`: Makefile recipe text (`$$` is the shell's `$`, make drops the tab after a
+    backslash-newline). `docker`: Dockerfile text (comment lines inside a continued
+    instruction are removed by Docker before the shell sees them)."""
+
+    def __init__(self, text: str, end: int | None = None, *, make: bool = False, docker: bool = False):
+        self.text = text
+        self.n = len(text) if end is None else end
+        self.make = make
+        self.docker = docker
+
+    def _newline(self, pos: int) -> int:
+        """Length of the line break at `pos` (0 when there is none)."""
+        if pos >= self.n:
+            return 0
+        if self.text[pos] == "\n":
+            return 1
+        if self.text.startswith("\r\n", pos) and pos + 1 < self.n:
+            return 2
+        return 0
+
+    def eol(self, pos: int) -> int:
+        """Offset just after the physical line holding `pos`."""
+        end = self.text.find("\n", pos, self.n)
+        return self.n if end < 0 else end + 1
+
+    def _continue(self, pos: int) -> int:
+        """Skip a backslash-newline at `pos`, and what the dialect drops after it."""
+        pos += 1 + self._newline(pos + 1)
+        if self.make and pos < self.n and self.text[pos] == "\t":
+            pos += 1
+        if self.docker:
+            while pos < self.n:
+                line = self.text[pos:self.eol(pos)]
+                if line.strip() and not line.lstrip().startswith("#"):
+                    break
+                pos = self.eol(pos)
+        return pos
+
+    def line(self, pos: int) -> tuple[list[_Tok], int]:
+        """Tokens from `pos` to the end of the logical line, and the offset after it
+        (past any heredoc bodies the line opened). Raises `_Unbalanced`."""
+        text, toks = self.text, []
+        heredocs: list[tuple[str, bool]] = []
+        while pos < self.n:
+            c = text[pos]
+            if c == "\\" and self._newline(pos + 1):
+                pos = self._continue(pos)
+            elif nl := self._newline(pos):
+                toks.append(_Tok("nl", pos, pos + nl, "\n"))
+                return toks, self._skip_heredocs(pos + nl, heredocs)
+            elif c in " \t\r\f\v":
+                pos += 1
+            elif c == "#":  # a comment: `#` can only start one where a word would start
+                end = text.find("\n", pos, self.n)
+                pos = self.n if end < 0 else end - (text[end - 1] == "\r")
+            elif (op := self._operator(pos)) is not None:
+                start = pos
+                prev = toks[-1] if toks else None
+                if op[0] in "<>" and prev and prev.kind == "word" and prev.end == pos and text[prev.start:pos].isdigit():
+                    start = toks.pop().start  # `2>&1`: the fd number belongs to the redirection
+                toks.append(_Tok("op", start, pos + len(op), op))
+                pos += len(op)
+                if op in ("<<", "<<-"):
+                    while pos < self.n and text[pos] in " \t":
+                        pos += 1
+                    if pos < self.n and not self._newline(pos):
+                        word, pos = self._word(pos)
+                        toks.append(word)
+                        heredocs.append((word.text, op == "<<-"))
+            else:
+                word, pos = self._word(pos)
+                toks.append(word)
+        return toks, pos
+
+    def _operator(self, pos: int) -> str | None:
+        text = self.text
+        if text[pos] in "<>" and text.startswith("(", pos + 1):
+            return None  # `<(cmd)`: process substitution is part of a word
+        for op in _OPERATORS:
+            if text.startswith(op, pos) and pos + len(op) <= self.n:
+                return op
+        return None
+
+    def _skip_heredocs(self, pos: int, heredocs: list[tuple[str, bool]]) -> int:
+        # Heredoc bodies are data (a Python program, a config), never commands.
+        for delimiter, strip_tabs in heredocs:
+            while pos < self.n:
+                end = self.eol(pos)
+                line = self.text[pos:end].rstrip("\r\n")
+                pos = end
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
+        return pos
+
+    def _word(self, pos: int) -> tuple[_Tok, int]:
+        text, start, out = self.text, pos, []
+        while pos < self.n:
+            c = text[pos]
+            if c in " \t\r\n\f\v":
+                break
+            if c in ";&|<>()":
+                if c == "(" and _ASSIGN.fullmatch(text[start:pos]):
+                    end = self._balanced(pos, "(", ")")  # `A=(1 2 3)`: an array value
+                elif c in "<>" and pos == start and text.startswith("(", pos + 1):
+                    end = self._balanced(pos + 1, "(", ")")
+                else:
+                    break
+                out.append(text[pos:end])
+                pos = end
+            elif c == "\\":
+                if self._newline(pos + 1):
+                    pos = self._continue(pos)
+                elif pos + 1 < self.n:
+                    out.append(text[pos + 1])
+                    pos += 2
+                else:
+                    out.append(c)
+                    pos += 1
+            elif c == "'":
+                end = text.find("'", pos + 1, self.n)
+                if end < 0:
+                    raise _Unbalanced(pos)
+                out.append(text[pos + 1:end])
+                pos = end + 1
+            elif c == '"':
+                pos = self._double(pos, out)
+            elif c == "$" or c == "`":
+                pos = self._expansion(pos, out)
+            else:
+                out.append(c)
+                pos += 1
+        return _Tok("word", start, pos, "".join(out)), pos
+
+    def _expansion(self, pos: int, out: list[str]) -> int:
+        """`$...` or a backtick at `pos`: kept as written (make's `$$` becomes `$`)."""
+        text = self.text
+        if self.make and text.startswith("$$", pos):
+            if text[pos + 2:pos + 3] in ("(", "{") and pos + 2 < self.n:
+                end = self._balanced(pos + 2, text[pos + 2], ")" if text[pos + 2] == "(" else "}")
+                out.append(text[pos + 1:end].replace("$$", "$"))
+                return end
+            out.append("$")
+            return pos + 2
+        if text[pos] == "`":
+            end = self._backtick(pos)
+        elif text.startswith("$'", pos):
+            return self._ansi_c(pos, out)
+        elif text[pos + 1:pos + 2] in ("(", "{") and pos + 1 < self.n:
+            end = self._balanced(pos + 1, text[pos + 1], ")" if text[pos + 1] == "(" else "}")
+        else:
+            out.append("$")
+            return pos + 1
+        out.append(text[pos:end])
+        return end
+
+    def _double(self, pos: int, out: list[str]) -> int:
+        text, start = self.text, pos
+        pos += 1
+        while pos < self.n:
+            c = text[pos]
+            if c == '"':
+                return pos + 1
+            if c == "\\":
+                nxt = text[pos + 1] if pos + 1 < self.n else ""
+                if self._newline(pos + 1):
+                    pos = self._continue(pos)
+                elif nxt in ("$", "`", '"', "\\"):
+                    out.append(nxt)
+                    pos += 2
+                else:
+                    out.append(c)
+                    pos += 1
+            elif c == "`" or (c == "$" and not text.startswith("$'", pos)):
+                pos = self._expansion(pos, out)
+            else:  # `$'...'` is ANSI-C quoting only outside double quotes
+                out.append(c)
+                pos += 1
+        raise _Unbalanced(start)
+
+    def _ansi_c(self, pos: int, out: list[str]) -> int:
+        text, start = self.text, pos
+        pos += 2
+        while pos < self.n:
+            c = text[pos]
+            if c == "'":
+                return pos + 1
+            if c == "\\" and pos + 1 < self.n:
+                out.append(_ANSI_ESCAPES.get(text[pos + 1], "\\" + text[pos + 1]))
+                pos += 2
+            else:
+                out.append(c)
+                pos += 1
+        raise _Unbalanced(start)
+
+    def _backtick(self, pos: int) -> int:
+        i = pos + 1
+        while i < self.n:
+            if self.text[i] == "\\":
+                i += 2
+            elif self.text[i] == "`":
+                return i + 1
+            else:
+                i += 1
+        raise _Unbalanced(pos)
+
+    def _balanced(self, pos: int, opening: str, closing: str) -> int:
+        """Offset after the bracket that closes the one at `pos`, skipping quoted text."""
+        text, depth, i = self.text, 0, pos
+        while i < self.n:
+            c = text[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "'":
+                end = text.find("'", i + 1, self.n)
+                if end < 0:
+                    raise _Unbalanced(i)
+                i = end + 1
+                continue
+            if c == '"':
+                i = self._double(i, [])
+                continue
+            if c == "`":
+                i = self._backtick(i)
+                continue
+            if c == opening:
+                depth += 1
+            elif c == closing:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        raise _Unbalanced(pos)
+
+
+def _parse_sh_range(builder: "_Builder", lexer: _Lexer, pos: int) -> None:
+    """Feed every logical line from `pos` to `lexer.n` to the builder."""
+    while pos < lexer.n:
+        try:
+            toks, pos = lexer.line(pos)
+        except _Unbalanced as exc:  # skip the broken line, go on with the next one
+            pos = lexer.eol(exc.pos)
+            continue
+        builder.feed(toks)
+
+
+# --------------------------------------------------------------------------- commands
+
+_OPENERS = {"if", "while", "until", "{"}
+_BRANCHES = {"then", "else", "elif", "do"}
+_CLOSERS = {"fi", "done", "esac", "}"}
+_SEPARATORS = {";", "&&", "||", "|", "|&", "&", ";;", ";&", ";;&"}
+_DECLARERS = {"export", "declare", "typeset", "readonly", "local"}
+_SOURCING = {"source", ".", "eval"}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Builder:
+    """Groups tokens into commands and assignments, tracking the block structure
+    (if/loop/case/function/subshell) only as far as variable scoping needs it."""
+
+    def __init__(self, doc: ShellDocument) -> None:
+        self.doc = doc
+        self.source = doc.source
+        self.stack: list[tuple[str, int]] = []  # (kind, block id)
+        self.next_id = 0
+        self.expect_pattern = False  # inside `case`, before the `)` of a pattern
+        self.skip: str | None = None  # inside a `for`/`case`/`function` header
+
+    # -- blocks
+    def _push(self, kind: str) -> None:
+        self.next_id += 1
+        self.stack.append((kind, self.next_id))
+
+    def _branch(self) -> None:
+        if self.stack:
+            self.next_id += 1
+            self.stack[-1] = (self.stack[-1][0], self.next_id)
+
+    def _pop(self) -> None:
+        if self.stack:
+            self.stack.pop()
+
+    def scope(self) -> tuple[int, ...]:
+        return tuple(block for _, block in self.stack)
+
+    @contextmanager
+    def isolated(self):
+        """One Makefile recipe line or Dockerfile instruction: its own shell."""
+        saved = self.stack
+        self.stack = list(saved)
+        self._push("isolated")
+        try:
+            yield
+        finally:
+            self.stack, self.expect_pattern, self.skip = saved, False, None
+
+    # -- tokens
+    def feed(self, toks: list[_Tok]) -> None:
+        cur: list[_Tok] = []
+        end = 0
+        i = 0
+        while i < len(toks):
+            tok = toks[i]
+            nxt = toks[i + 1] if i + 1 < len(toks) else None
+            i += 1
+            if self.skip is not None and self._skipping(tok):
+                continue
+            if self.expect_pattern:  # the `a|b)` that opens a case branch
+                if tok.kind == "word" and tok.text == "esac":
+                    self.expect_pattern = False
+                    self._pop()
+                elif tok.kind == "op" and tok.text == ")":
+                    self.expect_pattern = False
+                    self._branch()
+                continue
+            if tok.kind == "word":
+                if not cur and tok.text == "for" and nxt is not None and nxt.text == "(":
+                    i = self._skip_arithmetic(toks, i)  # `for ((i=0; i<n; i++))`
+                    self._push("loop")
+                    self.skip = "header"
+                elif not cur and self._keyword(tok, nxt):
+                    pass
+                else:
+                    cur.append(tok)
+                    end = tok.end
+                continue
+            if tok.kind == "nl":
+                self._flush(cur, end)
+                cur = []
+                continue
+            op = tok.text
+            if op in _REDIRECTS:
+                end = tok.end
+                if nxt is not None and nxt.kind == "word":  # the target is not an argument
+                    end = nxt.end
+                    i += 1
+                continue
+            if op == "(" and len(cur) == 1 and nxt is not None and nxt.text == ")":
+                cur = []  # `name() {`: a function definition, not a command
+                i += 1
+                continue
+            self._flush(cur, end)
+            cur = []
+            if op == "(":
+                if nxt is not None and nxt.text == "(" and nxt.start == tok.end:
+                    i = self._skip_arithmetic(toks, i + 1)  # `(( i++ ))`
+                else:
+                    self._push("subshell")
+            elif op == ")":
+                self._pop()
+            elif op in (";;", ";&", ";;&") and self.stack and self.stack[-1][0] == "case":
+                self.expect_pattern = True
+        self._flush(cur, end)
+
+    def _skipping(self, tok: _Tok) -> bool:
+        """Consume the parts of `for`/`case`/`function` headers that are not commands."""
+        if self.skip == "name":  # `function NAME`
+            self.skip = None
+            return tok.kind == "word"
+        if self.skip == "in":  # `case WORD in`
+            if tok.kind == "word" and tok.text == "in":
+                self.skip, self.expect_pattern = None, True
+            return True
+        # `for NAME in a b c` up to `;`, a newline or `do`
+        if tok.kind == "word" and tok.text == "do":
+            self.skip = None
+            self._branch()
+        elif tok.kind == "nl" or (tok.kind == "op" and tok.text in _SEPARATORS):
+            self.skip = None
+        return True
+
+    @staticmethod
+    def _skip_arithmetic(toks: list[_Tok], i: int) -> int:
+        while i + 1 < len(toks):
+            if toks[i].text == ")" and toks[i + 1].text == ")":
+                return i + 2
+            i += 1
+        return len(toks)
+
+    def _keyword(self, tok: _Tok, nxt: _Tok | None) -> bool:
+        """Handle a reserved word in command position; True when it was one."""
+        if self.source.text[tok.start:tok.end] != tok.text:  # a quoted `"if"` is a plain word
+            return False
+        word = tok.text
+        if word in _OPENERS:
+            self._push(word)
+        elif word in _BRANCHES:
+            self._branch()
+        elif word in _CLOSERS:
+            self._pop()
+        elif word in ("for", "select"):
+            self._push("loop")
+            if nxt is not None and nxt.kind == "word":  # the loop variable changes
+                self.doc.clobbers.append((nxt.text, tok.start))
+            self.skip = "header"
+        elif word == "case":
+            self._push("case")
+            self.skip = "in"
+        elif word == "function":
+            self.skip = "name"  # then `()` and `{` as for `name() {`
+        elif word != "!":
+            return False
+        return True
+
+    def _flush(self, toks: list[_Tok], end: int) -> None:
+        if not toks:
+            return
+        words = [self._word(t) for t in toks]
+        scope = self.scope()
+        k = 0
+        while k < len(words) and _ASSIGN.match(words[k].raw):
+            k += 1
+        argv = words[k:]
+        span = self.source.span(words[0].span.start, max(end, words[-1].span.end))
+        prefix = self._assignments(words[:k], "prefix" if argv else "plain", scope)
+        if argv:
+            self._declarations(argv, scope)
+            self._env_wrapper(argv, scope)
+            self._clobbers(argv)
+            self.doc.commands.append(Command(tuple(argv), tuple(prefix), span))
+            self.doc.scopes.setdefault(span.start, scope)
+
+    def _word(self, tok: _Tok) -> Word:
+        return Word(tok.text, self.source.text[tok.start:tok.end], self.source.span(tok.start, tok.end))
+
+    def _assignments(self, words: list[Word], kind: str, scope: tuple[int, ...]) -> list[Assignment]:
+        found = []
+        for word in words:
+            assignment = _assignment(word, kind, self.source)
+            if assignment is None:  # `A+=x`: the value now depends on what came before
+                self.doc.clobbers.append((word.raw.split("+=", 1)[0], word.span.start))
+                continue
+            found.append(assignment)
+            self.add(assignment, scope)
+        return found
+
+    def add(self, assignment: Assignment, scope: tuple[int, ...] = ()) -> None:
+        self.doc.assignments.append(assignment)
+        self.doc.scopes[assignment.span.start] = scope
+
+    def _declarations(self, argv: list[Word], scope: tuple[int, ...]) -> None:
+        """`export A=B`, `declare -x A=B`, `local A=B`, `readonly A=B`."""
+        if argv[0].text not in _DECLARERS or argv[0].raw != argv[0].text:
+            return
+        args = argv[1:]
+        exported = argv[0].text == "export" or any(
+            w.text.startswith("-") and "x" in w.text for w in args if not _ASSIGN.match(w.raw)
+        )
+        self._assignments([w for w in args if _ASSIGN.match(w.raw)], "export" if exported else "plain", scope)
+
+    def _env_wrapper(self, argv: list[Word], scope: tuple[int, ...]) -> None:
+        """`env A=B cmd` (behind `nohup`/`exec`/`time` too) sets A for cmd like a prefix."""
+        words = env_wrapper_assignments(argv)
+        self._assignments(words, "prefix", scope)
+
+    def _clobbers(self, argv: list[Word]) -> None:
+        name = argv[0].text
+        if name in _SOURCING:
+            self.doc.clobbers.append(("*", argv[0].span.start))
+        elif name in ("read", "unset", "getopts", "mapfile", "readarray"):
+            for word in argv[1:]:
+                if _IDENT.fullmatch(word.text):
+                    self.doc.clobbers.append((word.text, word.span.start))
+
+
+def _assignment(word: Word, kind: str, source: SourceText) -> Assignment | None:
+    match = _ASSIGN.match(word.raw)
+    if match is None or match.group().endswith("+="):
+        return None
+    name = match.group()[:-1]
+    if not word.text.startswith(name + "="):
+        return None
+    start = word.span.start + len(name) + 1
+    value = Word(word.text[len(name) + 1:], word.raw[len(name) + 1:], source.span(start, word.span.end))
+    return Assignment(name, value, word.span, kind)
+
+
+_QUIET_WRAPPERS = {"nohup", "exec", "time", "command", "builtin", "setsid"}
+
+
+def env_wrapper_assignments(argv: list[Word] | tuple[Word, ...]) -> list[Word]:
+    """The `A=B` words of an `env` wrapper at the start of argv (after nohup/exec/time)."""
+    i = 0
+    while i < len(argv) and argv[i].text in _QUIET_WRAPPERS:
+        i += 1
+    if i >= len(argv) or argv[i].text.rsplit("/", 1)[-1] != "env":
+        return []
+    found = []
+    i += 1
+    while i < len(argv):
+        text = argv[i].text
+        if text in ("-u", "--unset", "-C", "--chdir"):
+            i += 2
+        elif text.startswith("-"):
+            i += 1
+        elif _ASSIGN.match(argv[i].raw):
+            found.append(argv[i])
+            i += 1
+        else:
+            break
+    return found
+
+
+# --------------------------------------------------------------------------- Makefile
+
+_MAKE_CONDITIONALS = {"ifeq", "ifneq", "ifdef", "ifndef", "else", "endif"}
+_MAKE_EXPORT = re.compile(r"export[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:=|:=|::=)[ \t]*")
+_MAKE_VARIABLE = re.compile(r"(?:override[ \t]+|export[ \t]+)?[^\s:#=]+[ \t]*(?:[:?+!]|::)?=")
+
+
+def _make_lines(text: str):
+    """(start, end) of each logical Makefile line (backslash-newline joins lines)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        start = pos
+        while True:
+            end = text.find("\n", pos)
+            end = n if end < 0 else end
+            body = text[pos:end].rstrip("\r")
+            pos = min(end + 1, n) if end < n else n
+            trailing = len(body) - len(body.rstrip("\\"))
+            if trailing % 2 == 0 or pos >= n:
+                break
+        yield start, end
+
+
+def _parse_makefile(builder: _Builder) -> None:
+    text = builder.source.text
+    in_rule = in_define = False
+    for start, end in _make_lines(text):
+        line = text[start:end]
+        stripped = line.strip()
+        if in_define:
+            in_define = stripped != "endef" and not stripped.startswith("endef ")
+            continue
+        if line.startswith("\t") and in_rule:
+            _make_recipe(builder, start + 1, end)
+            continue
+        if not stripped or stripped.startswith("#"):
+            continue
+        first = stripped.split(None, 1)[0]
+        if first in _MAKE_CONDITIONALS:
+            continue
+        if re.match(r"(?:(?:export|override)\s+)*define\b", stripped):
+            in_define, in_rule = True, False
+        elif (match := _MAKE_EXPORT.match(line)) is not None:
+            _make_export(builder, match, start, end)
+            in_rule = False
+        elif _MAKE_VARIABLE.match(line):
+            in_rule = False
+        elif ":" in line:
+            in_rule = True
+            colon = line.index(":")
+            semi = line.find(";", colon)
+            if semi >= 0:  # `target: deps ; recipe`
+                _make_recipe(builder, start + semi + 1, end)
+        else:
+            in_rule = False
+
+
+def _make_recipe(builder: _Builder, start: int, end: int) -> None:
+    text = builder.source.text
+    while start < end and text[start] in " \t@-+":  # echo-off, ignore-errors, always-run
+        start += 1
+    with builder.isolated():
+        _parse_sh_range(builder, _Lexer(text, end, make=True), start)
+
+
+def _make_export(builder: _Builder, match: re.Match, start: int, end: int) -> None:
+    text = builder.source.text
+    value_start = start + match.end()
+    value_end = value_start + len(text[value_start:end].rstrip())
+    comment = text.find("#", value_start, value_end)
+    if comment >= 0:
+        value_end = value_start + len(text[value_start:comment].rstrip())
+    raw = text[value_start:value_end]
+    name_start = start + match.start(1)
+    value = Word(raw.replace("$$", "$"), raw, builder.source.span(value_start, value_end))
+    builder.add(Assignment(match.group(1), value, builder.source.span(name_start, value_end), "export"))
+
+
+# --------------------------------------------------------------------------- Dockerfile
+
+_DOCKER_INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)[ \t]*")
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+
+def _docker_end(text: str, pos: int) -> int:
+    """End of the logical instruction starting at `pos`: continuation lines end with a
+    backslash; blank and comment lines inside it are dropped by Docker."""
+    n = len(text)
+    while pos < n:
+        eol = text.find("\n", pos)
+        eol = n if eol < 0 else eol
+        body = text[pos:eol].rstrip()
+        pos = eol + 1
+        if not body.endswith("\\"):
+            return min(eol, n)
+        while pos < n:  # skip the comment / blank lines Docker removes
+            nxt = text.find("\n", pos)
+            nxt = n if nxt < 0 else nxt
+            line = text[pos:nxt].strip()
+            if line and not line.startswith("#"):
+                break
+            pos = nxt + 1
+    return n
+
+
+def _parse_dockerfile(builder: _Builder) -> None:
+    text, n, pos = builder.source.text, len(builder.source.text), 0
+    while pos < n:
+        eol = text.find("\n", pos)
+        eol = n if eol < 0 else eol
+        stripped = text[pos:eol].strip()
+        match = _DOCKER_INSTRUCTION.match(text, pos, eol)
+        if not stripped or stripped.startswith("#") or match is None:
+            pos = eol + 1
+            continue
+        keyword, args = match.group(1).upper(), match.end()
+        end = _docker_end(text, pos)
+        if keyword in ("RUN", "CMD", "ENTRYPOINT"):
+            with builder.isolated():
+                end = _docker_command(builder, keyword, args, end)
+        elif keyword == "ENV":
+            _docker_env(builder, args, end)
+        pos = end + 1
+
+
+def _docker_command(builder: _Builder, keyword: str, start: int, end: int) -> int:
+    """Parse a RUN/CMD/ENTRYPOINT body; returns where the instruction really ends."""
+    text = builder.source.text
+    if text.startswith("[", start) and (words := _docker_exec_form(builder.source, start, end)):
+        span = builder.source.span(words[0].span.start, words[-1].span.end)
+        builder.doc.commands.append(Command(tuple(words), (), span))
+        builder.doc.scopes.setdefault(span.start, builder.scope())
+        return end
+    heredoc = "<<" in text[start:end]  # BuildKit heredocs run past the instruction line
+    lexer = _Lexer(text, None if heredoc else end, docker=True)
+    try:
+        toks, stop = lexer.line(start)
+    except _Unbalanced:
+        return end
+    if keyword == "RUN":  # `RUN --mount=... cmd`: BuildKit flags are not the command
+        while toks and toks[0].kind == "word" and toks[0].text.startswith("--"):
+            toks.pop(0)
+    builder.feed(toks)
+    return max(end, stop - 1) if heredoc else end
+
+
+def _docker_exec_form(source: SourceText, start: int, end: int) -> list[Word] | None:
+    """`CMD ["torchrun", "--nproc_per_node", "2", "train.py"]`: JSON strings as words."""
+    body = re.sub(r"\\\r?\n", "", source.text[start:end])
+    try:
+        values = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        return None
+    tokens = list(_JSON_STRING.finditer(source.text, start, end))
+    if [json.loads(t.group()) for t in tokens] != values:
+        return None
+    return [Word(json.loads(t.group()), t.group(), source.span(t.start(), t.end())) for t in tokens]
+
+
+def _docker_env(builder: _Builder, start: int, end: int) -> None:
+    """`ENV A=B C="d e"` or the legacy `ENV A some value`."""
+    try:
+        toks, _ = _Lexer(builder.source.text, end, docker=True).line(start)
+    except _Unbalanced:
+        return
+    words = [builder._word(t) for t in toks if t.kind == "word"]
+    if not words:
+        return
+    if _ASSIGN.match(words[0].raw):
+        for word in words:
+            assignment = _assignment(word, "env", builder.source)
+            if assignment is not None:
+                builder.add(assignment)
+    elif len(words) > 1 and _IDENT.fullmatch(words[0].text):
+        first, last = words[1].span, words[-1].span
+        raw = builder.source.text[first.start:last.end]
+        value = Word(" ".join(w.text for w in words[1:]), raw, builder.source.span(first.start, last.end))
+        span = builder.source.span(words[0].span.start, last.end)
+        builder.add(Assignment(words[0].text, value, span, "env"))
+
+
+# --------------------------------------------------------------------------- .env
+
+_DOTENV = re.compile(r"[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.]*)[ \t]*=[ \t]*")
+_DOTENV_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "$": "$"}
+
+
+def _parse_env(doc: ShellDocument) -> None:
+    source = doc.source
+    text, n, pos = source.text, len(source.text), 0
+    while pos < n:
+        eol = text.find("\n", pos)
+        eol = n if eol < 0 else eol
+        match = _DOTENV.match(text, pos, eol)
+        if match is None:
+            pos = eol + 1
+            continue
+        start = match.end()
+        quote = text[start] if start < n and text[start] in "\"'" else ""
+        if quote:
+            value_end, value_text = _dotenv_quoted(text, start, quote)
+            if value_end < 0:  # unterminated: skip the line
+                pos = eol + 1
+                continue
+            eol = text.find("\n", value_end)
+            eol = n if eol < 0 else eol
+        else:
+            line = text[start:eol]
+            cut = re.search(r"[ \t]#", line)  # `A=b # comment`
+            value_text = (line[:cut.start()] if cut else line).strip()
+            value_end = start + len(value_text)
+        raw = text[start:value_end]
+        value = Word(value_text, raw, source.span(start, value_end))
+        doc.assignments.append(Assignment(match.group(1), value, source.span(match.start(1), value_end), "env"))
+        doc.scopes[match.start(1)] = ()
+        pos = eol + 1
+
+
+def _dotenv_quoted(text: str, start: int, quote: str) -> tuple[int, str]:
+    """(offset after the closing quote, value) of a quoted .env value; (-1, "") if open."""
+    out, i = [], start + 1
+    while i < len(text):
+        c = text[i]
+        if c == quote:
+            return i + 1, "".join(out)
+        if c == "\\" and quote == '"' and i + 1 < len(text):
+            out.append(_DOTENV_ESCAPES.get(text[i + 1], "\\" + text[i + 1]))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return -1, ""
+
+
+def __getattr__(name: str):
+    # Launch recognition lives in launches.py; keep `from ...shell import find_launches` working.
+    if name in ("Launch", "find_launches", "accelerate_config_world_size"):
+        from cfgfix.documents import launches
+
+        return getattr(launches, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,40 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run with the current folder at a fresh temporary project."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_project(root: Path, files: dict) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8", newline="")
+
+
+def lint_project(root: Path, select=None, use_cache=False):
+    """Run the real engine over a folder, as `cfgfix check` does."""
+    from cfgfix.engine import Engine
+    from cfgfix.settings import load_settings, with_overrides
+    from cfgfix.workspace import discover
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        settings = with_overrides(load_settings(root), select=select)
+        engine = Engine(settings, use_cache=use_cache)
+        files, _ = discover([Path(".")], settings)
+        return engine, files, engine.run(files)
+    finally:
+        os.chdir(cwd)
