@@ -169,6 +169,7 @@ class Engine:
 
             self.cache = Cache(settings.root, self._fingerprint())
         self.project: ProjectModel | None = None
+        self._launch_files: list[SourceFile] = []
 
     def _fingerprint(self) -> str:
         from cfgfix import __version__
@@ -178,6 +179,7 @@ class Engine:
     # -- the whole run ---------------------------------------------------------------------
     def run(self, files: list[SourceFile]) -> RunResult:
         results: dict[str, FileResult] = {}
+        self._launch_files = list(files)
         datas: dict[str, bytes] = {}
         pending: list[tuple[SourceFile, bytes]] = []
         for sf in files:
@@ -200,7 +202,9 @@ class Engine:
                 self.cache.put(sf.relpath, data, result.to_dict())
         if self.cache is not None:
             self.cache.save()
-        self.project = ProjectModel.build(files, results, self.settings.root)
+        if any(r.conditional for r in results.values()):
+            self._add_launch_scripts(files, results)
+        self.project = ProjectModel.build(self._launch_files, results, self.settings.root)
         findings: list[Finding] = []
         sources: dict[str, SourceText] = {}
         errors: list[str] = []
@@ -212,6 +216,26 @@ class Engine:
             findings.extend(self.finalize(sf, datas.get(sf.display), result, sources))
         findings.sort(key=Finding.sort_key)
         return RunResult(findings, sources, errors, len(files))
+
+    def _add_launch_scripts(self, files: list[SourceFile], results: dict[str, FileResult]) -> None:
+        """Cross-file conditions need the project's launch scripts even when only some
+        files were named (a pre-commit run passes just the changed ones)."""
+        from cfgfix.workspace import discover
+
+        self._launch_files = list(files)
+        named = {sf.path for sf in files}
+        project_files, _ = discover([self.settings.root], self.settings)
+        for sf in project_files:
+            if sf.kind not in SHELL_KINDS or sf.path in named:
+                continue
+            try:
+                data = sf.path.read_bytes()
+            except OSError:
+                continue
+            cached = self.cache.get(sf.relpath, data) if self.cache else None
+            result = FileResult.from_dict(cached) if cached is not None else self.linter.lint(sf, data)
+            results[sf.display] = FileResult(launches=result.launches)
+            self._launch_files.append(sf)
 
     def _lint_many(self, jobs: list[tuple[SourceFile, bytes]]) -> list[FileResult]:
         heavy = [job for job in jobs if job[0].kind == "python" and self._may_match(job)]

@@ -59,7 +59,10 @@ _NO_SHEBANG = frozenset(
 
 def classify(path: Path, head: bytes) -> str | None:
     """The file's kind from its name, else (for shell scripts) from a shebang in `head`."""
-    name = path.name
+    return _kind_from_name(path.name) or ("shell" if _shebang_shell(head) else None)
+
+
+def _kind_from_name(name: str) -> str | None:
     kind = _BY_NAME.get(name) or _BY_SUFFIX.get(os.path.splitext(name)[1].lower())
     if kind:
         return kind
@@ -67,7 +70,7 @@ def classify(path: Path, head: bytes) -> str | None:
         return "dockerfile"
     if name.startswith(".env."):
         return "env"
-    return "shell" if _shebang_shell(head) else None
+    return None
 
 
 def _shebang_shell(head: bytes) -> bool:
@@ -84,11 +87,11 @@ def _needs_head(name: str) -> bool:
 
 
 def _kind_of(path: str, name: str) -> str | None:
-    kind = classify(Path(name), b"")
+    kind = _kind_from_name(name)
     if kind is None and _needs_head(name):
         try:
             with open(path, "rb") as f:
-                kind = classify(Path(name), f.read(128))
+                kind = "shell" if _shebang_shell(f.read(128)) else None
         except OSError:
             return None
     return kind
@@ -112,41 +115,76 @@ class _Patterns:
         return bool(self.spec and self.spec.match_file(rel + "/" if is_dir else rel))
 
 
-def _read_ignore(path: str) -> GitIgnoreSpec | None:
+class _IgnoreFile:
+    """One .gitignore (or .git/info/exclude) and the folder its patterns are relative to."""
+
+    def __init__(self, base: str, spec: GitIgnoreSpec):
+        self.base = base.rstrip(os.sep)
+        self.spec = spec
+        # Most paths match no pattern: two combined regexes say so in one call each instead
+        # of one call per pattern; pathspec still decides whenever anything matches.
+        # Patterns without a slash ("*.pyc", "build/") are tried on the name only: the walk
+        # never reaches a path whose parent folder such a pattern already matched.
+        names, paths = [], []
+        for p in spec.patterns:
+            if p.include is not None:
+                r = p.regex.pattern.replace("(?P<ps_d>", "(?:")
+                if r.startswith(_ANY_FOLDER):
+                    names.append("^" + r[len(_ANY_FOLDER) :])
+                else:
+                    paths.append(r)
+        self.by_name = _any_of(names)
+        self.by_path = _any_of(paths)
+
+    def check(self, path: str, name: str, is_dir: bool) -> bool | None:
+        rel = path[len(self.base) + 1 :].replace(os.sep, "/")  # paths are joined onto base
+        if is_dir:
+            rel += "/"
+            name += "/"
+        if self.by_name(name) or self.by_path(rel):
+            return self.spec.check_file(rel).include
+        return None
+
+
+_ANY_FOLDER = "^(?:.+/)?"  # how pathspec starts a pattern that matches at any depth
+
+
+def _any_of(regexes: list[str]):
+    if not regexes:
+        return lambda _: None
+    return re.compile("|".join(f"(?:{r})" for r in regexes)).match
+
+
+def _read_ignore(folder: str, path: str) -> _IgnoreFile | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
+            spec = GitIgnoreSpec.from_lines(f.read().splitlines())
+    except (OSError, ValueError):  # unreadable, or a pattern pathspec rejects
         return None
-    return GitIgnoreSpec.from_lines(lines) if any(l.strip() and not l.startswith("#") for l in lines) else None
+    return _IgnoreFile(folder, spec) if any(p.include is not None for p in spec.patterns) else None
 
 
-def _ignores_in(folder: str, names) -> list[tuple[str, GitIgnoreSpec]]:
+def _ignores_in(folder: str, names) -> list[_IgnoreFile]:
     # .git/info/exclude ranks below the folder's .gitignore, so it goes first on the stack
     # (the stack is read from the top: the deepest, last-pushed file decides).
-    out = []
     candidates = []
     if ".git" in names:
         candidates.append(os.path.join(folder, ".git", "info", "exclude"))
     if ".gitignore" in names:
         candidates.append(os.path.join(folder, ".gitignore"))
-    for path in candidates:
-        spec = _read_ignore(path)
-        if spec is not None:
-            out.append((folder, spec))
-    return out
+    return [f for f in (_read_ignore(folder, c) for c in candidates) if f is not None]
 
 
-def _gitignored(ignores, path: str, is_dir: bool) -> bool:
-    for base, spec in reversed(ignores):
-        rel = path[len(base.rstrip(os.sep)) + 1 :].replace(os.sep, "/")  # paths are joined onto base
-        include = spec.check_file(rel + "/" if is_dir else rel).include
+def _gitignored(ignores: list[_IgnoreFile], path: str, is_dir: bool) -> bool:
+    name = os.path.basename(path)
+    for ignore in reversed(ignores):
+        include = ignore.check(path, name, is_dir)
         if include is not None:
             return include
     return False
 
 
-def _ancestor_ignores(folder: str, root: str) -> list[tuple[str, GitIgnoreSpec]]:
+def _ancestor_ignores(folder: str, root: str) -> list[_IgnoreFile]:
     """.gitignore files above a walked folder: up to the git repository's top, else root."""
     if os.path.isdir(os.path.join(folder, ".git")):
         return []
@@ -186,6 +224,12 @@ def _rel(path: str, base: str) -> str | None:
     return None
 
 
+def _join(base: str, sub: str) -> str:
+    if not sub:
+        return base
+    return sub if base == "." else f"{base}/{sub}"
+
+
 def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], list[str]]:
     """The files to check under `paths`, sorted by display path, and warnings."""
     cwd = os.path.abspath(os.getcwd())
@@ -195,34 +239,36 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
     found: dict[str, SourceFile] = {}
     warnings: list[str] = []
 
-    def add(path: str, kind: str) -> None:
-        display = _rel(path, cwd) or Path(path).as_posix()
-        found[path] = SourceFile(Path(path), display, _rel(path, root) or display, kind)
-
     for arg in paths:
         top = os.path.abspath(arg)
         if not os.path.exists(top):
             warnings.append(f"{arg}: path does not exist")
             continue
-        # Exclude globs are relative to the settings' root; outside it, to the named path.
-        top_rel = _rel(top, root)
-        if top_rel is None:
-            top_rel = os.path.basename(top)
+        # Paths below `top` are relative to these three, worked out once per argument.
+        top_display = _rel(top, cwd)
+        top_root = _rel(top, root)
+        top_match = top_root if top_root is not None else os.path.basename(top)  # excludes: root-relative
+
+        def add(path: str, sub: str, kind: str) -> None:
+            display = _join(top_display, sub) if top_display is not None else path.replace(os.sep, "/")
+            relpath = _join(top_root, sub) if top_root is not None else display
+            found[path] = SourceFile(Path(path), display, relpath, kind)
+
         is_dir = os.path.isdir(top)
         # Named explicitly: defaults and .gitignore do not apply, the user's excludes do.
-        if top_rel != "." and user.full and user.full.match_file(top_rel + "/" if is_dir else top_rel):
+        if top_match != "." and user.full and user.full.match_file(top_match + "/" if is_dir else top_match):
             continue
         if not is_dir:
             kind = _kind_of(top, os.path.basename(top))
             if kind:
-                add(top, kind)
+                add(top, "", kind)
             continue
         above = _ancestor_ignores(top, root)
         if above and _gitignored(above, top, True):
             above = []  # a folder named explicitly is checked even when .gitignore skips it
-        stack = [(top, "" if top_rel == "." else top_rel + "/", above)]
+        stack = [(top, "", above)]
         while stack:
-            folder, prefix, ignores = stack.pop()
+            folder, sub, ignores = stack.pop()
             try:
                 with os.scandir(folder) as it:
                     entries = list(it)
@@ -240,15 +286,16 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
                         continue  # directory symlinks, sockets, dangling links
                 except OSError:
                     continue
-                rel = prefix + e.name
+                child = sub + e.name
+                rel = _join(top_match, child)
                 if defaults.hit(e.name, rel, is_dir) or user.hit(e.name, rel, is_dir):
                     continue
                 if ignores and _gitignored(ignores, e.path, is_dir):
                     continue
                 if is_dir:
-                    stack.append((e.path, rel + "/", ignores))
-                else:
+                    stack.append((e.path, child + "/", ignores))
+                elif e.path not in found:
                     kind = _kind_of(e.path, e.name)
                     if kind:
-                        add(e.path, kind)
+                        add(e.path, child, kind)
     return sorted(found.values(), key=lambda f: f.display), warnings

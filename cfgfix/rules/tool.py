@@ -11,8 +11,10 @@ from cfgfix.rules.base import Example, Rule, register
 @register
 class ParseError(Rule):
     """## What it does
-    Reports a file of a kind cfgfix reads (Python, a training config, a launch script) that
-    it cannot parse: a syntax error, invalid UTF-8, a binary file, an unreadable file.
+    Reports a file that cfgfix needs to read and cannot parse: a syntax error, invalid
+    UTF-8, a binary file, an unreadable file. A Python file is parsed only when an enabled
+    rule's trigger words appear in it, so a broken file that no rule could match is not
+    reported (cfgfix is not a Python syntax checker).
 
     ## Why is this bad?
     cfgfix cannot check what it cannot parse, and a training script with a syntax error will
@@ -39,9 +41,16 @@ class ParseError(Rule):
     name = "parse-error"
     severity = Severity.ERROR
     kinds = ("python", "shell", "yaml", "json", "dockerfile", "makefile", "env")
-    VALID = [Example("x = 1\n", why="a file that parses")]
+    VALID = [
+        Example("x = 1\n", why="a file that parses"),
+        Example("print 'hello'\n", why="a Python 2 file no rule needs to read"),
+    ]
     INVALID = [
-        Example("import torch\nmodel = load(\n", why="an unclosed call", line=2),
+        Example(
+            "import torch\nmodel = AutoModel.from_pretrained(\nmodel.to('cuda')\n",
+            why="an unclosed call in a file a rule needs to read",
+            line=2,
+        ),
     ]
 
     def check(self, ctx):

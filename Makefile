@@ -1,0 +1,39 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Each is self-contained:
+# it creates .venv with the project's own files and nothing else.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO ?= fixtures/flan-t5-xl-trainer/project fixtures/qwen7b-lora/project
+
+.PHONY: demo test rules bench clean
+
+$(BIN)/cfgfix: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/cfgfix
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# cfgfix's main job on the bundled sample projects: the findings, then the diff `fix` would make.
+demo: $(BIN)/cfgfix
+	@echo "== cfgfix check $(DEMO)"
+	-@$(BIN)/cfgfix check --no-cache $(DEMO)
+	@echo
+	@echo "== cfgfix fix --diff --unsafe-fixes $(DEMO)   (writes nothing)"
+	-@$(BIN)/cfgfix fix --diff --unsafe-fixes --no-cache $(DEMO)
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+# Regenerate the rule reference in rules/ from the rule classes.
+rules: $(BIN)/cfgfix
+	$(BIN)/python -m cfgfix.rulepages
+
+bench: $(BIN)/cfgfix
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .cfgfix_cache .pytest_cache build *.egg-info
