@@ -10,10 +10,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from pathspec import GitIgnoreSpec
+from typing import TYPE_CHECKING
 
 from .settings import DEFAULT_EXCLUDE, Settings
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,22 @@ def _kind_of(path: str, name: str) -> str | None:
 # -------------------------------------------------------------------------- exclusion
 
 
+def _spec(lines: list[str]) -> GitIgnoreSpec:
+    # Imported on first use: a pre-commit run on named files with no excludes never needs it.
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec.from_lines(lines)
+
+
 class _Patterns:
     """gitignore-style patterns; plain names (the common case) are a set lookup."""
 
     def __init__(self, patterns):
-        self.names = frozenset(p.rstrip("/") for p in patterns if not re.search(r"[/*?\[\]!\\]", p.rstrip("/")))
-        globs = [p for p in patterns if p.rstrip("/") not in self.names]
-        self.spec = GitIgnoreSpec.from_lines(globs) if globs else None
-        self.full = GitIgnoreSpec.from_lines(list(patterns)) if patterns else None
+        plain = [p for p in patterns if not re.search(r"[/*?\[\]!\\]", p)]  # "build/" is for folders only
+        self.names = frozenset(plain)
+        globs = [p for p in patterns if p not in self.names]
+        self.spec = _spec(globs) if globs else None
+        self.full = _spec(list(patterns)) if patterns else None
 
     def hit(self, name: str, rel: str, is_dir: bool) -> bool:
         if name in self.names:
@@ -158,7 +168,7 @@ def _any_of(regexes: list[str]):
 def _read_ignore(folder: str, path: str) -> _IgnoreFile | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            spec = GitIgnoreSpec.from_lines(f.read().splitlines())
+            spec = _spec(f.read().splitlines())
     except (OSError, ValueError):  # unreadable, or a pattern pathspec rejects
         return None
     return _IgnoreFile(folder, spec) if any(p.include is not None for p in spec.patterns) else None
@@ -239,6 +249,11 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
     found: dict[str, SourceFile] = {}
     warnings: list[str] = []
 
+    def add(path: str, sub: str, kind: str, top_display: str | None, top_root: str | None) -> None:
+        display = _join(top_display, sub) if top_display is not None else path.replace(os.sep, "/")
+        relpath = _join(top_root, sub) if top_root is not None else display
+        found[path] = SourceFile(Path(path), display, relpath, kind)
+
     for arg in paths:
         top = os.path.abspath(arg)
         if not os.path.exists(top):
@@ -249,11 +264,6 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
         top_root = _rel(top, root)
         top_match = top_root if top_root is not None else os.path.basename(top)  # excludes: root-relative
 
-        def add(path: str, sub: str, kind: str) -> None:
-            display = _join(top_display, sub) if top_display is not None else path.replace(os.sep, "/")
-            relpath = _join(top_root, sub) if top_root is not None else display
-            found[path] = SourceFile(Path(path), display, relpath, kind)
-
         is_dir = os.path.isdir(top)
         # Named explicitly: defaults and .gitignore do not apply, the user's excludes do.
         if top_match != "." and user.full and user.full.match_file(top_match + "/" if is_dir else top_match):
@@ -261,7 +271,7 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
         if not is_dir:
             kind = _kind_of(top, os.path.basename(top))
             if kind:
-                add(top, "", kind)
+                add(top, "", kind, top_display, top_root)
             continue
         above = _ancestor_ignores(top, root)
         if above and _gitignored(above, top, True):
@@ -297,5 +307,5 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
                 elif e.path not in found:
                     kind = _kind_of(e.path, e.name)
                     if kind:
-                        add(e.path, child, kind)
+                        add(e.path, child, kind, top_display, top_root)
     return sorted(found.values(), key=lambda f: f.display), warnings

@@ -38,3 +38,13 @@ def lint_project(root: Path, select=None, use_cache=False):
         return engine, files, engine.run(files)
     finally:
         os.chdir(cwd)
+
+
+@pytest.fixture(autouse=True)
+def no_installed_versions(request, monkeypatch):
+    """Tests see only the versions their sample projects pin, never this machine's."""
+    from cfgfix.analysis import versions
+
+    if request.module.__name__.endswith("test_versions"):
+        return  # those tests exercise the installed fallback themselves
+    monkeypatch.setattr(versions, "_installed", lambda name: versions.VersionInfo(name, "", ""))

@@ -116,7 +116,7 @@ def test_syntax_error_is_a_finding_and_never_written(in_tmp):
 
 
 def test_invalid_utf8_and_binary_are_findings(in_tmp):
-    write_project(in_tmp, {"latin.py": "# from_pretrained .to(\nx = '\xe9'\n".encode("latin-1"), "blob.py": b"from_pretrained .to(\x00\x01"})
+    write_project(in_tmp, {"latin.py": "m = AutoModel.from_pretrained('\xe9').to(d)\n".encode("latin-1"), "blob.py": b"m = AutoModel.from_pretrained(x).to(\x00\x01"})
     code, out = run("check", "--no-cache", "--output-format", "json")
     found = {(f["filename"], f["code"]) for f in json.loads(out)}
     assert found == {("latin.py", "CFX901"), ("blob.py", "CFX901")}

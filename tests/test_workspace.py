@@ -192,3 +192,26 @@ def test_directory_symlinks_not_followed_file_links_kept(tmp_path):
     os.symlink(tmp_path / "real", tmp_path / "link")
     os.symlink(tmp_path / "configs" / "base.yaml", tmp_path / "accelerate.yaml")
     assert found(tmp_path) == ["accelerate.yaml", "configs/base.yaml", "real/a.py"]
+
+
+def test_gitignore_agrees_with_pathspec(tmp_path):
+    # The walk prefilters with combined regexes; its answers must equal pathspec's own.
+    from pathspec import GitIgnoreSpec
+
+    rules = [
+        "__pycache__/", "*.py[cod]", "/site", "docs/_build/", "**/logs", "*.gen.*", "!keep.gen.py",
+        "outputs/*", "!outputs/keep.yaml", "a/**/b.json", "lib/", "[Tt]emp*.sh", "\\#odd.py", "*.yaml",
+        "!cfg/*.yaml",
+    ]
+    touch(tmp_path, ".gitignore", text="\n".join(rules) + "\n")
+    files = [
+        "x.py", "x.pyc", "__pycache__/m.py", "pkg/__pycache__/m.py", "site/a.py", "pkg/site/a.py",
+        "docs/_build/i.json", "pkg/docs/_build/i.json", "logs/r.json", "pkg/logs/r.json", "pkg/logs.py",
+        "m.gen.py", "keep.gen.py", "pkg/keep.gen.py", "outputs/a.json", "outputs/keep.yaml", "a/b.json",
+        "a/x/y/b.json", "lib/z.py", "pkg/lib/z.py", "Temp1.sh", "temp2.sh", "tmp.sh", "#odd.py",
+        "c.yaml", "cfg/d.yaml", "cfg/sub/e.yaml",
+    ]
+    touch(tmp_path, *files)
+    spec = GitIgnoreSpec.from_lines(rules)
+    expected = sorted(f for f in files if not spec.match_file(f))
+    assert found(tmp_path, exclude=()) == expected  # no default excludes (_build is one)

@@ -107,18 +107,61 @@ class ModelAnalysis:
 def analyze_models(tree: ast.Module) -> ModelAnalysis:
     imports = ImportMap(tree)
     analysis = ModelAnalysis(imports=imports)
+    survey = _Survey(tree, imports)
+    analysis.trains = survey.trains
+    if not survey.load_scopes:
+        return analysis  # most files: `from_pretrained` only in docstrings or for tokenizers
     module_consts = single_assignments(tree.body)
     resolver = _Resolver(imports, module_consts)
     _Walker(analysis, resolver, {}).block(tree.body, {})
-    module_seeds = _seeds_from(tree.body, resolver, prefix="")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
+    module_seeds = _seeds_from(tree.body, resolver, prefix="") if tree in survey.load_scopes else {}
+    seeded = {key.split(".")[0] for key in module_seeds}
+    for node in survey.classes:
+        if node in survey.load_scopes or survey.uses(node, seeded):
             _analyze_class(node, analysis, resolver, module_seeds)
-        elif isinstance(node, ast.Call):
-            analysis.trains = analysis.trains or _is_training_call(node, imports)
     for func, seeds in _functions_outside_classes(tree, module_seeds):
-        _analyze_function(func, analysis, resolver, seeds)
+        if func in survey.load_scopes or survey.uses(func, seeded):
+            _analyze_function(func, analysis, resolver, seeds)
     return analysis
+
+
+class _Survey:
+    """One walk over the module: which scopes (module, classes, functions) hold a model
+    load, which names each scope mentions, and whether the module trains. Scopes with no
+    load and no mention of a module-level model are not walked again."""
+
+    def __init__(self, tree: ast.Module, imports: ImportMap) -> None:
+        self.load_scopes: set[ast.AST] = set()
+        self.names: dict[ast.AST, set[str]] = {}
+        self.classes: list[ast.ClassDef] = []
+        self.trains = False
+        self._visit(tree, [tree], imports)
+
+    def uses(self, scope: ast.AST, names: set[str]) -> bool:
+        return bool(names) and not names.isdisjoint(self.names.get(scope, ()))
+
+    def _visit(self, root: ast.AST, scopes: list[ast.AST], imports: ImportMap) -> None:
+        stack = [(root, scopes)]
+        while stack:
+            node, chain = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                inner = chain
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    inner = chain + [child]
+                    if isinstance(child, ast.ClassDef):
+                        self.classes.append(child)
+                elif isinstance(child, ast.Name):
+                    for scope in chain:
+                        self.names.setdefault(scope, set()).add(child.id)
+                elif isinstance(child, ast.Call):
+                    func = child.func
+                    if isinstance(func, ast.Attribute) and func.attr == "from_pretrained":
+                        owner = imports.qualify(func.value) or ""
+                        if _MODEL_CLASS.match(owner.split(".")[-1]):
+                            self.load_scopes.update(chain)
+                    if not self.trains:
+                        self.trains = _is_training_call(child, imports)
+                stack.append((child, inner))
 
 
 def _is_training_call(call: ast.Call, imports: ImportMap) -> bool:

@@ -197,6 +197,7 @@ def _script_configs(args: tuple[Word, ...]) -> dict[str, Word]:
 
 # --------------------------------------------------------------------------- numbers
 
+_SETTERS = ("export", "plain", "env")  # prefix assignments last for one command only
 _VARIABLE = re.compile(r"\$(?:([A-Za-z_]\w*)|\{([A-Za-z_]\w*)(?::?[-=][^}]*)?\})")
 
 
@@ -215,7 +216,7 @@ def _number(doc: ShellDocument, word: Word | None, at: Span, depth: int = 0) -> 
     for assignment in doc.assignments:
         if assignment.span.start >= at.start:
             break
-        if assignment.name == name and assignment.kind in ("export", "plain", "env"):
+        if assignment.name == name and assignment.kind in _SETTERS and doc.reaches(assignment, at):
             last = assignment
     # `${N:-8}` with N never assigned here: the environment may set it, so stay unsure.
     if last is None or not doc.visible(last, at) or doc.clobbered(name, last.span.start, at.start):
@@ -238,7 +239,7 @@ def _env(doc: ShellDocument, command: Command) -> dict[str, str]:
     for assignment in doc.assignments:
         if assignment.span.start >= command.span.start:
             break
-        if assignment.kind in ("export", "plain", "env"):
+        if assignment.kind in _SETTERS and doc.reaches(assignment, command.span):
             last[assignment.name] = assignment
     env = {
         name: a.value.text

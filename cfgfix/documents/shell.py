@@ -55,6 +55,7 @@ class ShellDocument:
     # Block path (if/loop/case branch, function body, subshell, one Makefile recipe line or
     # Dockerfile instruction) of each command and assignment, keyed by its span start: an
     # assignment certainly ran before a command only from the same or an enclosing block.
+    # Blocks that run in a shell of their own (subshells, recipe lines, RUN) have ids < 0.
     scopes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # (name, offset) where a variable took a value we cannot know (`for NAME in`, `read`,
     # `unset`, `NAME+=`); name "*" for `source`/`.`/`eval`, which may change any variable.
@@ -67,6 +68,11 @@ class ShellDocument:
         mine = self.scopes.get(assignment.span.start, ())
         theirs = self.scopes.get(at.start, ())
         return theirs[: len(mine)] == mine
+
+    def reaches(self, assignment: Assignment, at: Span) -> bool:
+        """False when `assignment` ran in a separate shell that `at` is not part of."""
+        theirs = self.scopes.get(at.start, ())
+        return all(block > 0 or block in theirs for block in self.scopes.get(assignment.span.start, ()))
 
     def clobbered(self, name: str, start: int, end: int, *, any_name: bool = True) -> bool:
         """True when `name` may have changed between the offsets `start` and `end`."""
@@ -395,7 +401,8 @@ class _Builder:
     # -- blocks
     def _push(self, kind: str) -> None:
         self.next_id += 1
-        self.stack.append((kind, self.next_id))
+        block = -self.next_id if kind in ("subshell", "isolated") else self.next_id
+        self.stack.append((kind, block))
 
     def _branch(self) -> None:
         if self.stack:

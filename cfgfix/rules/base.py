@@ -44,6 +44,8 @@ class Rule:
     # Prefilter: every group must have one of its byte strings in the file, or the rule
     # cannot match and the file is not parsed for it.
     triggers: ClassVar[tuple[tuple[bytes, ...], ...]] = ()
+    # Optional, checked after the groups: a bytes regex that must match somewhere.
+    trigger_pattern: ClassVar[re.Pattern[bytes] | None] = None
     VALID: ClassVar[list[Example]] = []
     INVALID: ClassVar[list[Example]] = []
 
@@ -72,7 +74,9 @@ class Rule:
 
     @classmethod
     def may_match(cls, data: bytes) -> bool:
-        return all(any(token in data for token in group) for group in cls.triggers)
+        if not all(any(token in data for token in group) for group in cls.triggers):
+            return False
+        return cls.trigger_pattern is None or cls.trigger_pattern.search(data) is not None
 
     # -- documentation -----------------------------------------------------------------
     @classmethod

@@ -9,6 +9,7 @@ from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 from cfgfix.rules.loading_support import (
+    LOAD_PATTERN,
     LOAD_TRIGGERS,
     MOVE_TRIGGERS,
     call_text,
@@ -61,6 +62,7 @@ class RedundantDtypeCast(Rule):
     name = "redundant-dtype-cast"
     severity = Severity.INFO
     fix_availability = "safe"
+    trigger_pattern = LOAD_PATTERN
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
@@ -257,6 +259,7 @@ class CastAfterLoad(Rule):
     name = "cast-after-load"
     severity = Severity.WARNING
     fix_availability = "safe"
+    trigger_pattern = LOAD_PATTERN
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
@@ -419,6 +422,7 @@ class MoveDispatchedModel(Rule):
     name = "move-dispatched-model"
     severity = Severity.WARNING
     fix_availability = "safe"
+    trigger_pattern = LOAD_PATTERN
     triggers = (LOAD_TRIGGERS, (b"device_map",), (b".to(", b".cuda("))
 
     VALID = [
@@ -567,6 +571,7 @@ class MoveOrCastQuantizedModel(Rule):
     name = "move-or-cast-quantized-model"
     severity = Severity.ERROR
     fix_availability = "safe"
+    trigger_pattern = LOAD_PATTERN
     triggers = (LOAD_TRIGGERS, (b"load_in_", b"quantization_config"), MOVE_TRIGGERS)
 
     VALID = [
@@ -705,6 +710,7 @@ class DeviceMapInDistributedTraining(Rule):
     name = "device-map-in-distributed-training"
     severity = Severity.ERROR
     fix_availability = "unsafe"
+    trigger_pattern = LOAD_PATTERN
     triggers = (LOAD_TRIGGERS, (b"device_map",))
     condition = "multi-process-launch"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from cfgfix.analysis.models import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
@@ -11,6 +12,13 @@ from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
 
 LOAD_TRIGGERS = (b"from_pretrained",)
+# A model class's `from_pretrained(` on a code line: not a doctest (`>>>`/`...`) or comment.
+# Library files mention loads mostly in docstrings; this keeps them from being parsed.
+_MODEL_CLASS = rb"(?:AutoModel\w*|AutoPeftModel\w*|\w+For[A-Z]\w*|\w*Model|UNet\w*|AutoencoderKL\w*|\w+Pipeline)"
+LOAD_PATTERN = re.compile(
+    rb"(?m)^(?![ \t]*(?:>>>|\.\.\.|#))[^\n]*?\b" + _MODEL_CLASS + rb"\s*\.\s*from_pretrained\s*\("
+    rb"|\bimport\b[^\n]*\b" + _MODEL_CLASS + rb"\s+as\s"  # an alias: `AutoModel as M`
+)
 MOVE_TRIGGERS = (b".to(", b".cuda(", b".half(", b".bfloat16(", b".float(")
 
 
