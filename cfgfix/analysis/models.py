@@ -16,7 +16,7 @@ import ast
 import re
 from dataclasses import dataclass, field, replace
 
-from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, single_assignments
+from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, iter_statements, single_assignments
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
 _MODEL_CLASS = re.compile(
@@ -99,16 +99,26 @@ class ModelCall:
 @dataclass
 class ModelAnalysis:
     imports: ImportMap
+    tree: ast.Module | None = None
     loads: list[ModelLoad] = field(default_factory=list)
     calls: list[ModelCall] = field(default_factory=list)
-    trains: bool = False  # the module calls backward(), builds a *Trainer or deepspeed.initialize
+
+    @property
+    def trains(self) -> bool:
+        """The module calls `backward()`, builds a `*Trainer` or calls `deepspeed.initialize`
+        (a full walk, so only rules that need it ask)."""
+        if self.tree is None:
+            return False
+        return any(isinstance(n, ast.Call) and _is_training_call(n, self.imports) for n in ast.walk(self.tree))
 
 
-def analyze_models(tree: ast.Module) -> ModelAnalysis:
+_LOAD_CALL = re.compile(r"from_pretrained\s*\(")
+
+
+def analyze_models(tree: ast.Module, text: str | None = None) -> ModelAnalysis:
     imports = ImportMap(tree)
-    analysis = ModelAnalysis(imports=imports)
-    survey = _Survey(tree, imports)
-    analysis.trains = survey.trains
+    analysis = ModelAnalysis(imports=imports, tree=tree)
+    survey = _Survey(tree, text)
     if not survey.load_scopes:
         return analysis  # most files: `from_pretrained` only in docstrings or for tokenizers
     module_consts = single_assignments(tree.body)
@@ -116,7 +126,10 @@ def analyze_models(tree: ast.Module) -> ModelAnalysis:
     _Walker(analysis, resolver, {}).block(tree.body, {})
     module_seeds = _seeds_from(tree.body, resolver, prefix="") if tree in survey.load_scopes else {}
     seeded = {key.split(".")[0] for key in module_seeds}
-    for node in survey.classes:
+    classes = survey.classes
+    if seeded:  # a module-level model may be used in any class
+        classes = [n for n in iter_statements(tree.body) if isinstance(n, ast.ClassDef)]
+    for node in classes:
         if node in survey.load_scopes or survey.uses(node, seeded):
             _analyze_class(node, analysis, resolver, module_seeds)
     for func, seeds in _functions_outside_classes(tree, module_seeds):
@@ -126,42 +139,51 @@ def analyze_models(tree: ast.Module) -> ModelAnalysis:
 
 
 class _Survey:
-    """One walk over the module: which scopes (module, classes, functions) hold a model
-    load, which names each scope mentions, and whether the module trains. Scopes with no
-    load and no mention of a module-level model are not walked again."""
+    """Which scopes (the module, classes, functions) may hold a model load, found from
+    statement line ranges alone: walking statements is cheap, walking every expression of
+    a 5,000-line modeling file is not. Scopes with no load and no mention of a
+    module-level model are not analysed at all."""
 
-    def __init__(self, tree: ast.Module, imports: ImportMap) -> None:
+    def __init__(self, tree: ast.Module, text: str | None) -> None:
         self.load_scopes: set[ast.AST] = set()
-        self.names: dict[ast.AST, set[str]] = {}
         self.classes: list[ast.ClassDef] = []
-        self.trains = False
-        self._visit(tree, [tree], imports)
+        if text is None:
+            text = ast.unparse(tree)  # tests that pass only a tree
+        lines = sorted({text.count("\n", 0, m.start()) + 1 for m in _LOAD_CALL.finditer(text)})
+        if not lines:
+            return
+        stack: list[tuple[ast.stmt, list[ast.AST]]] = [(stmt, [tree]) for stmt in tree.body]
+        while stack:
+            stmt, chain = stack.pop()
+            first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+            if not _any_between(lines, first, last):
+                continue
+            inner = chain
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = chain + [stmt]
+                if isinstance(stmt, ast.ClassDef):
+                    self.classes.append(stmt)
+            self.load_scopes.update(inner)
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                for child in getattr(stmt, name, None) or ():
+                    if isinstance(child, ast.stmt):
+                        stack.append((child, inner))
+                    else:  # except handlers and match cases hold statements
+                        stack.extend((c, inner) for c in child.body)
+        self._tree = tree
 
     def uses(self, scope: ast.AST, names: set[str]) -> bool:
-        return bool(names) and not names.isdisjoint(self.names.get(scope, ()))
+        """Whether a scope mentions one of `names` (walked only when asked)."""
+        if not names:
+            return False
+        return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(scope))
 
-    def _visit(self, root: ast.AST, scopes: list[ast.AST], imports: ImportMap) -> None:
-        stack = [(root, scopes)]
-        while stack:
-            node, chain = stack.pop()
-            for child in ast.iter_child_nodes(node):
-                inner = chain
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    inner = chain + [child]
-                    if isinstance(child, ast.ClassDef):
-                        self.classes.append(child)
-                elif isinstance(child, ast.Name):
-                    for scope in chain:
-                        self.names.setdefault(scope, set()).add(child.id)
-                elif isinstance(child, ast.Call):
-                    func = child.func
-                    if isinstance(func, ast.Attribute) and func.attr == "from_pretrained":
-                        owner = imports.qualify(func.value) or ""
-                        if _MODEL_CLASS.match(owner.split(".")[-1]):
-                            self.load_scopes.update(chain)
-                    if not self.trains:
-                        self.trains = _is_training_call(child, imports)
-                stack.append((child, inner))
+
+def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
+    import bisect
+
+    index = bisect.bisect_left(sorted_lines, first)
+    return index < len(sorted_lines) and sorted_lines[index] <= last
 
 
 def _is_training_call(call: ast.Call, imports: ImportMap) -> bool:
@@ -174,15 +196,17 @@ def _is_training_call(call: ast.Call, imports: ImportMap) -> bool:
 
 def _functions_outside_classes(tree: ast.Module, seeds: dict):
     """Every function not defined directly in a class body (methods are handled per class)."""
-    stack: list[ast.AST] = [tree]
+    stack: list[ast.stmt] = list(tree.body)
     while stack:
         node = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                continue
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield child, seeds
-            stack.append(child)
+        if isinstance(node, ast.ClassDef):
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node, seeds
+        for name in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(node, name, None) or ())
+        for holder in getattr(node, "handlers", None) or getattr(node, "cases", None) or ():
+            stack.extend(holder.body)
 
 
 def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds) -> None:

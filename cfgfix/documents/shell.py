@@ -105,6 +105,13 @@ _OPERATORS = (  # longest first, so `&&` wins over `&`
     "&&", "||", ";;", ";&", "|&", "&>", ">>", ">|", ">&", "<&", "<>", "<<",
     ";", "&", "|", "<", ">", "(", ")",
 )
+_OPERATOR = re.compile("|".join(re.escape(op) for op in _OPERATORS))
+_PLAIN = re.compile(r"[^ \t\r\n\f\v;&|<>()\\'\"$`]+")  # word characters with no special meaning
+_PLAIN_DOUBLE = re.compile(r'[^"\\$`]+')  # the same inside double quotes
+_PLAIN_PAREN = re.compile(r"[^\\'\"`()]+")  # inside `$(...)`
+_PLAIN_BRACE = re.compile(r"[^\\'\"`{}]+")  # inside `${...}`
+_MAX_NESTING = 64
+_BLANKS = re.compile(r"(?:[ \t\f\v]|\r(?!\n))+")
 _REDIRECTS = {">", ">>", ">|", "<", "<>", "&>", "&>>", ">&", "<&", "<<<", "<<", "<<-"}
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _ANSI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b"}
@@ -138,6 +145,7 @@ class _Lexer:
         self.n = len(text) if end is None else end
         self.make = make
         self.docker = docker
+        self.nesting = 0  # depth of `$(`/`${` inside each other
 
     def _newline(self, pos: int) -> int:
         """Length of the line break at `pos` (0 when there is none)."""
@@ -180,7 +188,7 @@ class _Lexer:
                 toks.append(_Tok("nl", pos, pos + nl, "\n"))
                 return toks, self._skip_heredocs(pos + nl, heredocs)
             elif c in " \t\r\f\v":
-                pos += 1
+                pos = _BLANKS.match(text, pos).end() if c != "\r" else pos + 1
             elif c == "#":  # a comment: `#` can only start one where a word would start
                 end = text.find("\n", pos, self.n)
                 pos = self.n if end < 0 else end - (text[end - 1] == "\r")
@@ -205,12 +213,12 @@ class _Lexer:
 
     def _operator(self, pos: int) -> str | None:
         text = self.text
+        if text[pos] not in ";&|<>()":
+            return None
         if text[pos] in "<>" and text.startswith("(", pos + 1):
             return None  # `<(cmd)`: process substitution is part of a word
-        for op in _OPERATORS:
-            if text.startswith(op, pos) and pos + len(op) <= self.n:
-                return op
-        return None
+        match = _OPERATOR.match(text, pos, self.n)
+        return match.group() if match else None
 
     def _skip_heredocs(self, pos: int, heredocs: list[tuple[str, bool]]) -> int:
         # Heredoc bodies are data (a Python program, a config), never commands.
@@ -226,6 +234,10 @@ class _Lexer:
     def _word(self, pos: int) -> tuple[_Tok, int]:
         text, start, out = self.text, pos, []
         while pos < self.n:
+            if plain := _PLAIN.match(text, pos, self.n):
+                out.append(plain.group())
+                pos = plain.end()
+                continue
             c = text[pos]
             if c in " \t\r\n\f\v":
                 break
@@ -288,6 +300,10 @@ class _Lexer:
         text, start = self.text, pos
         pos += 1
         while pos < self.n:
+            if plain := _PLAIN_DOUBLE.match(text, pos, self.n):
+                out.append(plain.group())
+                pos = plain.end()
+                continue
             c = text[pos]
             if c == '"':
                 return pos + 1
@@ -336,8 +352,21 @@ class _Lexer:
 
     def _balanced(self, pos: int, opening: str, closing: str) -> int:
         """Offset after the bracket that closes the one at `pos`, skipping quoted text."""
+        if self.nesting >= _MAX_NESTING:  # `"$("$("...`: give up rather than recurse on
+            raise _Unbalanced(pos)
+        self.nesting += 1
+        try:
+            return self._scan_balanced(pos, opening, closing)
+        finally:
+            self.nesting -= 1
+
+    def _scan_balanced(self, pos: int, opening: str, closing: str) -> int:
         text, depth, i = self.text, 0, pos
+        plain = _PLAIN_PAREN if opening == "(" else _PLAIN_BRACE
         while i < self.n:
+            if run := plain.match(text, i, self.n):
+                i = run.end()
+                continue
             c = text[i]
             if c == "\\":
                 i += 2
@@ -366,13 +395,32 @@ class _Lexer:
 
 def _parse_sh_range(builder: "_Builder", lexer: _Lexer, pos: int) -> None:
     """Feed every logical line from `pos` to `lexer.n` to the builder."""
-    while pos < lexer.n:
+    limit = lexer.n
+    budget = 8 * (limit - pos) + 65536  # characters scanned in vain before we stop trusting quotes
+    while pos < limit:
+        if budget < 0:  # many unclosed quotes: quotes may no longer span physical lines
+            lexer.n = _physical_end(lexer.text, pos, limit)
         try:
             toks, pos = lexer.line(pos)
         except _Unbalanced as exc:  # skip the broken line, go on with the next one
+            budget -= lexer.n - exc.pos
             pos = lexer.eol(exc.pos)
             continue
+        finally:
+            lexer.n = limit
         builder.feed(toks)
+
+
+def _physical_end(text: str, pos: int, limit: int) -> int:
+    """End of the line at `pos`, following backslash-newline continuations."""
+    while True:
+        end = text.find("\n", pos, limit)
+        if end < 0:
+            return limit
+        body = text[pos:end].rstrip("\r")
+        if (len(body) - len(body.rstrip("\\"))) % 2 == 0:
+            return end + 1
+        pos = end + 1
 
 
 # --------------------------------------------------------------------------- commands

@@ -11,7 +11,7 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Iterator
+from typing import Callable, ClassVar, Iterable, Iterator
 
 from cfgfix.core import Finding, Fix, Related, Severity, Span
 
@@ -44,8 +44,8 @@ class Rule:
     # Prefilter: every group must have one of its byte strings in the file, or the rule
     # cannot match and the file is not parsed for it.
     triggers: ClassVar[tuple[tuple[bytes, ...], ...]] = ()
-    # Optional, checked after the groups: a bytes regex that must match somewhere.
-    trigger_pattern: ClassVar[re.Pattern[bytes] | None] = None
+    # Optional, checked after the groups: a finer (still text-only) test of the bytes.
+    trigger_check: ClassVar[Callable[[bytes], bool] | None] = None
     VALID: ClassVar[list[Example]] = []
     INVALID: ClassVar[list[Example]] = []
 
@@ -76,7 +76,7 @@ class Rule:
     def may_match(cls, data: bytes) -> bool:
         if not all(any(token in data for token in group) for group in cls.triggers):
             return False
-        return cls.trigger_pattern is None or cls.trigger_pattern.search(data) is not None
+        return cls.trigger_check is None or cls.trigger_check(data)
 
     # -- documentation -----------------------------------------------------------------
     @classmethod

@@ -25,4 +25,4 @@ class PythonContext:
     def models(self):
         from cfgfix.analysis.models import analyze_models
 
-        return analyze_models(self.document.tree)
+        return analyze_models(self.document.tree, self.source.text)

@@ -9,13 +9,13 @@ from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 from cfgfix.rules.loading_support import (
-    LOAD_PATTERN,
     LOAD_TRIGGERS,
     MOVE_TRIGGERS,
     call_text,
     drop_call_edits,
     dtype_source_text,
     load_related,
+    may_load_model,
     name_of,
 )
 
@@ -62,7 +62,7 @@ class RedundantDtypeCast(Rule):
     name = "redundant-dtype-cast"
     severity = Severity.INFO
     fix_availability = "safe"
-    trigger_pattern = LOAD_PATTERN
+    trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
@@ -259,7 +259,7 @@ class CastAfterLoad(Rule):
     name = "cast-after-load"
     severity = Severity.WARNING
     fix_availability = "safe"
-    trigger_pattern = LOAD_PATTERN
+    trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
@@ -422,7 +422,7 @@ class MoveDispatchedModel(Rule):
     name = "move-dispatched-model"
     severity = Severity.WARNING
     fix_availability = "safe"
-    trigger_pattern = LOAD_PATTERN
+    trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, (b"device_map",), (b".to(", b".cuda("))
 
     VALID = [
@@ -571,7 +571,7 @@ class MoveOrCastQuantizedModel(Rule):
     name = "move-or-cast-quantized-model"
     severity = Severity.ERROR
     fix_availability = "safe"
-    trigger_pattern = LOAD_PATTERN
+    trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, (b"load_in_", b"quantization_config"), MOVE_TRIGGERS)
 
     VALID = [
@@ -710,7 +710,7 @@ class DeviceMapInDistributedTraining(Rule):
     name = "device-map-in-distributed-training"
     severity = Severity.ERROR
     fix_availability = "unsafe"
-    trigger_pattern = LOAD_PATTERN
+    trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, (b"device_map",))
     condition = "multi-process-launch"
 
@@ -782,12 +782,11 @@ class DeviceMapInDistributedTraining(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
-        if not ctx.models.trains:
+        candidates = [l for l in ctx.models.loads if l.device_map is not None and l.device_map.kind == "multi"]
+        if not candidates or not ctx.models.trains:
             return
-        for load in ctx.models.loads:
+        for load in candidates:
             device_map = load.device_map
-            if device_map is None or device_map.kind != "multi":
-                continue
             keyword = next(k for k in load.call.keywords if k.arg == "device_map")
             yield self.finding(
                 src.span_of_node(keyword),

@@ -12,13 +12,36 @@ from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
 
 LOAD_TRIGGERS = (b"from_pretrained",)
-# A model class's `from_pretrained(` on a code line: not a doctest (`>>>`/`...`) or comment.
-# Library files mention loads mostly in docstrings; this keeps them from being parsed.
-_MODEL_CLASS = rb"(?:AutoModel\w*|AutoPeftModel\w*|\w+For[A-Z]\w*|\w*Model|UNet\w*|AutoencoderKL\w*|\w+Pipeline)"
-LOAD_PATTERN = re.compile(
-    rb"(?m)^(?![ \t]*(?:>>>|\.\.\.|#))[^\n]*?\b" + _MODEL_CLASS + rb"\s*\.\s*from_pretrained\s*\("
-    rb"|\bimport\b[^\n]*\b" + _MODEL_CLASS + rb"\s+as\s"  # an alias: `AutoModel as M`
+_MODEL_CLASS = re.compile(
+    rb"(?:AutoModel\w*|AutoPeftModel\w*|\w+For[A-Z]\w*|\w*Model|UNet\w*|AutoencoderKL\w*|\w+Pipeline)$"
 )
+_IDENTIFIER_END = re.compile(rb"(\w+)\s*\.\s*$")
+_LOAD_CALL = re.compile(rb"from_pretrained\s*\(")
+
+
+def may_load_model(data: bytes) -> bool:
+    """Cheap text test run before parsing: a model class's `from_pretrained(` on a code
+    line (not a doctest `>>>`/`...` line or a comment), or a model class imported under
+    an alias. Library files mention loads mostly in docstrings; they are not parsed."""
+    for match in _LOAD_CALL.finditer(data):
+        line_start = data.rfind(b"\n", 0, match.start()) + 1
+        prefix = data[line_start:match.start()]
+        head = prefix.lstrip()
+        if head.startswith((b">>>", b"...", b"#")):
+            continue
+        owner = _IDENTIFIER_END.search(prefix[-80:])
+        if owner and _MODEL_CLASS.match(owner.group(1)):
+            return True
+    start = data.find(b" as ")
+    while start >= 0:
+        line_start = data.rfind(b"\n", 0, start) + 1
+        words = data[line_start:start].split()
+        if words and b"import" in data[line_start:start] and _MODEL_CLASS.match(words[-1].rstrip(b",")):
+            return True
+        start = data.find(b" as ", start + 4)
+    return False
+
+
 MOVE_TRIGGERS = (b".to(", b".cuda(", b".half(", b".bfloat16(", b".float(")
 
 
