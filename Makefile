@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO ?= fixtures/flan-t5-xl-trainer/project fixtures/qwen7b-lora/project
+DEMO ?= $(sort $(wildcard fixtures/*/project))
 
 .PHONY: demo test rules bench clean
 

@@ -32,14 +32,16 @@ class Cache:
         except (OSError, ValueError):
             self.entries = {}
 
-    def get(self, relpath: str, data: bytes) -> dict | None:
+    def get(self, relpath: str, data: bytes, extra: str) -> dict | None:
+        """The cached result when the bytes and `extra` (what else the result depends on,
+        such as the file's project versions) are unchanged."""
         entry = self.entries.get(relpath)
-        if entry is not None and entry[0] == content_hash(data):
+        if entry is not None and entry[0] == content_hash(data) + extra:
             return entry[1]
         return None
 
-    def put(self, relpath: str, data: bytes, result: dict) -> None:
-        self.entries[relpath] = [content_hash(data), result]
+    def put(self, relpath: str, data: bytes, extra: str, result: dict) -> None:
+        self.entries[relpath] = [content_hash(data) + extra, result]
         self.dirty = True
 
     def save(self) -> None:

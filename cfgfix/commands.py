@@ -199,19 +199,18 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
             continue
         for note in outcome.dropped:
             click.echo(f"warning: {display}: a fix for {note} was dropped: the result would not parse", err=True)
+        if outcome.changed and not diff:
+            try:
+                write_atomically(sf.path, outcome.source.to_bytes(), settings.root)
+                fixed_count += len(outcome.applied)
+            except WriteError as exc:  # the file is as it was: so are its findings
+                failures.append(str(exc))
+                remaining.extend(f for f in result.findings if f.path == display)
+                continue
         remaining.extend(outcome.remaining)
         sources[display] = outcome.source
-        if not outcome.changed:
-            continue
-        changed.append(outcome)
-        if diff:
-            continue
-        try:
-            write_atomically(sf.path, outcome.source.to_bytes(), settings.root)
-            fixed_count += len(outcome.applied)
-        except WriteError as exc:
-            failures.append(str(exc))
-            remaining.extend(f for f in result.findings if f.path == display and f not in outcome.remaining)
+        if outcome.changed:
+            changed.append(outcome)
     remaining.sort(key=lambda f: f.sort_key())
     if diff:
         for outcome in changed:

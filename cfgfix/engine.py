@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cfgfix.analysis.versions import Versions
+from cfgfix.analysis.versions import ProjectVersions
 from cfgfix.core import Finding, Related, Severity, Span
 from cfgfix.documents.text import DecodeError, SourceText
 from cfgfix.project import LaunchFacts, ProjectModel
@@ -67,7 +67,7 @@ def parse_error(path: str, message: str, line: int = 1, column: int = 1) -> Find
 class Linter:
     """Runs the enabled per-file rules on one file's bytes."""
 
-    def __init__(self, codes: frozenset[str], versions: Versions) -> None:
+    def __init__(self, codes: frozenset[str], versions: ProjectVersions) -> None:
         self.rules: list[Rule] = [rule() for rule in all_rules() if rule.code in codes and rule.triggers]
         self.versions = versions
         self.report_parse_errors = "CFX901" in codes
@@ -97,7 +97,7 @@ class Linter:
             )
         except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
             return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
-        ctx = PythonContext(document, self.versions)
+        ctx = PythonContext(document, self.versions.for_file(sf.path))
         result = FileResult()
         for rule in rules:
             try:
@@ -160,7 +160,7 @@ class Engine:
         self.codes = enabled_codes(
             settings, [r.code for r in rules], {r.code for r in rules if r.default_enabled}
         )
-        self.versions = Versions.from_project(settings.root)
+        self.versions = ProjectVersions(settings.root)
         self.linter = Linter(self.codes, self.versions)
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         self.cache = None
@@ -174,7 +174,11 @@ class Engine:
     def _fingerprint(self) -> str:
         from cfgfix import __version__
 
-        return "|".join([__version__, self.settings.fingerprint(), self.versions.fingerprint(), ",".join(sorted(self.codes))])
+        return "|".join([__version__, self.settings.fingerprint(), ",".join(sorted(self.codes))])
+
+    def _file_key(self, sf: SourceFile) -> str:
+        """What besides its bytes a file's result depends on: its project's versions."""
+        return self.versions.for_file(sf.path).fingerprint() if sf.kind == "python" else ""
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, files: list[SourceFile]) -> RunResult:
@@ -191,7 +195,7 @@ class Engine:
                 )
                 continue
             datas[sf.display] = data
-            cached = self.cache.get(sf.relpath, data) if self.cache else None
+            cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
             if cached is not None:
                 results[sf.display] = FileResult.from_dict(cached)
             else:
@@ -199,7 +203,7 @@ class Engine:
         for (sf, data), result in zip(pending, self._lint_many(pending)):
             results[sf.display] = result
             if self.cache is not None:
-                self.cache.put(sf.relpath, data, result.to_dict())
+                self.cache.put(sf.relpath, data, self._file_key(sf), result.to_dict())
         if self.cache is not None:
             self.cache.save()
         if any(r.conditional for r in results.values()):
@@ -232,7 +236,7 @@ class Engine:
                 data = sf.path.read_bytes()
             except OSError:
                 continue
-            cached = self.cache.get(sf.relpath, data) if self.cache else None
+            cached = self.cache.get(sf.relpath, data, "") if self.cache else None
             result = FileResult.from_dict(cached) if cached is not None else self.linter.lint(sf, data)
             results[sf.display] = FileResult(launches=result.launches)
             self._launch_files.append(sf)

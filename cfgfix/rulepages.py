@@ -8,7 +8,13 @@ from pathlib import Path
 
 from cfgfix.rules.base import DOC_SECTIONS, all_rules, doc_sections
 
-FIX_LABEL = {"safe": "safe", "unsafe": "unsafe", "sometimes": "sometimes", "none": "none"}
+FIX_LABEL = {
+    "safe": "safe",
+    "unsafe": "unsafe",
+    "mixed": "safe or unsafe (see Fix safety)",
+    "sometimes": "sometimes",
+    "none": "none",
+}
 
 
 def rule_page(rule) -> str:

@@ -380,3 +380,42 @@ def _installed(name: str) -> VersionInfo:
         return VersionInfo(name)
     # Broken metadata can lack a version; say nothing rather than guess.
     return VersionInfo(name, f"=={version}", "installed") if version else VersionInfo(name)
+
+
+_PIN_FILES = ("pyproject.toml", "setup.cfg", "environment.yml", "environment.yaml")
+
+
+def _has_pins(folder: Path) -> bool:
+    if any((folder / name).is_file() for name in _PIN_FILES):
+        return True
+    return (folder / "requirements").is_dir() or any(folder.glob("requirements*.txt"))
+
+
+class ProjectVersions:
+    """Versions for each file: the pins of the nearest folder above it that has any
+    (requirements*.txt, pyproject.toml, setup.cfg, environment.yml), up to the folder
+    holding `.git` or the settings root. One repository can hold several projects, each
+    with its own pins; a file outside every pinned folder gets the root's view."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        self._by_folder: dict[Path, Versions] = {}
+        self._owner: dict[Path, Path] = {}
+
+    def for_file(self, path: Path) -> Versions:
+        folder = Path(os.path.realpath(path)).parent
+        owner = self._owner.get(folder)
+        if owner is None:
+            owner = self._find_owner(folder)
+            self._owner[folder] = owner
+        if owner not in self._by_folder:
+            self._by_folder[owner] = Versions.from_project(owner)
+        return self._by_folder[owner]
+
+    def _find_owner(self, folder: Path) -> Path:
+        for candidate in (folder, *folder.parents):
+            if _has_pins(candidate):
+                return candidate
+            if candidate == self.root or (candidate / ".git").exists():
+                break
+        return self.root

@@ -9,11 +9,10 @@ from the file: a literal, or a variable whose last assignment before the launch 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import yaml
 
-from cfgfix.core import Span
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments
 
 LAUNCHERS = ("accelerate", "torchrun", "deepspeed", "python")
@@ -36,12 +35,11 @@ class Launch:
 
 
 def find_launches(doc: ShellDocument) -> list[Launch]:
-    launches = []
-    for command in doc.commands:
-        launch = _launch(doc, command)
-        if launch is not None:
-            launches.append(launch)
-    return launches
+    found = [(command, f) for command in doc.commands if (f := _recognise(command)) is not None]
+    if not found:
+        return []
+    variables = _Variables(doc)  # one forward pass over the file for all launches
+    return [variables.launch(command, f) for command, f in found]
 
 
 def accelerate_config_world_size(text: str) -> int | None:
@@ -70,6 +68,8 @@ _WRAPPERS = {  # run the command that follows their own options
     "mpiexec", "timeout", "nice", "ionice", "taskset", "numactl", "stdbuf", "unbuffer",
     "xvfb-run",
 }
+_MULTIPLIERS = {"srun", "mpirun", "mpiexec"}  # start one copy per task
+_PYTHON_VARIABLE = re.compile(r"\$(?:PYTHON\d*|PY)|\$[({](?:PYTHON\d*|PY)(?:_BIN|_EXE|_CMD)?[)}]")
 _RUNNERS = {"uv", "poetry", "pipenv", "conda", "mamba", "micromamba", "pdm", "hatch", "rye"}
 
 
@@ -77,16 +77,20 @@ def _program(word: Word) -> str:
     return word.text.rsplit("/", 1)[-1]
 
 
+def _is_python(word: Word) -> bool:
+    """`python3.11`, `/opt/venv/bin/python`, and `$(PYTHON)` / `$PYTHON` (Makefiles, scripts)."""
+    return bool(_PYTHON.fullmatch(_program(word)) or _PYTHON_VARIABLE.fullmatch(word.text))
+
+
 def _is_launcher(word: Word) -> bool:
     name = _program(word)
-    return name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env") or bool(
-        _PYTHON.fullmatch(name)
-    )
+    return name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env") or _is_python(word)
 
 
-def _unwrap(words: tuple[Word, ...]) -> int | None:
-    """Index of the launcher word behind any wrappers, or None."""
-    i = 0
+def _unwrap(words: tuple[Word, ...]) -> tuple[int, bool] | None:
+    """Index of the launcher word behind any wrappers, and whether a wrapper that starts
+    several copies of it (`srun`, `mpirun`) came first; None when there is no launcher."""
+    i, copies = 0, False
     while i < len(words):
         name = _program(words[i])
         if name == "env":
@@ -96,9 +100,10 @@ def _unwrap(words: tuple[Word, ...]) -> int | None:
             continue
         if name in _WRAPPERS or (name in _RUNNERS and i + 1 < len(words) and words[i + 1].text == "run"):
             # Their options vary (`srun -N 2`, `timeout 1h`): skip to the next launcher word.
+            copies = copies or name in _MULTIPLIERS
             i = next((j for j in range(i + 1, len(words)) if _is_launcher(words[j])), len(words))
             continue
-        return i
+        return i, copies
     return None
 
 
@@ -110,7 +115,8 @@ _ACCELERATE_FLAGS = {
     "cpu", "multi_gpu", "tpu", "ipex", "mps", "use_deepspeed", "use_fsdp", "use_megatron_lm",
     "use_xpu", "m", "module", "no_python", "q", "quiet", "debug", "same_network",
     "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation",
-    "enable_cpu_affinity", "tpu_use_cluster", "tpu_use_sudo", "downcast_bf16", "h", "help",
+    "enable_cpu_affinity", "tpu_cluster", "no_tpu_cluster", "tpu_use_cluster", "tpu_use_sudo",
+    "downcast_bf16", "fp8_use_autocast_during_eval", "h", "help",
 }
 _TORCHRUN_FLAGS = {
     "standalone", "no_python", "m", "module", "run_path", "use_env", "virtual_local_rank",
@@ -142,9 +148,8 @@ def _after_equals(word: Word) -> Word:
     value = word.text[text_at + 1:]
     if raw_at < 0 or word.raw[:raw_at] != word.text[:text_at] or "\n" in word.raw[:raw_at]:
         return Word(value, word.raw, word.span)  # `"--key=v"`: no exact span for the value alone
-    span = word.span
-    sub = Span(span.path, span.line, span.column + raw_at + 1, span.end_line, span.end_column,
-               span.start + raw_at + 1, span.end)
+    span = word.span  # the key holds no newline, so the value starts on the same line
+    sub = replace(span, column=span.column + raw_at + 1, start=span.start + raw_at + 1)
     return Word(value, word.raw[raw_at + 1:], sub)
 
 
@@ -195,107 +200,172 @@ def _script_configs(args: tuple[Word, ...]) -> dict[str, Word]:
     return found
 
 
-# --------------------------------------------------------------------------- numbers
+# --------------------------------------------------------------------------- variables
 
 _SETTERS = ("export", "plain", "env")  # prefix assignments last for one command only
 _VARIABLE = re.compile(r"\$(?:([A-Za-z_]\w*)|\{([A-Za-z_]\w*)(?::?[-=][^}]*)?\})")
+_UNSET = object()
 
 
-def _number(doc: ShellDocument, word: Word | None, at: Span, depth: int = 0) -> int | None:
-    """The literal int `word` certainly holds at `at`, or None."""
-    if word is None or "'" in word.raw or "\\" in word.raw or depth > 5:
-        return None
-    text = word.text.strip()
-    if text.isdigit() and text.isascii():
-        return int(text)
-    match = _VARIABLE.fullmatch(text)
-    if match is None:
-        return None
-    name = match.group(1) or match.group(2)
-    last = None
-    for assignment in doc.assignments:
-        if assignment.span.start >= at.start:
-            break
-        if assignment.name == name and assignment.kind in _SETTERS and doc.reaches(assignment, at):
-            last = assignment
-    # `${N:-8}` with N never assigned here: the environment may set it, so stay unsure.
-    if last is None or not doc.visible(last, at) or doc.clobbered(name, last.span.start, at.start):
-        return None
-    return _number(doc, last.value, last.span, depth + 1)
+class _Variables:
+    """What each variable certainly holds, replayed in file order up to each launch.
 
+    `values[name]` is the assignment in force, or None once the name took a value we cannot
+    know (set in a branch, loop or function body that may not have run, `read`, `for NAME`).
+    What a separate shell set (a subshell, a Makefile recipe line, a Dockerfile RUN) is undone
+    when it ends. `values["*"]` is the offset of the last `source`/`eval`."""
 
-def _nodes(doc: ShellDocument, word: Word | None, at: Span) -> int | None:
-    """`--nnodes 2`, `--nnodes 2:2` (a fixed elastic range); `1:4` is unknown."""
-    if word is not None and ":" in word.text:
-        low, _, high = word.text.partition(":")
-        return int(low) if low == high and low.isdigit() else None
-    return _number(doc, word, at)
+    def __init__(self, doc: ShellDocument) -> None:
+        self.doc = doc
+        self.values: dict[str, object] = {}
+        self.numbers: dict[int, int | None] = {}  # assignment start -> its int value when it ran
+        self.frames: list[tuple[int, dict[str, object]]] = []  # open blocks, values before them
+        events = [(a.span.start, 0, a) for a in doc.assignments if a.kind in _SETTERS]
+        events += [(offset, 1, name) for name, offset in doc.clobbers]
+        self.events = sorted(events, key=lambda e: e[:2])
+        self.next = 0
 
+    def launch(self, command: Command, found: "_Found") -> Launch:
+        self._replay_until(command.span.start)
+        self._enter(self.doc.scopes.get(command.span.start, ()))
+        processes = self.number(found.processes)
+        machines = self.nodes(found.machines) if found.machines_stated else found.machines_default
+        if found.counting in ("single", "unknown"):
+            world = 1 if found.counting == "single" else None
+        elif found.counting == "total":  # accelerate's --num_processes counts every machine
+            world = processes if not (found.cpu and processes != 1) else None
+        elif processes is None or (found.machines_stated and machines is None):
+            world = None  # a node count that is stated but unknown spoils the product
+        else:
+            world = processes * (machines or 1)
+        configs = _script_configs(found.args)
+        configs.update(found.configs)  # the launcher's own options win over the script's
+        return Launch(
+            launcher=found.launcher,
+            script=None if found.module else found.target,
+            module=found.module,
+            script_args=found.args,
+            num_processes=processes,
+            num_machines=machines,
+            world_size=world,
+            config_files=configs,
+            env=self.env(command),
+            command=command,
+        )
 
-def _env(doc: ShellDocument, command: Command) -> dict[str, str]:
-    """Variables certainly set for `command`: the last assignment of each name before it,
-    when that one ran on the way to the command and nothing changed the name since."""
-    last: dict[str, Assignment] = {}
-    for assignment in doc.assignments:
-        if assignment.span.start >= command.span.start:
-            break
-        if assignment.kind in _SETTERS and doc.reaches(assignment, command.span):
-            last[assignment.name] = assignment
-    env = {
-        name: a.value.text
-        for name, a in last.items()
-        if doc.visible(a, command.span) and not doc.clobbered(name, a.span.start, command.span.start, any_name=False)
-    }
-    for assignment in command.env:
-        env[assignment.name] = assignment.value.text
-    for word in env_wrapper_assignments(command.words):
-        name, _, value = word.text.partition("=")
-        env[name] = value
-    return env
+    # -- state
+    def _replay_until(self, offset: int) -> None:
+        while self.next < len(self.events) and self.events[self.next][0] < offset:
+            start, _, item = self.events[self.next]
+            self.next += 1
+            self._enter(self.doc.scopes.get(start, ()))
+            if isinstance(item, Assignment):
+                self.numbers[start] = self.number(item.value)  # `N=$N` reads the old N
+                self._set(item.name, item)
+            else:
+                self._set(item, start if item == "*" else None)
+
+    def _set(self, name: str, value: object, before: object = _UNSET, *, known: bool = False) -> None:
+        if self.frames:
+            self.frames[-1][1].setdefault(name, before if known else self.values.get(name, _UNSET))
+        self.values[name] = value
+
+    def _enter(self, scope: tuple[int, ...]) -> None:
+        keep = 0
+        while keep < min(len(self.frames), len(scope)) and self.frames[keep][0] == scope[keep]:
+            keep += 1
+        while len(self.frames) > keep:
+            self._leave()
+        self.frames.extend((block, {}) for block in scope[keep:])
+
+    def _leave(self) -> None:
+        block, before = self.frames.pop()
+        for name, old in before.items():
+            if block < 0:  # a separate shell: nothing it set survives
+                if old is _UNSET:
+                    self.values.pop(name, None)
+                else:
+                    self.values[name] = old
+            else:  # a block that may not have run: the name is unknown (a `source` stays)
+                self._set(name, self.values[name] if name == "*" else None, old, known=True)
+
+    # -- queries
+    def number(self, word: Word | None) -> int | None:
+        """The literal int `word` certainly holds now, or None."""
+        if word is None or "'" in word.raw or "\\" in word.raw:
+            return None
+        text = word.text.strip()
+        if text.isdigit() and text.isascii():
+            return int(text)
+        match = _VARIABLE.fullmatch(text)
+        if match is None:
+            return None
+        # `${N:-8}` with N never assigned here: the environment may set it, so stay unsure.
+        assignment = self.values.get(match.group(1) or match.group(2))
+        if not isinstance(assignment, Assignment):
+            return None
+        sourced = self.values.get("*")
+        if isinstance(sourced, int) and sourced > assignment.span.start:
+            return None
+        return self.numbers.get(assignment.span.start)
+
+    def nodes(self, word: Word | None) -> int | None:
+        """`--nnodes 2`, `--nnodes 2:2` (a fixed elastic range); `1:4` is unknown."""
+        if word is not None and ":" in word.text:
+            low, _, high = word.text.partition(":")
+            return int(low) if low == high and low.isdigit() and low.isascii() else None
+        return self.number(word)
+
+    def env(self, command: Command) -> dict[str, str]:
+        env = {name: a.value.text for name, a in self.values.items() if isinstance(a, Assignment)}
+        for assignment in command.env:
+            env[assignment.name] = assignment.value.text
+        for word in env_wrapper_assignments(command.words):
+            name, _, value = word.text.partition("=")
+            env[name] = value
+        return env
 
 
 # --------------------------------------------------------------------------- launchers
 
 
-def _launch(doc: ShellDocument, command: Command) -> Launch | None:
-    start = _unwrap(command.words)
-    if start is None:
+@dataclass
+class _Found:
+    """What a launch command says, before its variables are resolved."""
+
+    launcher: str
+    target: Word
+    args: tuple[Word, ...]
+    module: str | None = None
+    processes: Word | None = None
+    machines: Word | None = None
+    machines_stated: bool = False
+    machines_default: int | None = None
+    counting: str = "per_node"  # "per_node" (x machines) | "total" (accelerate) | "single" | "unknown"
+    cpu: bool = False
+    configs: dict[str, Word] = field(default_factory=dict)
+
+
+def _recognise(command: Command) -> _Found | None:
+    unwrapped = _unwrap(command.words)
+    if unwrapped is None:
         return None
+    start, copies = unwrapped
     name, rest = _program(command.words[start]), command.words[start + 1:]
     if name == "accelerate":
-        if not rest or rest[0].text != "launch":
-            return None
-        return _accelerate(doc, command, rest[1:])
+        return _accelerate(rest[1:]) if rest and rest[0].text == "launch" else None
     if name == "accelerate-launch":
-        return _accelerate(doc, command, rest)
+        return _accelerate(rest)
     if name == "torchrun":
-        return _torchrun(doc, command, rest)
+        return _torchrun(rest)
     if name == "deepspeed":
-        return _deepspeed(doc, command, rest)
-    if _PYTHON.fullmatch(name):
-        return _python(doc, command, rest)
+        return _deepspeed(rest)
+    if _is_python(command.words[start]):
+        found = _python(rest)
+        if found is not None and copies and found.counting == "single":
+            found.counting = "unknown"  # `srun python train.py`: one process per task
+        return found
     return None
-
-
-def _make(doc, command, launcher, opts, target, args, processes, machines, world, module) -> Launch:
-    configs = _script_configs(args)
-    if launcher == "accelerate":  # the launcher's own options win over the script's
-        if opts.get("config_file"):
-            configs["accelerate"] = opts["config_file"]
-        if opts.get("deepspeed_config_file"):
-            configs["deepspeed"] = opts["deepspeed_config_file"]
-    return Launch(
-        launcher=launcher,
-        script=None if module else target,
-        module=module,
-        script_args=tuple(args),
-        num_processes=processes,
-        num_machines=machines,
-        world_size=world,
-        config_files=configs,
-        env=_env(doc, command),
-        command=command,
-    )
 
 
 def _module(opts: dict, target: Word, *keys: str) -> str | None:
@@ -303,79 +373,74 @@ def _module(opts: dict, target: Word, *keys: str) -> str | None:
     return target.text if any(key in opts for key in keys) else None
 
 
-def _accelerate(doc: ShellDocument, command: Command, words: tuple[Word, ...]) -> Launch | None:
+def _accelerate(words: tuple[Word, ...]) -> _Found | None:
     opts, i = _options(words, _ACCELERATE_FLAGS)
     if i >= len(words):
         return None
-    at = command.span
-    processes = _number(doc, opts.get("num_processes"), at)
-    machines = _number(doc, opts.get("num_machines"), at)
-    world = processes  # accelerate's --num_processes already counts every machine
-    if "cpu" in opts and world != 1:
-        world = None  # `--cpu --num_processes 2` starts one process without mpirun
-    module = _module(opts, words[i], "m", "module")
-    return _make(doc, command, "accelerate", opts, words[i], words[i + 1:], processes, machines, world, module)
+    configs = {}
+    if opts.get("config_file"):
+        configs["accelerate"] = opts["config_file"]
+    if opts.get("deepspeed_config_file"):
+        configs["deepspeed"] = opts["deepspeed_config_file"]
+    return _Found(
+        "accelerate", words[i], words[i + 1:], _module(opts, words[i], "m", "module"),
+        processes=opts.get("num_processes"), machines=opts.get("num_machines"),
+        machines_stated="num_machines" in opts, counting="total", cpu="cpu" in opts, configs=configs,
+    )
 
 
-def _torchrun(doc: ShellDocument, command: Command, words: tuple[Word, ...]) -> Launch | None:
+def _torchrun(words: tuple[Word, ...]) -> _Found | None:
     opts, i = _options(words, _TORCHRUN_FLAGS)
     if i >= len(words):
         return None
-    at = command.span
-    processes = _number(doc, opts.get("nproc_per_node"), at)  # `gpu` / `auto`: unknown
-    machines = _nodes(doc, opts.get("nnodes"), at)
-    if "nnodes" not in opts and "standalone" in opts:
-        machines = 1
-    world = _product(processes, machines, stated="nnodes" in opts)
-    module = _module(opts, words[i], "m", "module")
-    return _make(doc, command, "torchrun", opts, words[i], words[i + 1:], processes, machines, world, module)
+    return _Found(
+        "torchrun", words[i], words[i + 1:], _module(opts, words[i], "m", "module"),
+        processes=opts.get("nproc_per_node"),  # `gpu` / `auto` stay unknown
+        machines=opts.get("nnodes"), machines_stated="nnodes" in opts,
+        machines_default=1 if "standalone" in opts else None,
+    )
 
 
-def _deepspeed(doc: ShellDocument, command: Command, words: tuple[Word, ...]) -> Launch | None:
+def _deepspeed(words: tuple[Word, ...]) -> _Found | None:
     opts, i = _options(words, _DEEPSPEED_FLAGS)
     if i >= len(words):
         return None
-    at = command.span
-    processes = _number(doc, opts.get("num_gpus"), at)
-    machines = _number(doc, opts.get("num_nodes"), at)
-    world = _product(processes, machines, stated="num_nodes" in opts)
-    module = _module(opts, words[i], "module")
-    return _make(doc, command, "deepspeed", opts, words[i], words[i + 1:], processes, machines, world, module)
+    return _Found(
+        "deepspeed", words[i], words[i + 1:], _module(opts, words[i], "module"),
+        processes=opts.get("num_gpus"), machines=opts.get("num_nodes"), machines_stated="num_nodes" in opts,
+    )
 
 
-def _product(processes: int | None, machines: int | None, *, stated: bool) -> int | None:
-    """Processes per node times nodes; a node count that is stated but unknown spoils it."""
-    if processes is None or (stated and machines is None):
-        return None
-    return processes * (machines or 1)
-
-
-def _python(doc: ShellDocument, command: Command, words: tuple[Word, ...]) -> Launch | None:
+def _python(words: tuple[Word, ...]) -> _Found | None:
     i = 0
     while i < len(words):
         text = words[i].text
         if text.startswith("-m"):  # `-m pkg.mod` or `-mpkg.mod`
-            module, args = (text[2:], words[i + 1:]) if len(text) > 2 else (
-                words[i + 1].text if i + 1 < len(words) else "", words[i + 2:])
-            return _python_module(doc, command, module, words[i], args)
+            if len(text) > 2:
+                return _python_module(text[2:], words[i], words[i + 1:])
+            if i + 1 < len(words):
+                return _python_module(words[i + 1].text, words[i + 1], words[i + 2:])
+            return None
         if text.startswith("-c") or text in ("-", "-V", "--version", "-h", "--help"):
             return None  # inline code, stdin, or no script at all
         if text in ("-W", "-X", "-Q", "--check-hash-based-pycs"):
             i += 2
         elif text.startswith("-"):
             i += 1
+        elif _program(words[i]) == "setup.py":
+            return None  # packaging, not training
         else:
-            return _make(doc, command, "python", {}, words[i], words[i + 1:], None, None, 1, None)
+            return _Found("python", words[i], words[i + 1:], counting="single")
     return None
 
 
-def _python_module(doc, command, module: str, target: Word, args: tuple[Word, ...]) -> Launch | None:
+def _python_module(module: str, target: Word, args: tuple[Word, ...]) -> _Found | None:
     if module in ("torch.distributed.run", "torch.distributed.launch"):
-        return _torchrun(doc, command, args)
+        return _torchrun(args)
     if module == "accelerate.commands.launch":
-        return _accelerate(doc, command, args)
+        return _accelerate(args)
     if module == "deepspeed.launcher.runner":
-        return _deepspeed(doc, command, args)
+        return _deepspeed(args)
     if not module or module in _TOOL_MODULES or module.startswith("$"):
         return None  # tools (`pip`, `pytest`) and modules we cannot name are no launches
-    return _make(doc, command, "python", {}, target, args, None, None, 1, module)
+    return _Found("python", target, args, module, counting="single")

@@ -61,26 +61,6 @@ class ShellDocument:
     # `unset`, `NAME+=`); name "*" for `source`/`.`/`eval`, which may change any variable.
     clobbers: list[tuple[str, int]] = field(default_factory=list)
 
-    def visible(self, assignment: Assignment, at: Span) -> bool:
-        """True when `assignment` certainly ran before the command at `at`."""
-        if assignment.span.start >= at.start:
-            return False
-        mine = self.scopes.get(assignment.span.start, ())
-        theirs = self.scopes.get(at.start, ())
-        return theirs[: len(mine)] == mine
-
-    def reaches(self, assignment: Assignment, at: Span) -> bool:
-        """False when `assignment` ran in a separate shell that `at` is not part of."""
-        theirs = self.scopes.get(at.start, ())
-        return all(block > 0 or block in theirs for block in self.scopes.get(assignment.span.start, ()))
-
-    def clobbered(self, name: str, start: int, end: int, *, any_name: bool = True) -> bool:
-        """True when `name` may have changed between the offsets `start` and `end`."""
-        return any(
-            start < offset < end and (n == name or (any_name and n == "*"))
-            for n, offset in self.clobbers
-        )
-
 
 def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
     if dialect not in DIALECTS:
@@ -570,9 +550,9 @@ class _Builder:
         elif word in _CLOSERS:
             self._pop()
         elif word in ("for", "select"):
-            self._push("loop")
             if nxt is not None and nxt.kind == "word":  # the loop variable changes
-                self.doc.clobbers.append((nxt.text, tok.start))
+                self._clobber(nxt.text, tok.start)
+            self._push("loop")
             self.skip = "header"
         elif word == "case":
             self._push("case")
@@ -609,11 +589,15 @@ class _Builder:
         for word in words:
             assignment = _assignment(word, kind, self.source)
             if assignment is None:  # `A+=x`: the value now depends on what came before
-                self.doc.clobbers.append((word.raw.split("+=", 1)[0], word.span.start))
+                self._clobber(word.raw.split("+=", 1)[0], word.span.start)
                 continue
             found.append(assignment)
             self.add(assignment, scope)
         return found
+
+    def _clobber(self, name: str, offset: int) -> None:
+        self.doc.clobbers.append((name, offset))
+        self.doc.scopes.setdefault(offset, self.scope())
 
     def add(self, assignment: Assignment, scope: tuple[int, ...] = ()) -> None:
         self.doc.assignments.append(assignment)
@@ -637,11 +621,11 @@ class _Builder:
     def _clobbers(self, argv: list[Word]) -> None:
         name = argv[0].text
         if name in _SOURCING:
-            self.doc.clobbers.append(("*", argv[0].span.start))
+            self._clobber("*", argv[0].span.start)
         elif name in ("read", "unset", "getopts", "mapfile", "readarray"):
             for word in argv[1:]:
                 if _IDENT.fullmatch(word.text):
-                    self.doc.clobbers.append((word.text, word.span.start))
+                    self._clobber(word.text, word.span.start)
 
 
 def _assignment(word: Word, kind: str, source: SourceText) -> Assignment | None:

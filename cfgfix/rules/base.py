@@ -38,7 +38,7 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     severity: ClassVar[Severity]
-    fix_availability: ClassVar[str] = "none"  # "safe", "unsafe", "sometimes" or "none"
+    fix_availability: ClassVar[str] = "none"  # "safe", "unsafe", "mixed" (per case), "sometimes", "none"
     default_enabled: ClassVar[bool] = True
     kinds: ClassVar[tuple[str, ...]] = ("python",)
     # Prefilter: every group must have one of its byte strings in the file, or the rule

@@ -46,11 +46,19 @@ class RedundantDtypeCast(Rule):
     model = AutoModelForSeq2SeqLM.from_pretrained(name, torch_dtype=torch.bfloat16)
     ```
 
+    One exception matters: transformers keeps a few modules in float32 on purpose
+    (`_keep_in_fp32_modules`, e.g. T5's `wo` layers under float16;
+    `_keep_in_fp32_modules_strict`, e.g. DeepSeek-V3's router bias, under any half dtype).
+    For those the repeated cast is not a no-op: it undoes that protection.
+
     ## Fix safety
-    Safe: the removed cast is a no-op. When the call also moves the model
-    (`.to("cuda", torch.bfloat16)`) only the dtype argument is removed. cfgfix stays silent
-    when anything between the load and the cast may have changed the dtype (a branch, a
-    loop, the model passed to another function).
+    Safe for bfloat16 and float32 casts: the removed cast changes no weight (for the rare
+    model with a strict float32 list, dropping it keeps those few modules in float32, as
+    the model's authors chose). Unsafe for float16, where `_keep_in_fp32_modules` is
+    common (the T5 family): there the cast did convert those modules. When the call also
+    moves the model (`.to("cuda", torch.bfloat16)`) only the dtype argument is removed.
+    cfgfix stays silent when anything between the load and the cast may have changed the
+    dtype (a branch, a loop, the model passed to another function).
 
     ## References
     - facts A1: `Module._apply` swaps `param.data` in place and returns `self`
@@ -61,7 +69,7 @@ class RedundantDtypeCast(Rule):
     code = "CFX101"
     name = "redundant-dtype-cast"
     severity = Severity.INFO
-    fix_availability = "safe"
+    fix_availability = "mixed"
     trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
@@ -204,12 +212,14 @@ class RedundantDtypeCast(Rule):
             else:
                 origin = f"already cast on line {state.cast_by.lineno}"
                 related = [Related(src.span_of_node(state.cast_by), f"cast to {state.dtype} here")]
+            applicability = Applicability.UNSAFE if state.dtype == "float16" else Applicability.SAFE
             yield self.finding(
                 src.span_of_node(mc.call),
                 f"`{name_of(src, mc)}` already holds {state.dtype} weights ({origin}): "
-                f"`{call_text(src, mc)}` is a no-op. It returns the same module and copies nothing, "
-                "so it neither costs nor saves memory.",
-                fix=Fix(tuple(edits), description) if edits else None,
+                f"`{call_text(src, mc)}` returns the same module and copies no weight that is "
+                f"already {state.dtype}, so it neither costs nor saves memory. (Modules that "
+                "transformers keeps in float32 on purpose are the exception: the cast undoes that.)",
+                fix=Fix(tuple(edits), description, applicability) if edits else None,
                 related=related,
             )
 
@@ -243,11 +253,11 @@ class CastAfterLoad(Rule):
     ```
 
     ## Fix safety
-    Safe: the weights end in the same dtype. The fix writes `dtype=` when the project pins
-    transformers >= 4.56 and `torch_dtype=` otherwise. One visible difference: with the dtype
-    passed at load time transformers keeps a model's `_keep_in_fp32_modules` (for example
-    T5's `wo` layers) in float32, which the blanket cast did not; that is the behaviour the
-    model's authors intended.
+    Safe for bfloat16: the weights end in the same dtype. Unsafe for float16: with the dtype
+    passed at load time transformers keeps a model's `_keep_in_fp32_modules` (the T5
+    family's `wo` layers) in float32, which the blanket cast did not — the behaviour the
+    model's authors intended, but a numerics change. The fix writes `dtype=` when the
+    project pins transformers >= 4.56 and `torch_dtype=` otherwise.
 
     ## References
     - facts A1, A2: `from_pretrained` defaults by version (transformers 4.46.3 docstring:
@@ -258,7 +268,7 @@ class CastAfterLoad(Rule):
     code = "CFX102"
     name = "cast-after-load"
     severity = Severity.WARNING
-    fix_availability = "safe"
+    fix_availability = "mixed"
     trigger_check = staticmethod(may_load_model)
     triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
 
@@ -377,7 +387,8 @@ class CastAfterLoad(Rule):
             cast_edits = None
         if load_edit is None or cast_edits is None:
             return None
-        return Fix((load_edit, *cast_edits), f"Load with `{keyword}={dtype_text}` and drop the cast")
+        applicability = Applicability.UNSAFE if mc.target_dtype == "float16" else Applicability.SAFE
+        return Fix((load_edit, *cast_edits), f"Load with `{keyword}={dtype_text}` and drop the cast", applicability)
 
 
 @register
