@@ -288,6 +288,34 @@ def test_plain_python_launch():
     assert module.config_files["config"].text == "conf"
 
 
+@pytest.mark.parametrize(
+    "line,module",
+    [
+        ("python -uBm pkg.train --x 1", "pkg.train"),
+        ("python -X dev -W ignore::UserWarning -m pkg.train", "pkg.train"),
+        ("python3.11 -mpkg.train", "pkg.train"),
+    ],
+)
+def test_python_switch_clusters(line, module):
+    launch = one(line + "\n")
+    assert (launch.launcher, launch.module, launch.script) == ("python", module, None)
+
+
+def test_python_from_a_variable_and_setup_py():
+    assert one("$PYTHON train.py\n").script.text == "train.py"
+    assert launches("python setup.py sdist\npython -V\n") == []
+
+
+def test_srun_starts_copies_of_plain_python():
+    assert one("srun --ntasks-per-node=4 python train.py\n").world_size is None
+    assert one("srun -N 2 torchrun --nnodes 2 --nproc_per_node 4 train.py\n").world_size == 8
+
+
+def test_accelerate_cpu_runs_one_process_without_mpirun():
+    assert one("accelerate launch --cpu --num_processes 2 train.py\n").world_size is None
+    assert one("accelerate launch --cpu train.py\n").world_size is None
+
+
 def test_python_that_is_not_a_training_launch():
     assert launches('python -c "import torch"\npython -m pip install -r req.txt\npython\npython --version\n') == []
 
@@ -378,6 +406,23 @@ def test_variables_resolve_inside_the_same_block_and_through_chains():
     assert (launch.num_processes, launch.num_machines, launch.world_size) == (2, 2, 4)
 
 
+@pytest.mark.parametrize(
+    "script,world",
+    [
+        ("N=4\n(N=8)\ntorchrun --nproc_per_node $N x.py\n", 4),  # a subshell's N is gone
+        ("(N=8; torchrun --nproc_per_node $N x.py)\n", 8),
+        ("if a; then N=8; fi\nN=2\ntorchrun --nproc_per_node $N x.py\n", 2),
+        ("N=4\nif a; then source env.sh; fi\ntorchrun --nproc_per_node $N x.py\n", None),
+        ("N=2\nN=$((N * 2))\ntorchrun --nproc_per_node $N x.py\n", None),
+        ("N=2\nM=$N\nN=3\ntorchrun --nproc_per_node $M x.py\n", 2),
+        ("function go {\n  N=2\n  torchrun --nproc_per_node $N x.py\n}\n", 2),
+        ("N=2\nwhile read line; do N=3; done < f\ntorchrun --nproc_per_node $N x.py\n", None),
+    ],
+)
+def test_variable_scopes(script, world):
+    assert one(script).world_size == world
+
+
 def test_launch_environment():
     launch = one(
         """\
@@ -462,7 +507,7 @@ def test_makefile_recipes():
         \t    train.py --config $(CONFIG)
         \ttorchrun --nproc_per_node $$NGPU other.py
         \ttorchrun --nproc_per_node $$WORLD third.py
-        quick: ; python quick.py
+        quick: ; $(PYTHON) quick.py
         """
     )
     doc = parse(text, "makefile", "Makefile")
@@ -471,7 +516,7 @@ def test_makefile_recipes():
         ["torchrun", "--nproc_per_node", "$NGPU", "train.py", "--config", "$(CONFIG)"],
         ["torchrun", "--nproc_per_node", "$NGPU", "other.py"],
         ["torchrun", "--nproc_per_node", "$WORLD", "third.py"],
-        ["python", "quick.py"],
+        ["$(PYTHON)", "quick.py"],
     ]
     found = find_launches(doc)
     # Each recipe line is its own shell: NGPU is known on its line only.

@@ -411,26 +411,39 @@ def _deepspeed(words: tuple[Word, ...]) -> _Found | None:
     )
 
 
+_PYTHON_FLAGS = set("bBdEiIOPqsSRuvx")  # interpreter switches that take no value
+
+
 def _python(words: tuple[Word, ...]) -> _Found | None:
+    """`python [switches] script.py args` or `python [switches] -m module args`."""
     i = 0
     while i < len(words):
         text = words[i].text
-        if text.startswith("-m"):  # `-m pkg.mod` or `-mpkg.mod`
-            if len(text) > 2:
-                return _python_module(text[2:], words[i], words[i + 1:])
-            if i + 1 < len(words):
-                return _python_module(words[i + 1].text, words[i + 1], words[i + 2:])
-            return None
-        if text.startswith("-c") or text in ("-", "-V", "--version", "-h", "--help"):
-            return None  # inline code, stdin, or no script at all
-        if text in ("-W", "-X", "-Q", "--check-hash-based-pycs"):
-            i += 2
-        elif text.startswith("-"):
-            i += 1
-        elif _program(words[i]) == "setup.py":
-            return None  # packaging, not training
-        else:
+        if text in ("-", "--version", "--help"):
+            return None  # stdin, or no script at all
+        if text == "--" or not text.startswith("-"):
+            i += text == "--"
+            if i >= len(words) or _program(words[i]) == "setup.py":
+                return None  # packaging, not training
             return _Found("python", words[i], words[i + 1:], counting="single")
+        if text.startswith("--"):  # `--check-hash-based-pycs always`
+            i += 2 if text == "--check-hash-based-pycs" else 1
+            continue
+        for at, switch in enumerate(text[1:], start=1):  # a cluster such as `-uBm`
+            if switch in _PYTHON_FLAGS:
+                continue
+            rest = text[at + 1:]
+            if switch == "m":
+                if rest:
+                    return _python_module(rest, words[i], words[i + 1:])
+                if i + 1 < len(words):
+                    return _python_module(words[i + 1].text, words[i + 1], words[i + 2:])
+                return None
+            if switch in "WX":  # their value is the rest of the word, or the next word
+                i += 0 if rest else 1
+                break
+            return None  # `-c code`, `-V`, `-h`, or a switch we do not know
+        i += 1
     return None
 
 
