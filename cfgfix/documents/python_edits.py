@@ -85,3 +85,17 @@ def insert_import(src: SourceText, tree: ast.Module, line_text: str, before_line
     offset = src.line_starts[end_line] if end_line < len(src.line_starts) else len(src.text)
     prefix = "" if src.text[:offset].endswith(("\n", "\r")) else newline
     return Edit(src.path, offset, offset, prefix + line_text + newline)
+
+
+def import_name(src: SourceText, tree: ast.Module, module: str, name: str, before_line: int) -> Edit:
+    """Make `name` importable from `module`: extend an existing top-level
+    `from module import ...` above `before_line`, else add `from module import name`."""
+    for stmt in tree.body:
+        if stmt.lineno >= before_line:
+            break
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == module and not stmt.level:
+            last = stmt.names[-1]
+            if last.name != "*" and hasattr(last, "end_col_offset"):
+                end = src.offset_from_utf8(last.end_lineno, last.end_col_offset)
+                return Edit(src.path, end, end, f", {name}")
+    return insert_import(src, tree, f"from {module} import {name}", before_line)

@@ -122,7 +122,8 @@ class _Lexer:
 
     def __init__(self, text: str, end: int | None = None, *, make: bool = False, docker: bool = False):
         self.text = text
-        self.n = len(text) if end is None else end
+        self.n = len(text) if end is None else end  # where tokens may reach
+        self.limit = self.n  # where heredoc bodies may reach
         self.make = make
         self.docker = docker
         self.nesting = 0  # depth of `$(`/`${` inside each other
@@ -203,8 +204,9 @@ class _Lexer:
     def _skip_heredocs(self, pos: int, heredocs: list[tuple[str, bool]]) -> int:
         # Heredoc bodies are data (a Python program, a config), never commands.
         for delimiter, strip_tabs in heredocs:
-            while pos < self.n:
-                end = self.eol(pos)
+            while pos < self.limit:
+                end = self.text.find("\n", pos, self.limit)
+                end = self.limit if end < 0 else end + 1
                 line = self.text[pos:end].rstrip("\r\n")
                 pos = end
                 if (line.lstrip("\t") if strip_tabs else line) == delimiter:

@@ -776,6 +776,19 @@ class DeviceMapInDistributedTraining(Rule):
             "Trainer(model=model, args=args).train()\n",
         ),
         Example(
+            "from accelerate import (\n    Accelerator,\n)\nfrom transformers import AutoModel\n"
+            "accelerator = Accelerator()\n"
+            "model = AutoModel.from_pretrained('m', device_map='sequential')\n"
+            "accelerator.backward(model(**batch).loss)\n",
+            why="deepspeed launcher with --num_gpus; the existing `from accelerate import` is extended",
+            line=6,
+            files={"train.sh": "deepspeed --num_gpus=8 train.py --deepspeed ds.json\n"},
+            fixed="from accelerate import (\n    Accelerator, PartialState,\n)\nfrom transformers import AutoModel\n"
+            "accelerator = Accelerator()\n"
+            "model = AutoModel.from_pretrained('m', device_map={\"\": PartialState().local_process_index})\n"
+            "accelerator.backward(model(**batch).loss)\n",
+        ),
+        Example(
             "import accelerate\nfrom transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('m', device_map='balanced')\n"
             "accelerator.backward(model(**batch).loss)\n",
@@ -820,9 +833,7 @@ class DeviceMapInDistributedTraining(Rule):
             else:
                 local = "PartialState"
                 edits.append(
-                    python_edits.insert_import(
-                        src, ctx.document.tree, "from accelerate import PartialState", keyword.value.lineno
-                    )
+                    python_edits.import_name(src, ctx.document.tree, "accelerate", "PartialState", keyword.value.lineno)
                 )
         edits.append(python_edits.replace_node(src, keyword.value, f'{{"": {local}().local_process_index}}'))
         return Fix(tuple(edits), "Load one whole model per process", Applicability.UNSAFE)
