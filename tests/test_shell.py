@@ -189,7 +189,8 @@ def test_control_structures_expose_inner_commands():
         ["cd", "sub"],
         ["python", "e.py"],
     ]
-    assert [l.launcher for l in find_launches(doc)] == ["torchrun", "python", "python", "deepspeed", "accelerate", "python"]
+    launchers = [launch.launcher for launch in find_launches(doc)]
+    assert launchers == ["torchrun", "python", "python", "deepspeed", "accelerate", "python"]
 
 
 def test_unknown_dialect_is_an_error():
@@ -271,7 +272,7 @@ def test_deepspeed_launcher():
     launch = one("deepspeed --num_gpus=2 train.py --deepspeed ds.json\n")
     assert (launch.launcher, launch.num_processes, launch.world_size) == ("deepspeed", 2, 2)
     assert launch.config_files["deepspeed"].text == "ds.json"
-    multi = one("deepspeed --num_nodes 2 --num_gpus 4 --hostfile hosts train.py --deepspeed --deepspeed_config ds.json\n")
+    multi = one("deepspeed --num_nodes 2 --num_gpus 4 --hostfile h train.py --deepspeed --deepspeed_config ds.json\n")
     assert (multi.num_machines, multi.world_size) == (2, 8)
     assert multi.config_files["deepspeed"].text == "ds.json"
     assert one("deepspeed train.py\n").world_size is None  # all visible GPUs
@@ -340,13 +341,35 @@ def test_wrappers_before_the_launcher(line):
 
 
 def test_echo_and_strings_are_not_launches():
-    assert launches('echo "torchrun --nproc_per_node 8 train.py"\necho torchrun train.py\nprintf \'%s\' "accelerate launch x.py"\n') == []
+    script = 'echo "torchrun --nproc_per_node 8 train.py"\necho torchrun train.py\nprintf %s "accelerate launch x.py"\n'
+    assert launches(script) == []
+
+
+def test_inline_shell_scripts_are_parsed_in_place():
+    text = (
+        "N=2\nbash -c 'torchrun --nproc_per_node $N train.py' && sh -lc \"echo torchrun x.py\"\n"
+        "bash run.sh -c 'python y.py'\n"
+    )
+    doc = parse(text)
+    assert argvs(doc)[1] == ["torchrun", "--nproc_per_node", "$N", "train.py"]
+    launch = find_launches(doc)[0]
+    assert (launch.world_size, launch.command.span.line, launch.command.span.column) == (2, 2, 10)
+    assert len(find_launches(doc)) == 1  # the echo string and `bash run.sh` args are not scripts
+    escaped = parse("bash -c \"torchrun --nproc_per_node \\\"2\\\" t.py\"\n")
+    assert find_launches(escaped) == []  # escapes: positions would not map back, so left alone
 
 
 def test_key_value_and_separate_forms_agree():
     a = one("deepspeed --num_gpus 2 --num_nodes=1 train.py\n")
     b = one("deepspeed --num_gpus=2 --num_nodes 1 train.py\n")
     assert (a.world_size, a.num_machines) == (b.world_size, b.num_machines) == (2, 1)
+
+
+def test_argparse_abbreviations_where_the_launcher_accepts_them():
+    assert one("torchrun --nnode=1 --nproc 2 train.py\n").num_machines == 1
+    assert one("torchrun --nproc 2 t.py\n").world_size == 2
+    assert one("deepspeed --num_gpu 2 train.py\n").world_size == 2
+    assert one("accelerate launch --num_proc 2 train.py\n").num_processes is None  # allow_abbrev=False
 
 
 def test_option_value_positions():
@@ -483,6 +506,13 @@ def test_dockerfile_shell_form_run_and_env_resolution():
     assert argvs(doc)[:2] == [["pip", "install", "-r", "req.txt"], ["python", "-c", "print(1)"]]
     launch = find_launches(doc)[0]
     assert launch.world_size == 4  # RUN NGPU=1 lived in another shell
+
+
+def test_dockerfile_exec_form_through_a_shell():
+    text = 'CMD ["bash", "-c", "accelerate launch --num_processes 2 train.py > /tmp/log"]\n'
+    doc = parse(text, "dockerfile", "Dockerfile")
+    launch = find_launches(doc)[0]
+    assert (launch.launcher, launch.world_size, launch.script.raw) == ("accelerate", 2, "train.py")
 
 
 def test_dockerfile_legacy_env_and_bad_json_fall_back_to_shell_form():

@@ -15,9 +15,6 @@ import yaml
 
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments
 
-LAUNCHERS = ("accelerate", "torchrun", "deepspeed", "python")
-
-
 @dataclass(frozen=True)
 class Launch:
     launcher: str  # "accelerate" | "torchrun" | "deepspeed" | "python"
@@ -126,6 +123,18 @@ _DEEPSPEED_FLAGS = {
     "no_python", "module", "no_local_rank", "no_ssh_check", "force_multi", "save_pid",
     "elastic_training", "bind_cores_to_rank", "no_ssh", "h", "help",
 }
+# torchrun and deepspeed parse with argparse's default allow_abbrev (`--nnode` is `--nnodes`);
+# accelerate turns abbreviations off.
+_TORCHRUN_OPTIONS = _TORCHRUN_FLAGS | {
+    "nnodes", "nproc_per_node", "node_rank", "master_addr", "master_port", "local_addr",
+    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "max_restarts", "monitor_interval",
+    "start_method", "role", "log_dir", "redirects", "tee", "local_ranks_filter", "logs_specs",
+}
+_DEEPSPEED_OPTIONS_ALL = _DEEPSPEED_FLAGS | {
+    "hostfile", "include", "exclude", "num_nodes", "min_elastic_nodes", "max_elastic_nodes",
+    "num_gpus", "master_port", "master_addr", "node_rank", "launcher", "launcher_args",
+    "enable_each_rank_log", "autotuning", "bind_core_list", "ssh_port", "comment", "account",
+}
 _VALUE_OPTIONS = {"num_processes", "nproc_per_node", "num_gpus", "num_machines", "nnodes", "num_nodes"}
 _TOOL_MODULES = {
     "pip", "venv", "virtualenv", "ensurepip", "pytest", "unittest", "http.server", "json.tool",
@@ -153,8 +162,17 @@ def _after_equals(word: Word) -> Word:
     return Word(value, word.raw[raw_at + 1:], sub)
 
 
-def _options(words: tuple[Word, ...], flags: set[str]) -> tuple[dict[str, Word | None], int]:
-    """Launcher options before the script: ({key: value word or None}, index of the script)."""
+def _options(
+    words: tuple[Word, ...], flags: set[str], known: set[str] = frozenset()
+) -> tuple[dict[str, Word | None], int]:
+    """Launcher options before the script: ({key: value word or None}, index of the script).
+    `known`: the launcher's options, when it accepts unique prefixes of them."""
+
+    def canonical(option: str) -> str:
+        key = _key(option)
+        matches = [k for k in known if k.startswith(key)] if key not in known and len(key) > 1 else []
+        return matches[0] if len(matches) == 1 else key
+
     opts: dict[str, Word | None] = {}
     i = 0
     while i < len(words):
@@ -164,10 +182,10 @@ def _options(words: tuple[Word, ...], flags: set[str]) -> tuple[dict[str, Word |
         if not text.startswith("-") or text == "-":
             break
         if text.startswith("--") and "=" in text:
-            opts[_key(text.split("=", 1)[0])] = _after_equals(words[i])
+            opts[canonical(text.split("=", 1)[0])] = _after_equals(words[i])
             i += 1
             continue
-        key = _key(text)
+        key = canonical(text)
         nxt = words[i + 1] if i + 1 < len(words) else None
         takes_value = key not in flags and nxt is not None and not nxt.text.startswith("-")
         if takes_value and key not in _VALUE_OPTIONS and nxt.text.endswith(".py"):
@@ -225,7 +243,7 @@ class _Variables:
         self.events = sorted(events, key=lambda e: e[:2])
         self.next = 0
 
-    def launch(self, command: Command, found: "_Found") -> Launch:
+    def launch(self, command: Command, found: _Found) -> Launch:
         self._replay_until(command.span.start)
         self._enter(self.doc.scopes.get(command.span.start, ()))
         processes = self.number(found.processes)
@@ -390,7 +408,7 @@ def _accelerate(words: tuple[Word, ...]) -> _Found | None:
 
 
 def _torchrun(words: tuple[Word, ...]) -> _Found | None:
-    opts, i = _options(words, _TORCHRUN_FLAGS)
+    opts, i = _options(words, _TORCHRUN_FLAGS, _TORCHRUN_OPTIONS)
     if i >= len(words):
         return None
     return _Found(
@@ -402,7 +420,7 @@ def _torchrun(words: tuple[Word, ...]) -> _Found | None:
 
 
 def _deepspeed(words: tuple[Word, ...]) -> _Found | None:
-    opts, i = _options(words, _DEEPSPEED_FLAGS)
+    opts, i = _options(words, _DEEPSPEED_FLAGS, _DEEPSPEED_OPTIONS_ALL)
     if i >= len(words):
         return None
     return _Found(

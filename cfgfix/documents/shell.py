@@ -63,6 +63,8 @@ class ShellDocument:
 
 
 def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
+    """Commands and assignments of a shell script, Makefile, Dockerfile or `.env` file.
+    Never raises on the file's content; an unknown `dialect` is a programming error."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown shell dialect {dialect!r}; expected one of {DIALECTS}")
     doc = ShellDocument(source)
@@ -176,7 +178,8 @@ class _Lexer:
             elif (op := self._operator(pos)) is not None:
                 start = pos
                 prev = toks[-1] if toks else None
-                if op[0] in "<>" and prev and prev.kind == "word" and prev.end == pos and text[prev.start:pos].isdigit():
+                fd = prev is not None and prev.kind == "word" and prev.end == pos and text[prev.start:pos].isdigit()
+                if op[0] in "<>" and fd:
                     start = toks.pop().start  # `2>&1`: the fd number belongs to the redirection
                 toks.append(_Tok("op", start, pos + len(op), op))
                 pos += len(op)
@@ -375,7 +378,7 @@ class _Lexer:
         raise _Unbalanced(pos)
 
 
-def _parse_sh_range(builder: "_Builder", lexer: _Lexer, pos: int) -> None:
+def _parse_sh_range(builder: _Builder, lexer: _Lexer, pos: int) -> None:
     """Feed every logical line from `pos` to `lexer.n` to the builder."""
     limit = lexer.n
     budget = 8 * (limit - pos) + 65536  # characters scanned in vain before we stop trusting quotes
@@ -413,6 +416,7 @@ _CLOSERS = {"fi", "done", "esac", "}"}
 _SEPARATORS = {";", "&&", "||", "|", "|&", "&", ";;", ";&", ";;&"}
 _DECLARERS = {"export", "declare", "typeset", "readonly", "local"}
 _SOURCING = {"source", ".", "eval"}
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh"}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -427,6 +431,7 @@ class _Builder:
         self.next_id = 0
         self.expect_pattern = False  # inside `case`, before the `)` of a pattern
         self.skip: str | None = None  # inside a `for`/`case`/`function` header
+        self.inline_depth = 0  # `bash -c` inside `bash -c`
 
     # -- blocks
     def _push(self, kind: str) -> None:
@@ -448,14 +453,14 @@ class _Builder:
 
     @contextmanager
     def isolated(self):
-        """One Makefile recipe line or Dockerfile instruction: its own shell."""
-        saved = self.stack
-        self.stack = list(saved)
+        """A Makefile recipe line, a Dockerfile instruction, `bash -c '...'`: its own shell."""
+        saved = self.stack, self.expect_pattern, self.skip
+        self.stack, self.expect_pattern, self.skip = list(saved[0]), False, None
         self._push("isolated")
         try:
             yield
         finally:
-            self.stack, self.expect_pattern, self.skip = saved, False, None
+            self.stack, self.expect_pattern, self.skip = saved
 
     # -- tokens
     def feed(self, toks: list[_Tok]) -> None:
@@ -582,6 +587,30 @@ class _Builder:
             self._clobbers(argv)
             self.doc.commands.append(Command(tuple(argv), tuple(prefix), span))
             self.doc.scopes.setdefault(span.start, scope)
+            self.inline_script(argv)
+
+    def inline_script(self, argv: list[Word] | tuple[Word, ...]) -> None:
+        """`bash -c 'torchrun ...'`: parse the script in place when the quotes hold it verbatim
+        (no escapes), so every inner word keeps its exact position in the file."""
+        if argv[0].text.rsplit("/", 1)[-1] not in _SHELLS or self.inline_depth >= 4:
+            return
+        for i, word in enumerate(argv[1:-1], start=1):
+            if not word.text.startswith("-"):
+                return  # `bash run.sh`: a file, not an inline script
+            if not word.text.startswith("--") and word.text.endswith("c"):  # -c, -lc, -ec
+                script = argv[i + 1]
+                break
+        else:
+            return
+        raw = script.raw
+        if len(raw) < 2 or raw[0] not in "'\"" or raw[-1] != raw[0] or script.text != raw[1:-1]:
+            return
+        self.inline_depth += 1
+        try:
+            with self.isolated():
+                _parse_sh_range(self, _Lexer(self.source.text, script.span.end - 1), script.span.start + 1)
+        finally:
+            self.inline_depth -= 1
 
     def _word(self, tok: _Tok) -> Word:
         return Word(tok.text, self.source.text[tok.start:tok.end], self.source.span(tok.start, tok.end))
@@ -800,6 +829,7 @@ def _docker_command(builder: _Builder, keyword: str, start: int, end: int) -> in
         span = builder.source.span(words[0].span.start, words[-1].span.end)
         builder.doc.commands.append(Command(tuple(words), (), span))
         builder.doc.scopes.setdefault(span.start, builder.scope())
+        builder.inline_script(words)
         return end
     heredoc = "<<" in text[start:end]  # BuildKit heredocs run past the instruction line
     lexer = _Lexer(text, None if heredoc else end, docker=True)
