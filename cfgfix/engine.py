@@ -99,6 +99,35 @@ class Linter:
             return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
         ctx = PythonContext(document, self.versions.for_file(sf.path))
         result = FileResult()
+        self._run(rules, ctx, sf, result)
+        return result
+
+    def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1) -> FileResult:
+        if not self.report_parse_errors:
+            return FileResult()
+        return FileResult(findings=[parse_error(sf.display, message, line, column)])
+
+    def _shell(self, sf: SourceFile, data: bytes) -> FileResult:
+        rules = [r for r in self.rules if sf.kind in r.kinds and r.may_match(data)]
+        wants_launches = any(token in data for token in LAUNCH_TOKENS)
+        if not rules and not wants_launches:
+            return FileResult()
+        from cfgfix.documents.shell import parse_shell
+        from cfgfix.rules.context import ShellContext
+
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+        except DecodeError:
+            return FileResult()  # not a script we can read; launch scripts are optional input
+        document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
+        ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path))
+        result = FileResult()
+        if wants_launches:
+            result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
+        self._run(rules, ctx, sf, result)
+        return result
+
+    def _run(self, rules, ctx, sf: SourceFile, result: FileResult) -> None:
         for rule in rules:
             try:
                 for finding in rule.check(ctx):
@@ -109,24 +138,6 @@ class Linter:
                         result.findings.append(finding)
             except Exception as exc:  # a bug in a rule must not stop the other files
                 result.errors.append(f"internal error in {rule.code} on {sf.display}: {exc!r}")
-        return result
-
-    def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1) -> FileResult:
-        if not self.report_parse_errors:
-            return FileResult()
-        return FileResult(findings=[parse_error(sf.display, message, line, column)])
-
-    def _shell(self, sf: SourceFile, data: bytes) -> FileResult:
-        if not any(token in data for token in LAUNCH_TOKENS):
-            return FileResult()
-        from cfgfix.documents.shell import find_launches, parse_shell
-
-        try:
-            source = SourceText.from_bytes(sf.display, data)
-        except DecodeError:
-            return FileResult()  # not a script we can read; launch scripts are optional input
-        document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
-        return FileResult(launches=[LaunchFacts.from_launch(l).to_dict() for l in find_launches(document)])
 
 
 # A process pool needs the linter in each worker: set once by the initializer.
@@ -178,7 +189,7 @@ class Engine:
 
     def _file_key(self, sf: SourceFile) -> str:
         """What besides its bytes a file's result depends on: its project's versions."""
-        return self.versions.for_file(sf.path).fingerprint() if sf.kind == "python" else ""
+        return self.versions.for_file(sf.path).fingerprint()
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, files: list[SourceFile]) -> RunResult:
@@ -236,7 +247,7 @@ class Engine:
                 data = sf.path.read_bytes()
             except OSError:
                 continue
-            cached = self.cache.get(sf.relpath, data, "") if self.cache else None
+            cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
             result = FileResult.from_dict(cached) if cached is not None else self.linter.lint(sf, data)
             results[sf.display] = FileResult(launches=result.launches)
             self._launch_files.append(sf)

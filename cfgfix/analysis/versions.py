@@ -366,6 +366,11 @@ class Versions:
         return self._installed[name]
 
     def fingerprint(self) -> str:
+        if getattr(self, "_fingerprint", None) is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> str:
         infos = {p: self.get(p) for p in TRACKED}
         infos.update(self._pins)
         data = sorted((i.package, i.specifier, i.source) for i in infos.values())

@@ -23,6 +23,33 @@ class PythonContext:
 
     @cached_property
     def models(self):
+        """Model loads and the casts/moves applied to them (CFX1xx)."""
         from cfgfix.analysis.models import analyze_models
 
         return analyze_models(self.document.tree, self.source.text)
+
+    @cached_property
+    def index(self):
+        """Every call with its qualified name and surroundings (loops, withs, function)."""
+        from cfgfix.analysis.structure import ModuleIndex
+
+        return ModuleIndex.build(self.document.tree, self.models.imports)
+
+
+@dataclass
+class ShellContext:
+    """A launch script (shell, Makefile, Dockerfile, .env), its commands and launches."""
+
+    document: object  # cfgfix.documents.shell.ShellDocument
+    kind: str  # "shell" | "makefile" | "dockerfile" | "env"
+    versions: Versions
+
+    @property
+    def source(self) -> SourceText:
+        return self.document.source
+
+    @cached_property
+    def launches(self):
+        from cfgfix.documents.shell import find_launches
+
+        return find_launches(self.document)
