@@ -1,0 +1,1 @@
+"""CFX306, CFX307: gradient checkpointing (Python)."""

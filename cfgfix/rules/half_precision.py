@@ -1,0 +1,1 @@
+"""CFX203, CFX205, CFX206: half-precision weights and their optimizers (Python)."""

@@ -1,0 +1,1 @@
+"""CFX308: destructive commands in training launch scripts (shell)."""
