@@ -116,7 +116,8 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
             return result if text == original else None  # never write a file that failed to parse
         fixable = select_fixes([f for f in findings if wanted(f, unsafe)])
         applied = []
-        candidate = apply_edits(text, [e for f in fixable for e in _unique(f.fix)])
+        # Two fixes may share an edit (two rules deleting the same call): apply it once.
+        candidate = apply_edits(text, list(dict.fromkeys(e for f in fixable for e in f.fix.edits)))
         if fixable and still_parses(sf.kind, candidate):
             applied = fixable
         else:  # find the fix that breaks the file: apply them one at a time
@@ -135,14 +136,6 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
     result.source = SourceText(sf.display, text, source.bom)
     result.remaining = engine.lint_one(sf, result.source.to_bytes(), {})
     return result
-
-
-def _unique(fix: Fix) -> list[Edit]:
-    seen = []
-    for edit in fix.edits:
-        if edit not in seen:
-            seen.append(edit)
-    return seen
 
 
 class WriteError(Exception):

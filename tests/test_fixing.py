@@ -95,3 +95,31 @@ def test_a_fix_that_would_break_the_file_is_dropped(in_tmp, monkeypatch):
     outcome = fix_file(engine, files[0], files[0].path.read_bytes(), unsafe=True)
     assert not outcome.changed
     assert outcome.dropped == ["CFX101 at line 4"]
+
+
+def test_an_edit_shared_by_two_fixes_is_applied_once(tmp_path):
+    """Two rules fixing one line with the same deletion (one of them with an extra edit)
+    must delete it once, not twice (a second deletion would eat the next line)."""
+    from types import SimpleNamespace
+
+    from cfgfix.fixing import fix_file
+
+    text = "a = load()\nmodel.half()\nx = 1\n"
+    shared = Edit("f.py", 11, 24, "")
+    extra = Edit("f.py", 8, 8, "dtype=1")
+    rounds = []
+
+    def lint_one(sf, data, sources):
+        if rounds:
+            return []
+        rounds.append(1)
+        span = Span("f.py", 2, 1, 2, 13, 11, 23)
+        return [
+            Finding("CFX102", "a", "m", Severity.INFO, span, fix=Fix((extra, shared), "d")),
+            Finding("CFX104", "b", "m", Severity.INFO, span, fix=Fix((shared,), "d")),
+        ]
+
+    engine = SimpleNamespace(lint_one=lint_one)
+    sf = SimpleNamespace(display="f.py", kind="python")
+    outcome = fix_file(engine, sf, text.encode(), unsafe=True)
+    assert outcome.fixed == "a = load(dtype=1)\nx = 1\n"

@@ -23,6 +23,7 @@ _MODEL_CLASS = re.compile(
     r"^(?!Peft)(?:AutoModel\w*|AutoPeftModel\w*|\w+For[A-Z]\w*|\w*Model|UNet\w*|AutoencoderKL\w*|\w+Pipeline)$"
 )
 _PIPELINE = re.compile(r"Pipeline$")
+_LIBRARIES = {"transformers": "transformers", "peft": "transformers", "modelscope": "transformers", "diffusers": "diffusers"}
 MULTI_DEVICE_STRATEGIES = {"auto", "balanced", "balanced_low_0", "sequential"}
 OFFLOAD_DEVICES = {"cpu", "disk"}
 
@@ -63,6 +64,12 @@ class ModelLoad:
     quantized: str | None  # "4bit", "8bit", "config" (a quantization config object) or None
     hidden_kwargs: bool  # `**kwargs` may pass anything
     pipeline: bool
+    # Where the class comes from: "transformers" (also PEFT's AutoPeft* and modelscope's
+    # wrappers, which load through transformers), "diffusers", or None (a local class, or a
+    # loader with its own defaults such as auto_gptq): rules that depend on a library's
+    # defaults stay silent for None.
+    library: str | None = None
+    quant_keywords: bool = False  # load_in_4bit/8bit or quantization_config passed at all
 
     @property
     def line(self) -> int:
@@ -353,7 +360,11 @@ class _Resolver:
         elif hidden:
             device_map = DeviceMap("unknown", False, call)
         quantized = None if pipeline else self.quantization(keywords)
-        return ModelLoad(call, class_name, dtype, dtype_kw, device_map, quantized, hidden, pipeline)
+        quant_keywords = any(k in keywords for k in ("load_in_4bit", "load_in_8bit", "quantization_config"))
+        return ModelLoad(
+            call, class_name, dtype, dtype_kw, device_map, quantized, hidden, pipeline,
+            _LIBRARIES.get(owner.split(".")[0]) if owner and "." in owner else None, quant_keywords,
+        )
 
 
 class _Walker:
@@ -426,6 +437,10 @@ class _Walker:
             for case in stmt.cases:
                 self.block(case.body, dict(safe))
             return safe
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for alias in stmt.names:  # `from mylib import model` rebinds `model`
+                _forget(env, (alias.asname or alias.name).split(".")[0])
+            return env
         if isinstance(stmt, (ast.Global, ast.Nonlocal)):
             for name in stmt.names:
                 env.pop(name, None)
@@ -462,6 +477,17 @@ class _Walker:
             return None
         if isinstance(node, (ast.Lambda,)):
             return None  # runs later, if ever
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            # The comprehension's targets shadow outer names (`[m.to(d) for m in models]`).
+            targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+            inner = {k: v for k, v in env.items() if k.split(".")[0] not in targets}
+            before = dict(inner)
+            for child in ast.iter_child_nodes(node):
+                self.expr(child, inner)
+            for key, state in before.items():  # what the comprehension changed is unclear after it
+                if inner.get(key) is not state:
+                    env.pop(key, None)
+            return None
         if isinstance(node, ast.NamedExpr):
             state = self.expr(node.value, env)
             self.bind(node.target, state, env)

@@ -21,9 +21,20 @@ def replace_node(src: SourceText, node: ast.AST, text: str) -> Edit:
 
 
 def drop_method_call(src: SourceText, call: ast.Call) -> Edit:
-    """`recv.to(x)` -> `recv`: delete from the end of the receiver to the end of the call."""
-    receiver_end = node_range(src, call.func.value)[1]  # type: ignore[attr-defined]
-    return Edit(src.path, receiver_end, node_range(src, call)[1], "")
+    """`recv.to(x)` -> `recv`: delete from the dot before the method name to the end of
+    the call, so a comment between the receiver and the dot stays where it is."""
+    func = call.func
+    attr_end = node_range(src, func)[1]
+    attr_start = attr_end - len(func.attr)  # type: ignore[attr-defined]
+    dot = src.text.rfind(".", 0, attr_start)
+    receiver_end = node_range(src, func.value)[1]  # type: ignore[attr-defined]
+    start = dot if dot >= receiver_end else receiver_end
+    spaces = start
+    while spaces > receiver_end and src.text[spaces - 1] in " \t":
+        spaces -= 1
+    if spaces == receiver_end or src.text[spaces - 1] not in "\r\n":
+        start = spaces  # `x .to(...)`: spaces before the dot go too, indentation stays
+    return Edit(src.path, start, node_range(src, call)[1], "")
 
 
 def delete_statement(src: SourceText, stmt: ast.stmt, sole_in_block: bool) -> Edit | None:

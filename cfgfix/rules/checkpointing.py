@@ -1,1 +1,1184 @@
 """CFX306, CFX307: gradient checkpointing (Python)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from cfgfix.analysis.names import dotted
+from cfgfix.core import Applicability, Edit, Finding, Fix, Related, Severity
+from cfgfix.documents import python_edits
+from cfgfix.rules.base import Example, Rule, register
+
+# The model methods that turn checkpointing on, and the keyword that carries the torch kwargs
+# (`activation_checkpointing_enable` is the transformers 5.23 name).
+GC_METHODS = {
+    "gradient_checkpointing_enable": "gradient_checkpointing_kwargs",
+    "activation_checkpointing_enable": "activation_checkpointing_kwargs",
+}
+# `TrainingArguments` flags, and their kwargs keyword.
+TRAINING_FLAGS = {
+    "gradient_checkpointing": "gradient_checkpointing_kwargs",
+    "activation_checkpointing": "activation_checkpointing_kwargs",
+}
+HF_TRAINERS = {
+    "transformers.Trainer",
+    "transformers.Seq2SeqTrainer",
+    "transformers.trainer.Trainer",
+    "transformers.trainer_seq2seq.Seq2SeqTrainer",
+}
+TORCH_CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+TORCH_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
+
+# PEFT methods that inject adapters and freeze every other weight (the embeddings included).
+_ADAPTER_CONFIGS = {
+    "lora", "loha", "lokr", "adalora", "ia3", "vera", "vblora", "oft", "boft", "fourierft",
+    "hra", "bone", "lntuning", "randlora", "shira", "c3a", "road", "miss", "delora", "gralora",
+}
+# Module names that are (or hold) the input embeddings: training them makes the first
+# checkpointed block's input require grad, which is all reentrant checkpointing needs.
+_EMBEDDING = re.compile(r"embed|wte|wpe|shared", re.IGNORECASE)
+# Models whose `main_input_name` is not "input_ids": transformers 5 does not call
+# `enable_input_require_grads()` for them.
+_NON_TEXT = re.compile(
+    r"^(AutoModelFor(ImageClassification|SemanticSegmentation|InstanceSegmentation|UniversalSegmentation"
+    r"|ObjectDetection|DepthEstimation|VideoClassification|MaskedImageModeling|AudioClassification"
+    r"|AudioFrameClassification|AudioXVector|CTC|SpeechSeq2Seq)"
+    r"|(ViT|DeiT|Swin|Swinv2|ConvNext|ConvNextV2|Beit|Dinov2|Segformer|Mask2Former|Detr|Whisper|Wav2Vec2"
+    r"|Hubert|WavLM|Speech2Text)(Model|For\w+))$"
+)
+_RETURNS_SELF = {"to", "cuda", "half", "bfloat16", "float", "train", "requires_grad_"}
+_LOADS = {"from_pretrained", "from_config", "_from_config"}
+# A helper that receives the base model before `get_peft_model` may enable checkpointing.
+_MAY_ENABLE = re.compile(r"checkpoint|prepare|setup|configure|patch", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------------ shared helpers
+
+
+def use_reentrant_of(node: ast.AST | None) -> str:
+    """What a `gradient_checkpointing_kwargs` value says about `use_reentrant`:
+    "default" (absent or None: the library default), "true", "false", "missing" (a dict
+    without the key: torch's own default, True), or "unknown"."""
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return "default"
+    pairs: list[tuple[str | None, ast.expr]] = []
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if key is None:
+                pairs.append((None, value))  # `**other`
+            elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+                pairs.append((key.value, value))
+            else:
+                pairs.append((None, value))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        pairs = [(k.arg, k.value) for k in node.keywords]
+    else:
+        return "unknown"
+    for key, value in pairs:
+        if key == "use_reentrant":
+            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+                return "true" if value.value else "false"
+            return "unknown"
+    return "unknown" if any(key is None for key, _ in pairs) else "missing"
+
+
+def _is_empty_dict(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Dict) and not node.keys) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"
+        and not node.args and not node.keywords
+    )
+
+
+def set_reentrant_false(src, node: ast.AST) -> Edit | None:
+    """Make a kwargs dict literal say `"use_reentrant": False`: replace a present value, else add the item."""
+    if isinstance(node, ast.Constant) and node.value is None:
+        return python_edits.replace_node(src, node, '{"use_reentrant": False}')
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and key.value == "use_reentrant":
+                return python_edits.replace_node(src, value, "False")
+        if not node.keys:
+            return python_edits.replace_node(src, node, '{"use_reentrant": False}')
+        end = src.span_of_node(node.values[-1]).end
+        return Edit(src.path, end, end, ', "use_reentrant": False')
+    if isinstance(node, ast.Call):  # dict(...)
+        for kw in node.keywords:
+            if kw.arg == "use_reentrant":
+                return python_edits.replace_node(src, kw.value, "False")
+        return python_edits.add_keyword(src, node, "use_reentrant=False")
+    return None
+
+
+def _kwargs_argument(call: ast.Call, keyword: str) -> tuple[ast.AST | None, bool]:
+    """The kwargs value passed to a checkpointing method (keyword or first positional), and
+    whether a `**mapping` may carry it instead."""
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value, False
+    if call.args:
+        return call.args[0], False
+    return None, any(kw.arg is None for kw in call.keywords)
+
+
+def _pin(ctx, package: str) -> str:
+    info = ctx.versions.get(package)
+    return f"{package}{info.specifier}" if info.specifier else package
+
+
+# -------------------------------------------------------------------------- scope model
+
+
+@dataclass
+class _Binding:
+    pos: tuple[int, int]
+    target: str
+    value: ast.expr | None  # None: bound by a loop, `with`, a tuple target, `+=` ...
+    stmt: ast.stmt
+
+
+# Arms of a compound statement that never both run: `if` body/else, `match` cases, and a
+# `try` handler against anything but `finally`.
+def _arms_exclusive(kind: str, a: str, b: str) -> bool:
+    if kind in ("if", "match"):
+        return True
+    if kind == "try":
+        return "finalbody" not in (a, b) and (a.startswith("handler") or b.startswith("handler"))
+    return False  # a loop's body and `else` both run
+
+
+@dataclass
+class _Scope:
+    """One function body (or the module body): its bindings in source order, and for each
+    statement the arms of the compound statements around it."""
+
+    bindings: list[_Binding] = field(default_factory=list)
+    paths: dict[int, tuple[tuple[int, str, str], ...]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, body: list[ast.stmt]) -> "_Scope":
+        scope = cls()
+        scope._block(body, ())
+        scope.bindings.sort(key=lambda b: b.pos)
+        return scope
+
+    def _block(self, body, path) -> None:
+        for stmt in body:
+            self.paths[id(stmt)] = path
+            self._bind(stmt)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue  # another scope
+            kind = {ast.If: "if", ast.Try: "try", ast.Match: "match"}.get(type(stmt), "other")
+            if getattr(ast, "TryStar", None) is type(stmt):
+                kind = "try"
+            for name in ("body", "orelse", "finalbody"):
+                children = getattr(stmt, name, None)
+                if children:
+                    self._block(children, path + ((id(stmt), name, kind),))
+            for i, handler in enumerate(getattr(stmt, "handlers", ()) or ()):
+                self._block(handler.body, path + ((id(stmt), f"handler{i}", kind),))
+            for i, case in enumerate(getattr(stmt, "cases", ()) or ()):
+                self._block(case.body, path + ((id(stmt), f"case{i}", kind),))
+
+    def _bind(self, stmt: ast.stmt) -> None:
+        pos = (stmt.lineno, stmt.col_offset)
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                name = dotted(target)
+                if name:
+                    self.bindings.append(_Binding(pos, name, stmt.value, stmt))
+                else:
+                    self._loose(target, pos, stmt)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            name = dotted(stmt.target)
+            if name:
+                self.bindings.append(_Binding(pos, name, stmt.value, stmt))
+        elif isinstance(stmt, ast.AugAssign):
+            self._loose(stmt.target, pos, stmt)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self._loose(stmt.target, pos, stmt)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    self._loose(item.optional_vars, pos, stmt)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.bindings.append(_Binding(pos, stmt.name, None, stmt))
+
+    def _loose(self, target, pos, stmt) -> None:
+        for node in ast.walk(target):
+            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if name:
+                self.bindings.append(_Binding(pos, name, None, stmt))
+
+    # -- queries --------------------------------------------------------------------------
+    def last_binding(self, name: str, before: tuple[int, int]) -> _Binding | None:
+        found = None
+        for binding in self.bindings:
+            if binding.pos >= before:
+                break
+            if binding.target == name:
+                found = binding
+        return found
+
+    def value_of(self, node: ast.expr, before: tuple[int, int]) -> ast.expr | None:
+        """A name's value at a point, through names bound by a plain assignment; None when
+        a name is not bound that way in this scope."""
+        for _ in range(5):
+            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if name is None:
+                return node
+            binding = self.last_binding(name, before)
+            if binding is None or binding.value is None:
+                return None
+            node, before = binding.value, binding.pos
+        return None
+
+    def rebound_between(self, name: str, start: tuple[int, int], end: tuple[int, int], skip: ast.stmt) -> bool:
+        """`name` (or a prefix of it) is bound again strictly between two points, other than
+        by `x = x.to(...)`-style calls that return the same module."""
+        for binding in self.bindings:
+            if not (start < binding.pos < end) or binding.stmt is skip:
+                continue
+            if binding.target != name and not name.startswith(binding.target + "."):
+                continue
+            value = binding.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _RETURNS_SELF
+                and dotted(value.func.value) == binding.target
+            ):
+                continue
+            return True
+        return False
+
+    def exclusive(self, a: ast.stmt, b: ast.stmt) -> bool:
+        """The two statements sit in arms of one compound statement that never both run."""
+        for (na, fa, kind), (nb, fb, _) in zip(self.paths.get(id(a), ()), self.paths.get(id(b), ())):
+            if na != nb:
+                return False
+            if fa != fb:
+                return _arms_exclusive(kind, fa, fb)
+        return False
+
+
+# ------------------------------------------------------------------------ CFX306 analysis
+
+
+@dataclass
+class _Hit:
+    node: ast.AST  # where to report: the checkpointing call, or `gradient_checkpointing=True`
+    message: str
+    fix: Fix | None
+    related: list[Related]
+    flagged_call: ast.Call  # the call CFX307 then leaves alone
+
+
+_FIX_TEXT = "Use non-reentrant checkpointing (`use_reentrant=False`)"
+
+
+class _Peft:
+    """Per file: every checkpointing that runs reentrant on a `get_peft_model` model whose
+    embeddings are frozen, with nobody calling `enable_input_require_grads()`."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.src = ctx.source
+        self.index = ctx.index
+        self.imports = ctx.models.imports
+        self.scopes: dict[int, _Scope] = {}
+        self.hits: list[_Hit] = []
+        wraps = [
+            site for site in self.index.calls
+            if site.name and site.name.startswith("peft.") and site.name.split(".")[-1] == "get_peft_model"
+        ]
+        if not wraps or self._handled_in_file():
+            return
+        tf = ctx.versions.get("transformers")
+        self.tf_v4 = tf.below("5")  # True: 4.x, False: 5.x, None: unknown
+        self.tf_kwargs = tf.below("4.35") is not True  # `gradient_checkpointing_kwargs` exists
+        self.peft_prepares = ctx.versions.get("peft").below("0.4") is not True
+        for wrap in wraps:
+            self._check_wrap(wrap)
+
+    # -- file-wide escapes --------------------------------------------------------------------
+    def _handled_in_file(self) -> bool:
+        index = self.index
+        for site in index.calls:
+            last = (site.name or "").split(".")[-1]
+            if last == "enable_input_require_grads":
+                return True
+            # QLoRA preparation calls `enable_input_require_grads()` itself for quantized models.
+            if last in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training"):
+                return True
+        # The manual form: a forward hook that calls `requires_grad_()` on the embeddings' output.
+        if index.calls_to_method("register_forward_hook") and index.calls_to_method("requires_grad_"):
+            return True
+        return self._unfreezes_something()
+
+    def _unfreezes_something(self) -> bool:
+        """Any `x.requires_grad = True` / `x.requires_grad_()` that is not plainly about the
+        adapters may unfreeze the embeddings: then the checkpointed inputs require grad."""
+        for node in ast.walk(self.ctx.document.tree):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets
+            ):
+                value = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
+                args = node.args or [k.value for k in node.keywords]
+                value = args[0] if args else None
+            else:
+                continue
+            if isinstance(value, ast.Constant) and value.value is False:
+                continue
+            text = self._loop_text(node)
+            if _EMBEDDING.search(text) or not re.search(r"lora|adapter|ia3", text, re.IGNORECASE):
+                return True
+        return False
+
+    def _loop_text(self, node: ast.AST) -> str:
+        # The loop around the statement says what is unfrozen (`for n, p in ...: if "lora" in n`).
+        context = self.index.contexts.get(id(node)) if isinstance(node, ast.stmt) else None
+        if context is None:
+            context = next((s.context for s in self.index.calls if s.node is node), None)
+        if context is not None and context.loops:
+            return self.src.node_text(context.loops[-1])
+        return self.src.node_text(context.stmt if context is not None else node)
+
+    # -- one `get_peft_model` -----------------------------------------------------------------
+    def _scope(self, function) -> _Scope:
+        key = id(function) if function is not None else 0
+        if key not in self.scopes:
+            body = function.body if function is not None else self.ctx.document.tree.body
+            self.scopes[key] = _Scope.build(body)
+        return self.scopes[key]
+
+    def _check_wrap(self, wrap) -> None:
+        call, context = wrap.node, wrap.context
+        if context.classdef is not None and context.function is None:
+            return  # a class body
+        function = context.function
+        scope = self._scope(function)
+        wrap_pos = (call.lineno, call.col_offset)
+        stmt = context.stmt
+        base_arg = call.args[0] if call.args else _keyword(call, "model")
+        config_arg = call.args[1] if len(call.args) > 1 else _keyword(call, "peft_config")
+        if base_arg is None or config_arg is None:
+            return
+        if not self._freezes_embeddings(scope, config_arg, wrap_pos):
+            return
+        load = self._base_load(scope, base_arg, wrap_pos)
+        if load is None:
+            return  # where the model comes from (and whether checkpointing is on) is unknown
+        base = dotted(base_arg)
+        if self._checkpointing_before(function, base, load, wrap_pos):
+            # PEFT calls `enable_input_require_grads()` as it wraps a model whose checkpointing
+            # is on, unless the model is quantized.
+            if self.peft_prepares and _quantized(load) is not True:
+                return
+        peft_name = None
+        if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1:
+            peft_name = dotted(stmt.targets[0])
+        names = {n for n in (peft_name, base) if n}
+        non_text = bool(_NON_TEXT.match(_class_name(self.imports, load)))
+        for method, keyword in GC_METHODS.items():
+            for site in self.index.calls_to_method(method):
+                pos = (site.node.lineno, site.node.col_offset)
+                if site.context.function is not function or pos <= wrap_pos:
+                    continue
+                owner = _owner(site.receiver, names)
+                if owner is None or scope.exclusive(stmt, site.context.stmt):
+                    continue
+                if scope.rebound_between(owner, wrap_pos, pos, stmt):
+                    continue
+                self._check_enable(scope, site.node, keyword, call, non_text)
+        for site in self.index.calls_named(*HF_TRAINERS):
+            pos = (site.node.lineno, site.node.col_offset)
+            if site.context.function is not function or pos <= wrap_pos:
+                continue
+            if scope.exclusive(stmt, site.context.stmt):
+                continue
+            model_arg = site.node.args[0] if site.node.args else _keyword(site.node, "model")
+            owner = _owner(dotted(model_arg) if model_arg is not None else None, names)
+            if owner is None or scope.rebound_between(owner, wrap_pos, pos, stmt):
+                continue
+            args_arg = site.node.args[1] if len(site.node.args) > 1 else _keyword(site.node, "args")
+            training_args = scope.value_of(args_arg, pos) if args_arg is not None else None
+            if isinstance(training_args, ast.Call):
+                self._check_trainer(scope, training_args, call, non_text)
+
+    def _freezes_embeddings(self, scope: _Scope, config_arg: ast.expr, pos) -> bool:
+        config = scope.value_of(config_arg, pos)
+        if isinstance(config, ast.Call):
+            return self._adapter_config_ok(scope, config)
+        # A config built elsewhere: only when every PEFT config this file builds is an
+        # adapter config that leaves the embeddings frozen.
+        configs = [
+            (self._scope(s.context.function), s.node)
+            for s in self.index.calls
+            if s.name and s.name.startswith("peft.") and s.name.endswith("Config")
+            and not (s.context.classdef is not None and s.context.function is None)
+        ]
+        return bool(configs) and all(self._adapter_config_ok(where, c) for where, c in configs)
+
+    def _adapter_config_ok(self, scope: _Scope | None, config: ast.Call) -> bool:
+        name = self.imports.qualify(config.func) or ""
+        kind = name.split(".")[-1]
+        if not (name.startswith("peft.") and kind.endswith("Config")):
+            return False
+        if kind[: -len("Config")].lower() not in _ADAPTER_CONFIGS:
+            return False
+        keywords = {k.arg: k.value for k in config.keywords if k.arg}
+        for hidden in (k.value for k in config.keywords if k.arg is None):
+            mapping = scope.value_of(hidden, (config.lineno, config.col_offset)) if scope else None
+            if isinstance(mapping, ast.Dict):
+                for key, value in zip(mapping.keys, mapping.values):
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        keywords.setdefault(key.value, value)
+            # else a mapping from elsewhere: LoRA's defaults (embeddings frozen) are the reading
+        inference = keywords.get("inference_mode")
+        if isinstance(inference, ast.Constant) and inference.value is True:
+            return False  # nothing is trained
+        if "trainable_token_indices" in keywords:
+            return False  # trains embedding rows: the embeddings' output requires grad
+        saved = keywords.get("modules_to_save")
+        if saved is not None and not (isinstance(saved, ast.Constant) and saved.value is None):
+            strings = _strings(saved)
+            if strings is None or any(_EMBEDDING.search(s) for s in strings):
+                return False
+        targets = keywords.get("target_modules")
+        if targets is not None:
+            strings = _strings(targets)
+            if strings is not None and any(_EMBEDDING.search(s) for s in strings):
+                return False  # LoRA on the embeddings: their output requires grad
+        return True
+
+    def _base_load(self, scope: _Scope, base_arg: ast.expr, before) -> ast.Call | None:
+        """The `from_pretrained` / `from_config` call the base model comes from, in this scope."""
+        node, pos = base_arg, before
+        for _ in range(6):
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in _LOADS:
+                    return node
+                if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+                    node = func.value  # `model.to(device)` is the same model
+                    continue
+                return None
+            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if name is None:
+                return None
+            binding = scope.last_binding(name, pos)
+            if binding is None or binding.value is None:
+                return None
+            node, pos = binding.value, binding.pos
+        return None
+
+    def _checkpointing_before(self, function, base: str | None, load: ast.Call, wrap_pos) -> bool:
+        """Checkpointing may already be on when `get_peft_model` wraps the model."""
+        if any(k.arg in ("gradient_checkpointing", "use_gradient_checkpointing") for k in load.keywords):
+            return True
+        load_pos = (load.lineno, load.col_offset)
+        for site in self.index.calls:
+            pos = (site.node.lineno, site.node.col_offset)
+            if site.context.function is not function or not (load_pos < pos < wrap_pos):
+                continue
+            if site.method in GC_METHODS:
+                return True  # on this model or another: checkpointing may be on
+            if base is None:
+                continue
+            passes_model = any(
+                dotted(arg) == base for arg in [*site.node.args, *(k.value for k in site.node.keywords)]
+            )
+            if passes_model and site.name and _MAY_ENABLE.search(site.name.split(".")[-1]):
+                return True
+        return False
+
+    # -- the checkpointing that runs reentrant --------------------------------------------
+    def _reentrant(self, state: str, non_text: bool, trainer: bool, kwargs_node) -> str | None:
+        """Why this checkpointing is reentrant with nobody calling `enable_input_require_grads()`,
+        or None when it is not (or the versions cannot tell)."""
+        tf = _pin(self.ctx, "transformers")
+        if state == "default":
+            if self.tf_v4 is True:
+                return f"`use_reentrant` defaults to True on {tf}"
+            return None  # transformers 5 defaults to False; unknown: depends on the version
+        if state == "missing" and trainer and _is_empty_dict(kwargs_node) and self.tf_v4 is not True:
+            return None  # transformers 5's Trainer passes an empty dict on as None (use_reentrant=False)
+        if state in ("true", "missing"):
+            said = (
+                "`use_reentrant=True`" if state == "true"
+                else "its kwargs dict has no `use_reentrant`, so torch defaults to True"
+            )
+            if self.tf_v4 is True:
+                return f"{said}, on {tf}"
+            if non_text:
+                return (
+                    f"{said}; this model's main input is not `input_ids`, so transformers 5 does "
+                    "not call `enable_input_require_grads()` for it either"
+                )
+        return None
+
+    def _kwargs_state(self, scope: _Scope, value, pos) -> tuple[str, ast.AST | None, ast.AST | None]:
+        """(use_reentrant state, the node it was read from, the literal node a fix may edit)."""
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            resolved = scope.value_of(value, pos)
+            if resolved is None:
+                return "unknown", None, None
+            return use_reentrant_of(resolved), resolved, None  # a shared dict: no automatic edit
+        return use_reentrant_of(value), value, value
+
+    def _check_enable(self, scope: _Scope, call: ast.Call, keyword: str, wrap: ast.Call, non_text: bool) -> None:
+        value, hidden = _kwargs_argument(call, keyword)
+        if hidden:
+            return
+        state, read, literal = self._kwargs_state(scope, value, (call.lineno, call.col_offset))
+        why = self._reentrant(state, non_text, False, read)
+        if why is None:
+            return
+        src = self.src
+        edit = None
+        if value is None:
+            if self.tf_kwargs:
+                edit = python_edits.add_keyword(src, call, f'{keyword}={{"use_reentrant": False}}')
+        elif literal is not None:
+            edit = set_reentrant_false(src, literal)
+        receiver = src.node_text(call.func.value)  # type: ignore[attr-defined]
+        method = call.func.attr  # type: ignore[attr-defined]
+        message = (
+            f"`{receiver}.{method}()` turns on reentrant checkpointing ({why}) for the PEFT model "
+            f"that `get_peft_model` built on line {wrap.lineno} with frozen embeddings, and nothing "
+            "calls `enable_input_require_grads()`: PEFT only does when checkpointing is already on "
+            "as it wraps the model, and transformers 4 only for adapters added with `add_adapter`. "
+            "No input of a checkpointed layer requires grad, so the LoRA weights get no gradient "
+            "(torch warns \"None of the inputs have requires_grad=True\"; `backward` raises "
+            "\"element 0 of tensors does not require grad\"). Pass `use_reentrant=False`."
+        )
+        self.hits.append(_Hit(
+            call, message, Fix((edit,), _FIX_TEXT, Applicability.SAFE) if edit else None,
+            [Related(src.span_of_node(wrap), "adapters injected here; every other weight frozen")], call,
+        ))
+
+    def _check_trainer(self, scope: _Scope, args_call: ast.Call, wrap: ast.Call, non_text: bool) -> None:
+        name = self.imports.qualify(args_call.func) or ""
+        if not (name.startswith("transformers.") and name.endswith("TrainingArguments")):
+            return
+        flag = next(
+            (k for k in args_call.keywords
+             if k.arg in TRAINING_FLAGS and isinstance(k.value, ast.Constant) and k.value.value is True),
+            None,
+        )
+        if flag is None:
+            return
+        keyword = TRAINING_FLAGS[flag.arg]
+        value = next((k.value for k in args_call.keywords if k.arg in TRAINING_FLAGS.values()), None)
+        if value is None and any(k.arg is None for k in args_call.keywords):
+            return  # `**kwargs` may carry the kwargs
+        state, read, literal = self._kwargs_state(scope, value, (args_call.lineno, args_call.col_offset))
+        why = self._reentrant(state, non_text, True, read)
+        if why is None:
+            return
+        src = self.src
+        edit = None
+        if value is None:
+            if self.tf_kwargs:
+                edit = python_edits.add_keyword(src, args_call, f'{keyword}={{"use_reentrant": False}}')
+        elif literal is not None:
+            edit = set_reentrant_false(src, literal)
+        message = (
+            f"`{flag.arg}=True` makes the HF `Trainer` turn on reentrant checkpointing ({why}) for "
+            f"the PEFT model that `get_peft_model` built on line {wrap.lineno} with frozen "
+            "embeddings, and neither `Trainer` nor PEFT calls `enable_input_require_grads()` (PEFT "
+            "only does when checkpointing is already on as it wraps the model). No input of a "
+            "checkpointed layer requires grad, so the LoRA weights get no gradient (`backward` "
+            f"raises \"element 0 of tensors does not require grad\"). Pass "
+            f"`{keyword}={{\"use_reentrant\": False}}`."
+        )
+        self.hits.append(_Hit(
+            flag, message, Fix((edit,), _FIX_TEXT, Applicability.SAFE) if edit else None,
+            [Related(src.span_of_node(wrap), "adapters injected here; every other weight frozen")], args_call,
+        ))
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _owner(receiver: str | None, names: set[str]) -> str | None:
+    """The tracked name a receiver reaches the transformers model through
+    (`model`, `model.base_model`, `model.base_model.model`)."""
+    if receiver is None:
+        return None
+    for name in names:
+        if receiver == name:
+            return name
+        rest = receiver[len(name) + 1 :] if receiver.startswith(name + ".") else None
+        if rest in ("base_model", "base_model.model", "model", "base_model.model.model"):
+            return name
+    return None
+
+
+def _strings(node: ast.expr) -> list[str] | None:
+    """The strings of a literal list/tuple/set or of one string; None when not literal."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        out = []
+        for elt in node.elts:
+            if not (isinstance(elt, ast.Constant) and isinstance(elt.value, str)):
+                return None
+            out.append(elt.value)
+        return out
+    return None
+
+
+def _quantized(load: ast.Call) -> bool | None:
+    """True: loaded 4/8-bit; False: not; None: a config variable that may or may not quantize."""
+    for kw in load.keywords:
+        if kw.arg in ("load_in_4bit", "load_in_8bit"):
+            if not isinstance(kw.value, ast.Constant):
+                return None
+            if kw.value.value is True:
+                return True
+        elif kw.arg == "quantization_config":
+            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                continue
+            return True if isinstance(kw.value, ast.Call) else None
+        elif kw.arg is None:
+            return None
+    return False
+
+
+def _class_name(imports, load: ast.Call) -> str:
+    owner = imports.qualify(load.func.value) if isinstance(load.func, ast.Attribute) else None
+    return owner.split(".")[-1] if owner else ""
+
+
+def peft_analysis(ctx) -> _Peft:
+    """Computed once per file, shared by CFX306 and CFX307 (which skips what CFX306 reports)."""
+    if "cfx306-peft" not in ctx.notes:
+        ctx.notes["cfx306-peft"] = _Peft(ctx)
+    return ctx.notes["cfx306-peft"]
+
+
+_PINS_V4 = {"requirements.txt": "transformers==4.45.2\npeft==0.13.2\ntorch==2.4.1\n"}
+_PINS_V5 = {"requirements.txt": "transformers==5.2.0\npeft==0.18.0\ntorch==2.9.0\n"}
+_HEAD = (
+    "import torch\n"
+    "from peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', torch_dtype=torch.bfloat16)\n"
+)
+
+
+@register
+class ReentrantCheckpointingFrozenInputs(Rule):
+    """## What it does
+    Flags reentrant gradient checkpointing on a PEFT model whose embeddings are frozen, when
+    nothing calls `enable_input_require_grads()`: `model.gradient_checkpointing_enable()`
+    (or `TrainingArguments(gradient_checkpointing=True)` handed to the HF `Trainer`) after
+    `get_peft_model(...)` with a LoRA-family config, on transformers 4.x where the default is
+    `use_reentrant=True`, or with an explicit `use_reentrant=True`.
+
+    ## Why is this bad?
+    The reentrant variant of `torch.utils.checkpoint` records a graph for a checkpointed layer
+    only when one of its *inputs* requires grad; the layer's own weights do not count. LoRA
+    freezes everything but the adapters, so the hidden states that enter the first
+    checkpointed layer come from a frozen embedding and require no grad. torch warns "None of
+    the inputs have requires_grad=True. Gradients will be None", `backward` raises "element 0
+    of tensors does not require grad and does not have a grad_fn", or, when a head after the
+    layers is trainable, the run goes on and the adapters silently never learn.
+
+    `enable_input_require_grads()` (a hook that marks the embeddings' output as requiring
+    grad) fixes it, and some libraries call it for you, which is why the bug depends on the
+    order of calls and on versions:
+    - PEFT's `get_peft_model` calls it only when checkpointing is *already on* as it wraps a
+      non-quantized model. Enabling checkpointing after `get_peft_model` misses it.
+    - transformers 4.x `gradient_checkpointing_enable()` calls it only for adapters added with
+      the built-in `model.add_adapter(...)`, not for `get_peft_model` models; the HF `Trainer`
+      (with `gradient_checkpointing=True`) does nothing more.
+    - transformers 5 defaults to `use_reentrant=False`, and calls it itself for every model
+      whose main input is `input_ids`.
+    - `prepare_model_for_kbit_training` calls it for quantized models unless you ask for
+      `use_reentrant=False`; TRL's trainers call it themselves.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)  # transformers 4.45
+    model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+    model.gradient_checkpointing_enable()
+    ```
+
+    ## Use instead
+    ```python
+    model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ```
+    (or enable checkpointing before `get_peft_model`, or call `model.enable_input_require_grads()`).
+
+    ## Fix safety
+    Safe: the non-reentrant variant computes the same gradients, and here it is the one that
+    computes any. The fix adds `gradient_checkpointing_kwargs={"use_reentrant": False}` (to
+    the call, or to the `TrainingArguments`), or sets the key in the dict literal already
+    passed; it offers nothing on transformers < 4.35, which has no such keyword.
+
+    cfgfix stays silent when it cannot be sure: the transformers version is unknown and the
+    answer depends on it, the base model does not come from a `from_pretrained` /
+    `from_config` in the same function, a helper or an earlier call may have enabled
+    checkpointing before `get_peft_model`, the file calls `enable_input_require_grads`,
+    `prepare_model_for_kbit_training` or registers a forward hook, the config trains the
+    embeddings (`modules_to_save`, `target_modules` or `trainable_token_indices` naming
+    them), the config is not an adapter config (prompt tuning trains its virtual tokens), the
+    model is rebound between the two calls, or the two sit in different branches of an `if`.
+
+    ## References
+    - facts A4: transformers 4.46.3 / 4.57 `gradient_checkpointing_enable` defaults to
+      `{"use_reentrant": True}` and calls `enable_input_require_grads` only when
+      `_hf_peft_config_loaded`; 5.x defaults to False and calls it when
+      `main_input_name == "input_ids"`; PEFT `peft_model.py` calls it in `__init__` only
+      `if getattr(model, "is_gradient_checkpointing", True)`, for non-quantized models.
+    - torch docs, `torch.utils.checkpoint`: "At least one input and output must have
+      `requires_grad=True` for the reentrant variant."
+    - huggingface/transformers#26334, #25841, #42489; huggingface/peft#137, #742.
+    """
+
+    code = "CFX306"
+    name = "reentrant-checkpointing-frozen-inputs"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+    triggers = ((b"get_peft_model",), (b"_checkpointing",))
+
+    VALID = [
+        Example(
+            _HEAD + "model.gradient_checkpointing_enable()\n"
+            "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n",
+            why="checkpointing enabled before get_peft_model: PEFT calls enable_input_require_grads() as it wraps",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})\n",
+            why="non-reentrant checkpointing needs no input that requires grad",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n"
+            "model.enable_input_require_grads()\n",
+            why="the script calls enable_input_require_grads() itself",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="transformers 5 defaults to use_reentrant=False",
+            files=_PINS_V5,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n",
+            why="transformers 5 calls enable_input_require_grads() for models whose main input is input_ids",
+            files=_PINS_V5,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="no transformers pin: the default use_reentrant depends on the version",
+            files={"requirements.txt": "transformers\npeft\n"},
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16, modules_to_save=['embed_tokens', 'lm_head']))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="the embeddings are trained (modules_to_save): the layers' inputs require grad",
+            files=_PINS_V4,
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            "model = prepare_model_for_kbit_training(model)\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="prepare_model_for_kbit_training calls enable_input_require_grads() for the quantized model",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD.replace("LoraConfig", "PromptTuningConfig")
+            + "model = get_peft_model(model, PromptTuningConfig(task_type='CAUSAL_LM', num_virtual_tokens=20))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="prompt tuning trains virtual token embeddings that enter the first layer",
+            files=_PINS_V4,
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "def train(model, args):\n"
+            "    model = get_peft_model(model, LoraConfig(r=16))\n"
+            "    model.gradient_checkpointing_enable()\n",
+            why="a model from the caller may already have checkpointing on (PEFT then prepared it)",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "if args.lora:\n"
+            "    model = get_peft_model(model, LoraConfig(r=16))\n"
+            "else:\n"
+            "    model.gradient_checkpointing_enable()\n",
+            why="full fine-tuning in the other branch: the embeddings are trainable there",
+            files=_PINS_V4,
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "args = TrainingArguments('out', gradient_checkpointing=True,\n"
+            "                         gradient_checkpointing_kwargs={'use_reentrant': False})\n"
+            "Trainer(model=model, args=args).train()\n",
+            why="Trainer with non-reentrant checkpointing kwargs",
+            files=_PINS_V4,
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "SFTTrainer(model=model, args=SFTConfig('out', gradient_checkpointing=True)).train()\n",
+            why="TRL trainers call enable_input_require_grads() themselves",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable(**gc_options)\n",
+            why="`**kwargs` may carry use_reentrant=False",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.get_input_embeddings().weight.requires_grad_(True)\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="the embeddings are unfrozen by hand",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model.config.use_cache = True\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="use_cache=True with checkpointing is not a rule on purpose (transformers turns the cache off while training); no PEFT here",
+            files=_PINS_V4,
+        ),
+    ]
+    INVALID = [
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+            "model.print_trainable_parameters()\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="checkpointing enabled after get_peft_model on transformers 4 (default use_reentrant=True)",
+            line=7,
+            files=_PINS_V4,
+            fixed=_HEAD + "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+            "model.print_trainable_parameters()\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n",
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "def main(cfg):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(cfg['model'])\n"
+            "    lora = LoraConfig(**cfg['lora'])\n"
+            "    peft_model = get_peft_model(model, lora)\n"
+            "    if cfg['gradient_checkpointing']:\n"
+            "        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n",
+            why="an explicit use_reentrant=True, through the base model's name, inside an `if`",
+            line=9,
+            files=_PINS_V4,
+            fixed="import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "def main(cfg):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(cfg['model'])\n"
+            "    lora = LoraConfig(**cfg['lora'])\n"
+            "    peft_model = get_peft_model(model, lora)\n"
+            "    if cfg['gradient_checkpointing']:\n"
+            "        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})\n",
+        ),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            "model.gradient_checkpointing_enable()\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n",
+            why="checkpointing before get_peft_model does not help a quantized model: PEFT skips it",
+            line=5,
+            files=_PINS_V4,
+            fixed="import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n",
+        ),
+        Example(
+            "from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "args = TrainingArguments(\n"
+            "    output_dir='out',\n"
+            "    gradient_checkpointing=True,\n"
+            ")\n"
+            "Trainer(model=model, args=args).train()\n",
+            why="HF Trainer enables checkpointing with the 4.x default and does not call enable_input_require_grads()",
+            line=7,
+            files=_PINS_V4,
+            fixed="from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "args = TrainingArguments(\n"
+            "    output_dir='out',\n"
+            "    gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": False},\n"
+            ")\n"
+            "Trainer(model=model, args=args).train()\n",
+        ),
+        Example(
+            "from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForImageClassification\n"
+            "model = AutoModelForImageClassification.from_pretrained('google/vit-base-patch16-224')\n"
+            "model = get_peft_model(model, LoraConfig(target_modules=['query', 'value'], modules_to_save=['classifier']))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n",
+            why="transformers 5 with explicit use_reentrant=True on a vision model (main input pixel_values)",
+            line=5,
+            files=_PINS_V5,
+            fixed="from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForImageClassification\n"
+            "model = AutoModelForImageClassification.from_pretrained('google/vit-base-patch16-224')\n"
+            "model = get_peft_model(model, LoraConfig(target_modules=['query', 'value'], modules_to_save=['classifier']))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        analysis = peft_analysis(ctx)
+        for hit in analysis.hits:
+            yield self.finding(ctx.source.span_of_node(hit.node), hit.message, fix=hit.fix, related=hit.related)
+
+
+# ------------------------------------------------------------------------------- CFX307
+
+
+def _may_checkpoint(data: bytes) -> bool:
+    return (
+        b"utils.checkpoint" in data
+        or b"checkpointing_kwargs" in data
+        or (b"torch.utils import" in data and b"checkpoint" in data)
+    )
+
+
+@register
+class CheckpointWithoutUseReentrant(Rule):
+    """## What it does
+    Flags `torch.utils.checkpoint.checkpoint(...)` and `checkpoint_sequential(...)` calls
+    (however imported: `from torch.utils.checkpoint import checkpoint`,
+    `import torch.utils.checkpoint as cp`) that do not pass `use_reentrant`, and
+    `gradient_checkpointing_kwargs` dicts (of `gradient_checkpointing_enable` or
+    `TrainingArguments`) that do not set it either: transformers hands those dicts to
+    torch's `checkpoint` as they are.
+
+    ## Why is this bad?
+    Without it torch picks the *reentrant* variant and warns on every call: "torch.utils.
+    checkpoint: the use_reentrant parameter should be passed explicitly ... use_reentrant=False
+    is recommended". The docs announced an exception for a missing `use_reentrant` (for 2.4,
+    then 2.9); torch 2.13 still only warns, so nothing forces the choice. The reentrant
+    variant drops gradients when no *input* of the checkpointed block requires grad (frozen
+    embeddings, LoRA, a frozen backbone), does not support `torch.autograd.grad`, and ignores
+    extra keyword arguments. Saying which variant you want makes the behaviour explicit and
+    survives the day the default changes.
+
+    ## Example
+    ```python
+    from torch.utils.checkpoint import checkpoint
+    hidden = checkpoint(layer, hidden, attention_mask)
+    ```
+
+    ## Use instead
+    ```python
+    hidden = checkpoint(layer, hidden, attention_mask, use_reentrant=False)
+    ```
+
+    ## Fix safety
+    Unsafe: it switches to the non-reentrant variant, whose gradients are the same but
+    whose memory profile, RNG handling and hooks differ slightly (and which, unlike the
+    reentrant one, does produce gradients for blocks whose inputs are frozen). Pass
+    `use_reentrant=True` instead to keep the current behaviour and silence the warning.
+    Calls with `**kwargs` (which may carry `use_reentrant`) and kwargs dicts held in
+    variables are left alone; on torch < 1.11 (`checkpoint`) or < 2.0
+    (`checkpoint_sequential`), which have no such parameter, nothing is flagged.
+
+    ## References
+    - facts A4: torch 2.13 `checkpoint.py` L486-496 (the warning; default still True).
+    - PyTorch docs, `torch.utils.checkpoint.checkpoint`: "The `use_reentrant` parameter should
+      be passed explicitly." (pytorch/pytorch#116710).
+    """
+
+    code = "CFX307"
+    name = "checkpoint-without-use-reentrant"
+    severity = Severity.WARNING
+    fix_availability = "unsafe"
+    triggers = ((b"checkpoint",),)
+    trigger_check = staticmethod(_may_checkpoint)
+
+    VALID = [
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    return checkpoint(self.block, x, use_reentrant=False)\n",
+            why="an explicit use_reentrant",
+        ),
+        Example(
+            "import torch\n"
+            "def forward(self, x):\n"
+            "    return torch.utils.checkpoint.checkpoint(self.block, x, **self.ckpt_kwargs)\n",
+            why="`**kwargs` may carry use_reentrant (the diffusers pattern)",
+        ),
+        Example(
+            "import deepspeed\n"
+            "def forward(self, x):\n"
+            "    return deepspeed.checkpointing.checkpoint(self.block, x)\n",
+            why="another library's checkpoint function",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint_sequential\n"
+            "out = checkpoint_sequential(model, 4, x, False)\n",
+            why="use_reentrant passed positionally to checkpoint_sequential",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "out = checkpoint(block, x)\n",
+            why="torch 1.10 has no use_reentrant parameter",
+            files={"requirements.txt": "torch==1.10.2\n"},
+        ),
+        Example(
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)\n",
+            why="a kwargs dict held in a variable",
+        ),
+        Example(
+            "model.gradient_checkpointing_enable()\n",
+            why="no kwargs: transformers passes use_reentrant itself",
+        ),
+        Example(
+            "from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
+            why="kwargs without checkpointing turned on are never used",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "layer_fn = checkpoint\n"
+            "self._gradient_checkpointing_func = checkpoint\n",
+            why="references to the function, not calls",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    for block in self.blocks:\n"
+            "        x = checkpoint(block, x)\n"
+            "    return x\n",
+            why="the plain call",
+            line=4,
+            fixed="from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    for block in self.blocks:\n"
+            "        x = checkpoint(block, x, use_reentrant=False)\n"
+            "    return x\n",
+        ),
+        Example(
+            "import torch.utils.checkpoint as cp\n"
+            "out = cp.checkpoint_sequential(layers, 2, x)\n",
+            why="a module alias and checkpoint_sequential",
+            line=2,
+            fixed="import torch.utils.checkpoint as cp\n"
+            "out = cp.checkpoint_sequential(layers, 2, x, use_reentrant=False)\n",
+        ),
+        Example(
+            "import torch\n"
+            "h = torch.utils.checkpoint.checkpoint(self.mlp, *inputs, preserve_rng_state=False)\n",
+            why="the fully qualified spelling with other keywords and *args",
+            line=2,
+            fixed="import torch\n"
+            "h = torch.utils.checkpoint.checkpoint(self.mlp, *inputs, preserve_rng_state=False, use_reentrant=False)\n",
+        ),
+        Example(
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
+            why="a kwargs dict without use_reentrant reaches torch's checkpoint as it is",
+            line=1,
+            fixed="model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False, \"use_reentrant\": False})\n",
+        ),
+        Example(
+            "from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing=True, gradient_checkpointing_kwargs={})\n",
+            why="TrainingArguments with an empty kwargs dict on transformers 4",
+            line=2,
+            files={"requirements.txt": "transformers==4.46.3\n"},
+            fixed="from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": False})\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src, index = ctx.source, ctx.index
+        torch = ctx.versions.get("torch")
+        flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
+        for site in index.calls_named(TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
+            call = site.node
+            sequential = site.name == TORCH_SEQUENTIAL
+            if torch.below("2.0" if sequential else "1.11") is True:
+                continue  # no such parameter yet
+            if any(k.arg in ("use_reentrant", None) for k in call.keywords):
+                continue
+            if sequential and len(call.args) >= 4:
+                continue  # checkpoint_sequential(functions, segments, input, use_reentrant)
+            spelled = src.node_text(call.func)
+            edit = python_edits.add_keyword(src, call, "use_reentrant=False")
+            yield self.finding(
+                src.span_of_node(call),
+                f"`{spelled}(...)` does not pass `use_reentrant`: torch falls back to the reentrant "
+                "variant and warns on every call. That variant gives no gradient to a block whose "
+                "inputs do not require grad (frozen embeddings, LoRA) and the docs announce an "
+                "error for the missing argument. Pass `use_reentrant=False` (recommended) or `True` "
+                "to keep today's behaviour.",
+                fix=Fix((edit,), "Pass `use_reentrant=False`", Applicability.UNSAFE) if edit else None,
+            )
+        for method, keyword in GC_METHODS.items():
+            for site in index.calls_to_method(method):
+                if id(site.node) in flagged:
+                    continue
+                value, _ = _kwargs_argument(site.node, keyword)
+                if isinstance(value, (ast.Dict, ast.Call)) and use_reentrant_of(value) == "missing":
+                    yield self._dict_finding(src, value, f"`{method}`")
+        tf = ctx.versions.get("transformers")
+        for site in index.calls:
+            name = site.name or ""
+            if not (name.startswith("transformers.") and name.endswith("TrainingArguments")) or id(site.node) in flagged:
+                continue
+            keywords = {k.arg: k.value for k in site.node.keywords if k.arg}
+            flag_on = any(
+                k in keywords and not (isinstance(keywords[k], ast.Constant) and not keywords[k].value)
+                for k in TRAINING_FLAGS
+            )
+            value = next((keywords[k] for k in TRAINING_FLAGS.values() if k in keywords), None)
+            if not flag_on or not isinstance(value, (ast.Dict, ast.Call)) or use_reentrant_of(value) != "missing":
+                continue
+            if _is_empty_dict(value) and tf.below("5") is not True:
+                continue  # transformers 5's Trainer turns an empty dict into None (use_reentrant=False)
+            yield self._dict_finding(src, value, "`TrainingArguments`")
+
+    def _dict_finding(self, src, value, owner: str) -> Finding:
+        edit = set_reentrant_false(src, value)
+        return self.finding(
+            src.span_of_node(value),
+            f"The checkpointing kwargs given to {owner} do not set `use_reentrant`: transformers passes "
+            "them to `torch.utils.checkpoint.checkpoint` as they are, so torch falls back to the "
+            "reentrant variant and warns on every call (the variant that gives frozen-input blocks, "
+            "e.g. LoRA, no gradient). Add `\"use_reentrant\": False` (recommended) or `True`.",
+            fix=Fix((edit,), "Set `use_reentrant` to False", Applicability.UNSAFE) if edit else None,
+        )

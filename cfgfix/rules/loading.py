@@ -127,6 +127,24 @@ class RedundantDtypeCast(Rule):
             "pipe.to(torch.float16)\n",
             why="a pipeline mixes components (a float32 VAE passed in): its cast is not a no-op",
         ),
+        Example(
+            "import torch\nfrom diffusers import WanTransformer3DModel\n"
+            "t = WanTransformer3DModel.from_pretrained('m', torch_dtype=torch.bfloat16).to(torch.bfloat16)\n",
+            why="diffusers keeps `_keep_in_fp32_modules` in float32 under any dtype: the cast is real",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "m = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16, load_in_8bit=True)\n"
+            "m.half()\n",
+            why="a quantized model: the cast raises (CFX104), it is not a no-op",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "from mylib import model\n"
+            "model.to(torch.bfloat16)\n",
+            why="an import rebinds the name",
+        ),
     ]
     INVALID = [
         Example(
@@ -197,6 +215,8 @@ class RedundantDtypeCast(Rule):
             state = mc.state
             if mc.target_dtype is None or state.dtype != mc.target_dtype:
                 continue
+            if state.load.library != "transformers" or state.load.quant_keywords:
+                continue  # diffusers keeps float32 modules under any dtype; quantized: CFX104
             if mc.moves_device is False:
                 edits = drop_call_edits(src, mc)
                 description = f"Remove the no-op `{call_text(src, mc)}`"
@@ -308,6 +328,22 @@ class CastAfterLoad(Rule):
             why="only the first cast after the load is the one that materialised float32 needlessly",
             files={"requirements.txt": "transformers==4.46.3\n"},
         ),
+        Example(
+            "from transformers import AutoModelForCausalLM, GPTQConfig\n"
+            "m = AutoModelForCausalLM.from_pretrained('m', load_in_4bit=True)\n"
+            "m.half()\n"
+            "g = AutoModelForCausalLM.from_pretrained('m', quantization_config=GPTQConfig(bits=4))\n"
+            "g.half()\n",
+            why="quantized loads pick their own dtype (float16 for bitsandbytes and GPTQ)",
+            files={"requirements.txt": "transformers==4.46.3\n"},
+        ),
+        Example(
+            "from auto_gptq import AutoGPTQForCausalLM\n"
+            "model = AutoGPTQForCausalLM.from_pretrained('m', qc)\n"
+            "model.half()\n",
+            why="another library's loader, with its own default dtype",
+            files={"requirements.txt": "transformers==4.46.3\n"},
+        ),
     ]
     INVALID = [
         Example(
@@ -345,6 +381,16 @@ class CastAfterLoad(Rule):
             fixed="from transformers import T5ForConditionalGeneration\n"
             "model = T5ForConditionalGeneration.from_pretrained('t5-base', dtype=\"bfloat16\")\n",
         ),
+        Example(
+            "from diffusers import AutoencoderKL\n"
+            "vae = AutoencoderKL.from_pretrained('sdxl', subfolder='vae')\n"
+            "vae.half()\n",
+            why="diffusers loads float32 on every version, and takes `torch_dtype` even where transformers says `dtype`",
+            line=3,
+            files={"requirements.txt": "transformers==4.57.1\ndiffusers==0.30.0\n"},
+            fixed="from diffusers import AutoencoderKL\n"
+            "vae = AutoencoderKL.from_pretrained('sdxl', subfolder='vae', torch_dtype=\"float16\")\n",
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
@@ -354,8 +400,12 @@ class CastAfterLoad(Rule):
             state, load = mc.state, mc.state.load
             if mc.target_dtype not in ("float16", "bfloat16") or state.cast_by is not None:
                 continue
+            if load.library is None or load.quant_keywords:
+                continue  # other loaders have other defaults; quantized loads pick their own dtype
             if state.dtype == "float32":
                 why = f"`{src.node_text(load.dtype_keyword)}`"
+            elif state.dtype == "default" and load.library == "diffusers":
+                why = "no dtype: diffusers loads float32 by default"
             elif state.dtype == "default" and transformers.below("5") is True:
                 why = f"no dtype, and transformers {transformers.specifier} loads float32 by default"
             else:
@@ -376,8 +426,9 @@ class CastAfterLoad(Rule):
         if load.dtype_keyword is not None:
             load_edit = python_edits.replace_node(src, load.dtype_keyword.value, dtype_text)
             keyword = load.dtype_keyword.arg
-        else:
-            keyword = "dtype" if transformers.at_least("4.56") is True else "torch_dtype"
+        else:  # diffusers takes `torch_dtype`; transformers renamed it `dtype` in 4.56
+            renamed = load.library == "transformers" and transformers.at_least("4.56") is True
+            keyword = "dtype" if renamed else "torch_dtype"
             load_edit = python_edits.add_keyword(src, load.call, f"{keyword}={dtype_text}")
         if mc.moves_device is False:
             cast_edits = drop_call_edits(src, mc)
@@ -469,6 +520,12 @@ class MoveDispatchedModel(Rule):
             "model.to(device)\n",
             why="the model was wrapped by a function cfgfix does not follow",
         ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "moved = [model.to('cuda') for model in others]\n",
+            why="a comprehension variable shadows the name",
+        ),
     ]
     INVALID = [
         Example(
@@ -507,13 +564,23 @@ class MoveDispatchedModel(Rule):
             "    def train(self):\n"
             "        pass\n",
         ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = (AutoModelForCausalLM.from_pretrained('m', device_map='auto')  # load\n"
+            "         .to('cuda'))  # move\n",
+            why="a chained move over two lines: only `.to('cuda')` goes, both comments stay",
+            line=2,
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "model = (AutoModelForCausalLM.from_pretrained('m', device_map='auto')  # load\n"
+            "         )  # move\n",
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
         for mc in ctx.models.calls:
             device_map = mc.state.load.device_map
-            if device_map is None or device_map.kind != "multi":
+            if device_map is None or device_map.kind != "multi" or mc.state.load.library is None:
                 continue
             moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
             casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
@@ -650,7 +717,7 @@ class MoveOrCastQuantizedModel(Rule):
         bnb = ctx.versions.get("bitsandbytes")
         for mc in ctx.models.calls:
             bits = mc.state.load.quantized
-            if bits is None:
+            if bits is None or mc.state.load.library != "transformers":
                 continue
             casts = mc.method in ("half", "float", "bfloat16") or mc.target_dtype is not None
             if casts:
@@ -709,8 +776,10 @@ class DeviceMapInDistributedTraining(Rule):
     several GPUs needs a sharding strategy (FSDP, DeepSpeed ZeRO-3) instead. The fix uses
     `local_process_index` rather than `process_index`, so it stays right on several nodes.
     The rule is silent for single-process launches, for scripts that no launch script
-    starts, and for scripts that never train (no `backward()`, `Trainer` or
-    `deepspeed.initialize`).
+    starts, and for loads that never reach training: the loaded model (through wrappers
+    such as `get_peft_model` and functions that return it) must be handed to a `*Trainer`,
+    `accelerator.prepare` or `deepspeed.initialize`, or be loaded in a function that calls
+    `backward()`. A model loaded after training to merge adapters is left alone.
 
     ## References
     - facts A3: accelerate `accelerator.py` `verify_device_map` and the ValueError in
@@ -745,6 +814,18 @@ class DeviceMapInDistributedTraining(Rule):
             "model = AutoModel.from_pretrained('m', device_map='auto')\n"
             "print(model.generate(**inputs))\n",
             why="inference only: nothing is trained",
+            files=_LAUNCH_2,
+        ),
+        Example(
+            "from accelerate import Accelerator\nfrom peft import AutoPeftModelForCausalLM\n"
+            "from transformers import AutoModelForCausalLM\nfrom trl import SFTTrainer\n"
+            "def main():\n"
+            "    base = AutoModelForCausalLM.from_pretrained('m', device_map={'': Accelerator().local_process_index})\n"
+            "    SFTTrainer(model=base).train()\n"
+            "    model = AutoPeftModelForCausalLM.from_pretrained('out', device_map='auto')\n"
+            "    model = model.merge_and_unload()\n"
+            "    model.save_pretrained('merged')\n",
+            why="a model loaded after training only to merge adapters is never prepared",
             files=_LAUNCH_2,
         ),
         Example(
@@ -789,6 +870,26 @@ class DeviceMapInDistributedTraining(Rule):
             "accelerator.backward(model(**batch).loss)\n",
         ),
         Example(
+            "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "def load(name):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+            "    return get_peft_model(model, config)\n"
+            "def main():\n"
+            "    model = load('m')\n"
+            "    Trainer(model=model).train()\n",
+            why="the model reaches the Trainer through a wrapper and a returning function",
+            line=4,
+            files=_LAUNCH_2,
+            fixed="from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "from accelerate import PartialState\n"
+            "def load(name):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": PartialState().local_process_index})\n"
+            "    return get_peft_model(model, config)\n"
+            "def main():\n"
+            "    model = load('m')\n"
+            "    Trainer(model=model).train()\n",
+        ),
+        Example(
             "import accelerate\nfrom transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('m', device_map='balanced')\n"
             "accelerator.backward(model(**batch).loss)\n",
@@ -806,10 +907,18 @@ class DeviceMapInDistributedTraining(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
-        candidates = [l for l in ctx.models.loads if l.device_map is not None and l.device_map.kind == "multi"]
+        candidates = [
+            load
+            for load in ctx.models.loads
+            if load.device_map is not None and load.device_map.kind == "multi" and load.library is not None
+        ]
         if not candidates or not ctx.models.trains:
             return
+        from cfgfix.analysis.training_flow import model_is_trained
+
         for load in candidates:
+            if not model_is_trained(ctx.index, load.call):
+                continue  # loaded to merge adapters or to generate: accelerate never prepares it
             device_map = load.device_map
             keyword = next(k for k in load.call.keywords if k.arg == "device_map")
             yield self.finding(

@@ -1,0 +1,737 @@
+"""Loops of training scripts: which run a training or evaluation *step*, which only
+evaluate, and where autograd is switched off. Shared by CFX301-CFX303.
+
+Built on the module index (every call with its loops, `with` blocks and function), once per
+module and cached in `ctx.notes` (`loop_analysis(ctx)`). Everything here answers "not sure"
+with the reading that keeps a rule silent: a `with` item that may disable autograd counts as
+disabling it, a value whose origin is unknown does not require grad.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cached_property
+
+from cfgfix.analysis.names import dotted
+from cfgfix.analysis.structure import Function, Loop, CallSite, Context, ModuleIndex
+
+NOTE = "cfgfix.analysis.loops"
+
+# The last part of a dotted name that conventionally holds an `nn.Module`: `model`,
+# `self.model`, `ref_model`, `unet`, `text_encoder_2`, `resnet`.
+_MODULE_NAME = re.compile(
+    r"(?:^|_)(?:model|network|unet|vae|transformer|encoder|decoder|backbone|classifier|teacher|student)"
+    r"(?:_?\d+)?$|net(?:_?\d+)?$",
+    re.IGNORECASE,
+)
+_OPTIMIZER = re.compile(r"optim|^opt$|scaler$|engine$", re.IGNORECASE)
+# Functions run by a framework that already turns autograd off around them.
+_FRAMEWORK_NO_GRAD = frozenset({
+    "validation_step", "test_step", "predict_step", "prediction_step", "eval_forward",
+    "validation_epoch_end", "test_epoch_end",
+})
+_EVAL_FUNCTION = re.compile(r"^_*(?:evaluate|validate|evaluation|validation|eval|val)(?:_.*)?$")
+_EVAL_FUNCTION_EXCLUDED = re.compile(r"^_*(?:validation|evaluation)_")  # framework hooks
+_MODEL_LOADS = frozenset({
+    "from_pretrained", "from_config", "from_single_file", "load_state_dict", "load_checkpoint",
+    "load_model", "load_adapter",
+})
+_MODEL_LOAD_NAMES = frozenset({"torch.load", "safetensors.torch.load_file"})
+_BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examples")
+_MODEL_WORDS = ("model", "ckpt", "checkpoint")
+
+
+def loop_analysis(ctx) -> "LoopAnalysis":
+    analysis = ctx.notes.get(NOTE)
+    if analysis is None:
+        analysis = ctx.notes[NOTE] = LoopAnalysis(ctx.index)
+    return analysis
+
+
+def last_part(name: str | None) -> str:
+    return (name or "").rsplit(".", 1)[-1]
+
+
+def module_like(name: str | None) -> bool:
+    """A dotted name whose last part is a conventional model name."""
+    return bool(name) and bool(_MODULE_NAME.search(last_part(name)))
+
+
+def is_backward(site: CallSite) -> bool:
+    """`loss.backward()`, `accelerator.backward(loss)`, `self.manual_backward(loss)`,
+    `torch.autograd.backward(...)`."""
+    return site.method in ("backward", "manual_backward")
+
+
+def is_optimizer_step(site: CallSite) -> bool:
+    """`optimizer.step()`, `scaler.step(opt)`, `model_engine.step()`, `*.zero_grad()`."""
+    if site.method == "zero_grad":
+        return True
+    return site.method == "step" and bool(_OPTIMIZER.search(last_part(site.receiver)))
+
+
+def identifiers(node: ast.AST | None) -> list[str]:
+    """Every name and attribute identifier in an expression, lower-cased."""
+    if node is None:
+        return []
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.append(sub.id.lower())
+        elif isinstance(sub, ast.Attribute):
+            out.append(sub.attr.lower())
+    return out
+
+
+def grad_off_expr(expr: ast.AST, imports) -> bool:
+    """A `with` item or decorator that disables autograd, or may: `torch.no_grad()`,
+    `torch.inference_mode()` (not `inference_mode(False)`), `torch.set_grad_enabled(x)`
+    unless x is literally True, `no_grad() if cond else nullcontext()`, a custom
+    `maybe_no_grad(...)`, or a context manager held in a variable (unknown: it may)."""
+    if isinstance(expr, ast.IfExp):
+        return grad_off_expr(expr.body, imports) or grad_off_expr(expr.orelse, imports)
+    call = expr if isinstance(expr, ast.Call) else None
+    func = call.func if call is not None else expr
+    name = imports.qualify(func) or dotted(func)
+    if name is None:
+        return False
+    last = last_part(name).lower()
+    first = _first_arg(call, "mode")
+    if "no_grad" in last:
+        return True
+    if "inference_mode" in last:
+        return not (isinstance(first, ast.Constant) and first.value is False)
+    if last == "set_grad_enabled":
+        return not (isinstance(first, ast.Constant) and first.value is True)
+    if call is None and isinstance(expr, ast.Name):
+        return True  # `with ctx:` where ctx was built elsewhere: may be no_grad
+    return False
+
+
+def _first_arg(call: ast.Call | None, keyword: str) -> ast.AST | None:
+    if call is None:
+        return None
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
+
+
+class LoopAnalysis:
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.imports = index.imports
+        self._direct: dict[int, list[CallSite]] = {}
+        self._within: dict[int, list[CallSite]] = {}
+        for site in index.calls:
+            loops = site.context.loops
+            if loops:
+                self._direct.setdefault(id(loops[-1]), []).append(site)
+                for loop in loops:
+                    self._within.setdefault(id(loop), []).append(site)
+        self._guarded_functions: dict[int, bool] = {}
+
+    # -- calls per loop ----------------------------------------------------------------
+    def direct_calls(self, loop: ast.stmt) -> list[CallSite]:
+        """Calls that run once per iteration of `loop` (not inside a nested loop or def)."""
+        return self._direct.get(id(loop), [])
+
+    def calls_within(self, loop: ast.stmt) -> list[CallSite]:
+        """Calls anywhere inside `loop`, nested loops included (nested defs not)."""
+        return self._within.get(id(loop), [])
+
+    # -- statement structure -------------------------------------------------------------
+    @cached_property
+    def parents(self) -> dict[int, ast.AST]:
+        """id(statement) -> the statement (or except handler / match case) holding it."""
+        parents: dict[int, ast.AST] = {}
+        stack: list[ast.AST] = [self.index.tree]
+        while stack:
+            node = stack.pop()
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                children = getattr(node, name, None)
+                if isinstance(children, list):
+                    for child in children:
+                        parents[id(child)] = node
+                        stack.append(child)
+        return parents
+
+    def chain(self, stmt: ast.stmt, stop: ast.AST) -> list[ast.AST]:
+        """The compound statements (and handlers) between `stop` and `stmt`, innermost first."""
+        out = []
+        node = self.parents.get(id(stmt))
+        while node is not None and node is not stop:
+            out.append(node)
+            node = self.parents.get(id(node))
+        return out
+
+    # -- what a loop does ----------------------------------------------------------------
+    @cached_property
+    def step_functions(self) -> set[str]:
+        """Names of functions that run one training step themselves (a backward or an
+        optimizer step outside any loop of theirs): `for batch in loader: train_step(batch)`."""
+        names = set()
+        for site in self.index.calls_to_method("backward", "manual_backward", "step", "zero_grad"):
+            func = site.context.function
+            if isinstance(func, Function) and not site.context.loops and (is_backward(site) or is_optimizer_step(site)):
+                names.add(func.name)
+        return names
+
+    def calls_step_function(self, site: CallSite) -> bool:
+        if not self.step_functions:
+            return False
+        func = site.node.func
+        if isinstance(func, ast.Name):
+            return func.id in self.step_functions
+        return site.receiver in ("self", "cls") and site.method in self.step_functions
+
+    @cached_property
+    def known_modules(self) -> set[str]:
+        """Dotted names used as modules: `.eval()`, `.train()`, `.parameters()` receivers."""
+        return {
+            site.receiver
+            for site in self.index.calls_to_method("eval", "train", "parameters", "named_parameters", "requires_grad_")
+            if site.receiver and "trainer" not in site.receiver.lower()
+        }
+
+    def is_forward(self, site: CallSite, modules: set[str] | None = None, generate: bool = False) -> bool:
+        """A forward pass: `model(x)`, `self.unet(...)`, `model.forward(x)` (and, when asked,
+        `model.generate(...)`). `modules` limits it to those names; otherwise any known or
+        conventionally named module."""
+        func = site.node.func
+        if site.method in ("forward", "generate"):
+            if site.method == "generate" and not generate:
+                return False
+            name = site.receiver
+        elif isinstance(func, (ast.Name, ast.Attribute)):
+            name = dotted(func)
+        else:
+            return False
+        if name is None:
+            return False
+        if modules is not None:
+            return name in modules
+        return name in self.known_modules or module_like(name)
+
+    def runs_training_step(self, loop: ast.stmt) -> bool:
+        return any(
+            is_backward(site) or is_optimizer_step(site) or self.calls_step_function(site)
+            for site in self.direct_calls(loop)
+        )
+
+    def runs_forward(self, loop: ast.stmt) -> bool:
+        return any(self.is_forward(site, generate=True) for site in self.direct_calls(loop))
+
+    def iterates_batches(self, loop: ast.stmt) -> bool:
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        words = identifiers(loop.iter) + identifiers(loop.target)
+        return any(w in word for word in words for w in _BATCH_WORDS)
+
+    def iterates_models(self, loop: ast.stmt) -> bool:
+        """A loop over models or checkpoints: it loads one per iteration, deletes one, or
+        iterates names that say so (`for ckpt in checkpoints`, `for model in models`)."""
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            words = identifiers(loop.iter) + identifiers(loop.target)
+            if any(w in word for word in words for w in _MODEL_WORDS):
+                return True
+            if any(module_like(name) for name in identifiers(loop.target)):
+                return True
+        for site in self.direct_calls(loop):
+            if site.method in _MODEL_LOADS or site.name in _MODEL_LOAD_NAMES:
+                return True
+        for stmt in _scope_statements(loop.body):
+            if isinstance(stmt, ast.Delete) and any(module_like(dotted(t)) for t in stmt.targets):
+                return True
+        return False
+
+    def is_step_loop(self, loop: ast.stmt) -> str | None:
+        """"training" or "evaluation" when `loop` runs one step per iteration, else None."""
+        if self.iterates_models(loop):
+            return None
+        if self.runs_training_step(loop):
+            return "training"
+        if self.runs_forward(loop) and self.iterates_batches(loop):
+            return "evaluation"
+        return None
+
+    # -- autograd switched off ------------------------------------------------------------
+    def with_guarded(self, context: Context) -> bool:
+        return any(
+            grad_off_expr(item.context_expr, self.imports)
+            for stmt in context.withs
+            for item in stmt.items  # type: ignore[attr-defined]
+        )
+
+    @cached_property
+    def _grad_disabled_lines(self) -> dict[int, list[int]]:
+        """id(function or None) -> lines of statement calls `torch.set_grad_enabled(False)`."""
+        out: dict[int, list[int]] = {}
+        for site in self.index.calls_to_method("set_grad_enabled", "_set_grad_enabled"):
+            stmt = site.context.stmt
+            if isinstance(stmt, ast.Expr) and stmt.value is site.node and grad_off_expr(site.node, self.imports):
+                out.setdefault(id(site.context.function), []).append(site.node.lineno)
+        return out
+
+    def function_guarded(self, func: ast.AST | None, depth: int = 0) -> bool:
+        """Autograd is off for the whole function: a `@torch.no_grad()`-style decorator, a
+        framework hook that runs under no_grad, a `def` inside a no_grad block or a guarded
+        function, or a call of it (`evaluate(...)`, `self.evaluate(...)`) that is guarded."""
+        if func is None or not isinstance(func, Function) or depth > 3:
+            return False
+        key = id(func)
+        if key in self._guarded_functions:
+            return self._guarded_functions[key]
+        self._guarded_functions[key] = False  # recursion guard
+        result = (
+            any(grad_off_expr(d, self.imports) for d in func.decorator_list)
+            or func.name in _FRAMEWORK_NO_GRAD
+            or self._def_guarded(func, depth)
+            or any(self.site_guarded(site, depth + 1) for site in self.callers(func))
+        )
+        self._guarded_functions[key] = result
+        return result
+
+    def _def_guarded(self, func: ast.AST, depth: int) -> bool:
+        context = self.index.contexts.get(id(func))
+        if context is None:
+            return False
+        return self.with_guarded(context) or self.function_guarded(context.function, depth + 1)
+
+    def callers(self, func: ast.AST) -> list[CallSite]:
+        name = func.name  # type: ignore[attr-defined]
+        return [
+            site
+            for site in self.index.calls_to_method(name) + self.index.calls_named(name)
+            if (site.method is None and isinstance(site.node.func, ast.Name))
+            or site.receiver in ("self", "cls")
+        ]
+
+    def site_guarded(self, site: CallSite, depth: int = 0) -> bool:
+        return self.context_guarded(site.context, site.node.lineno, depth)
+
+    def context_guarded(self, context: Context, line: int, depth: int = 0) -> bool:
+        """Autograd is (or may be) off at `line` in this context."""
+        if self.with_guarded(context):
+            return True
+        if any(off < line for off in self._grad_disabled_lines.get(id(context.function), ())):
+            return True
+        return self.function_guarded(context.function, depth)
+
+    # -- evaluation loops ------------------------------------------------------------------
+    def backward_sites(self, func: ast.AST | None) -> list[CallSite]:
+        return [s for s in self.index.calls_to_method("backward", "manual_backward") if s.context.function is func]
+
+    def eval_receivers(self, loop: ast.stmt, context: Context) -> dict[str, CallSite]:
+        """Modules put in eval mode before `loop` in its function and not back in train
+        mode before it: receiver -> the `.eval()` call."""
+        func = context.function
+        modes: list[tuple[int, str, str, CallSite]] = []
+        for site in self.index.calls_to_method("eval", "train"):
+            if site.context.function is not func or site.receiver is None:
+                continue
+            line = site.node.lineno
+            if line >= loop.lineno:
+                continue
+            args = site.node.args
+            if site.method == "eval" and not args and not site.node.keywords:
+                modes.append((line, site.node.col_offset, "eval", site))
+            elif site.method == "train":
+                off = bool(args) and isinstance(args[0], ast.Constant) and args[0].value is False
+                if not args or off or (isinstance(args[0], ast.Constant) and args[0].value is True):
+                    modes.append((line, site.node.col_offset, "eval" if off else "train", site))
+        state: dict[str, CallSite | None] = {}
+        for _, _, mode, site in sorted(modes, key=lambda m: (m[0], m[1])):
+            state[site.receiver] = site if mode == "eval" else None  # type: ignore[index]
+        return {name: site for name, site in state.items() if site is not None}
+
+    def is_eval_function(self, func: ast.AST | None, context: Context) -> bool:
+        if not isinstance(func, Function):
+            return False
+        if not _EVAL_FUNCTION.match(func.name) or _EVAL_FUNCTION_EXCLUDED.match(func.name):
+            return False
+        owner = self.index.contexts.get(id(func))
+        cls = owner.classdef if owner is not None else None
+        if cls is not None and any("lightning" in w or "composer" in w for b in cls.bases for w in identifiers(b)):
+            return False  # framework hooks: the framework turns autograd off
+        return True
+
+    @cached_property
+    def frozen_modules(self) -> set[str]:
+        """`model.requires_grad_(False)`, or `for p in model.parameters(): p.requires_grad = False`:
+        a forward through a frozen module records nothing."""
+        frozen = set()
+        for site in self.index.calls_to_method("requires_grad_"):
+            arg = _first_arg(site.node, "requires_grad")
+            if site.receiver and isinstance(arg, ast.Constant) and arg.value is False:
+                frozen.add(site.receiver)
+        for site in self.index.calls_to_method("parameters", "named_parameters"):
+            stmt = site.context.stmt
+            if isinstance(stmt, (ast.For, ast.AsyncFor)) and site.receiver and _contains_node(stmt.iter, site.node):
+                for sub in _scope_statements(stmt.body):
+                    if isinstance(sub, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in sub.targets
+                    ):
+                        frozen.add(site.receiver)
+        return frozen
+
+    def needs_grad_inside(self, loop: ast.stmt) -> bool:
+        """The loop trains or asks for gradients itself: backward, optimizer steps,
+        `torch.autograd.grad`, `requires_grad`, `.grad`, `torch.enable_grad()`, `torch.func`."""
+        for site in self.calls_within(loop):
+            name = site.name or ""
+            if is_backward(site) or is_optimizer_step(site) or self.calls_step_function(site):
+                return True
+            if site.method in ("requires_grad_", "enable_grad", "grad") or name.startswith(("torch.func", "functorch")):
+                return True
+            if last_part(name) in ("enable_grad", "grad", "vjp", "jvp", "jacobian", "hessian", "jacrev", "jacfwd"):
+                return True
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad"):
+                return True
+            if isinstance(node, ast.keyword) and node.arg == "requires_grad":
+                return True
+        return False
+
+
+def _scope_statements(body: list[ast.stmt]):
+    """Statements of a block and the blocks nested in it, not entering defs or classes."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, name, None)
+            if isinstance(children, list):
+                for child in reversed(children):
+                    if isinstance(child, (ast.ExceptHandler,)) or type(child).__name__ == "match_case":
+                        stack.extend(reversed(child.body))
+                    else:
+                        stack.append(child)
+
+
+def scope_statements(body: list[ast.stmt]):
+    return _scope_statements(body)
+
+
+def _contains_node(outer: ast.AST, inner: ast.AST) -> bool:
+    return any(sub is inner for sub in ast.walk(outer))
+
+
+__all__ = [
+    "LoopAnalysis", "loop_analysis", "module_like", "is_backward", "is_optimizer_step",
+    "grad_off_expr", "scope_statements", "identifiers", "last_part", "Loop",
+]
+
+
+# -- CFX302: values that carry an autograd graph, and how an accumulator is used -----------
+
+NUMBER, TENSOR, BACKWARD, UNKNOWN, NEUTRAL = "number", "tensor", "backward", "unknown", "neutral"
+
+# `loss.detach()`, `loss.item()`: no graph any more.
+_DROPS_GRAD = frozenset({"detach", "item", "tolist", "numpy", "detach_"})
+# `loss.mean()`, `loss.float()`, `loss.to(device)`: still the same graph.
+_KEEPS_GRAD = frozenset({
+    "mean", "sum", "float", "double", "half", "bfloat16", "to", "cuda", "cpu", "clone", "view",
+    "reshape", "squeeze", "unsqueeze", "repeat", "expand", "contiguous", "abs", "flatten", "mul",
+    "div", "add", "sub",
+})
+# Methods that treat the accumulator as a tensor (so `.item()` in the fix would break them).
+_TENSOR_METHODS = _KEEPS_GRAD | frozenset({"std", "var", "max", "min", "norm", "exp", "log", "sqrt", "numel", "size", "dim"})
+_TORCH_LOSSES = frozenset({
+    "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "nll_loss",
+    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "ctc_loss", "poisson_nll_loss",
+    "gaussian_nll_loss", "cosine_embedding_loss", "margin_ranking_loss", "hinge_embedding_loss",
+    "multilabel_margin_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
+    "triplet_margin_loss", "triplet_margin_with_distance_loss",
+})
+_LOSS_CALLEE = re.compile(r"loss$|criterion$|^loss_?f(?:n|unc|unction)$|^compute_loss$", re.IGNORECASE)
+_NOT_TORCH = ("sklearn", "numpy", "scipy", "math", "statistics", "evaluate", "torchmetrics", "tensorflow", "jax")
+# Calls that read the accumulator as a plain number.
+_NUMBER_FUNCS = frozenset({"float", "int", "round", "str", "repr", "print", "format", "abs", "bool", "min", "max"})
+_NUMBER_MODULES = ("numpy.", "np.", "math.", "statistics.")
+_LOG_METHODS = frozenset({
+    "print", "log", "info", "debug", "warning", "warn", "error", "add_scalar", "add_scalars",
+    "set_postfix", "set_postfix_str", "set_description", "log_metrics", "log_dict", "format", "write",
+    "append_log",
+})
+
+
+def is_loss_call(call: ast.Call, imports) -> bool:
+    """`criterion(out, y)`, `self.loss_fn(...)`, `F.cross_entropy(...)`,
+    `nn.CrossEntropyLoss()(...)`, `compute_loss(...)`; not `sklearn.metrics.log_loss`."""
+    func = call.func
+    if isinstance(func, ast.Call):  # nn.MSELoss()(pred, y)
+        name = imports.qualify(func.func) or dotted(func.func) or ""
+        return name.startswith("torch.") and name.endswith("Loss")
+    name = imports.qualify(func) or dotted(func)
+    if not name:
+        return False
+    if name.startswith("torch."):
+        return last_part(name) in _TORCH_LOSSES or name.startswith("torch.nn.functional.") and name.endswith("_loss")
+    root = name.split(".")[0]
+    if root in imports.aliases and imports.aliases[root].split(".")[0] in _NOT_TORCH or root in _NOT_TORCH:
+        return False
+    return bool(_LOSS_CALLEE.search(last_part(name)))
+
+
+class ScopeFlow:
+    """Name bindings and expression parents of one scope (a function body, or the module's
+    top-level statements), computed only for scopes that hold a candidate."""
+
+    def __init__(self, body: list[ast.stmt]) -> None:
+        self.statements = list(_scope_statements(body))
+        self.parent: dict[int, ast.AST] = {}
+        self.bindings: dict[str, list[tuple[int, int, ast.stmt, ast.AST | None]]] = {}
+        self.loads: dict[str, list[ast.Name]] = {}
+        self.nested_names: set[str] = set()  # names read inside nested defs and classes
+        self.declared: set[str] = set()  # global / nonlocal
+        for stmt in self.statements:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.Name):
+                        self.nested_names.add(sub.id)
+                continue
+            if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+                self.declared.update(stmt.names)
+            for name, value in ast.iter_fields(stmt):
+                if name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    continue
+                for child in value if isinstance(value, list) else [value]:
+                    if isinstance(child, ast.AST):
+                        self.parent[id(child)] = stmt
+                        self._walk(child)
+            self._bind(stmt)
+        for entries in self.bindings.values():
+            entries.sort(key=lambda e: (e[0], e[1]))
+
+    def _walk(self, root: ast.AST) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                self.loads.setdefault(node.id, []).append(node)
+            for child in ast.iter_child_nodes(node):
+                self.parent[id(child)] = node
+                stack.append(child)
+
+    def _bind(self, stmt: ast.stmt) -> None:
+        def add(target: ast.AST, value: ast.AST | None) -> None:
+            if isinstance(target, ast.Name):
+                self.bindings.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, stmt, value))
+            elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        self.bindings.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, stmt, None))
+
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                add(target, stmt.value)
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            add(stmt.target, stmt.value)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            add(stmt.target, None)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    add(item.optional_vars, None)
+
+    def binding_before(self, name: str, stmt: ast.stmt):
+        """The last binding of `name` by a statement that starts before `stmt`."""
+        best = None
+        for entry in self.bindings.get(name, ()):
+            if entry[2] is stmt or (entry[0], entry[1]) >= (stmt.lineno, stmt.col_offset):
+                break
+            best = entry
+        return best
+
+    def statement_of(self, node: ast.AST) -> ast.stmt | None:
+        while node is not None and not isinstance(node, ast.stmt):
+            node = self.parent.get(id(node))
+        return node
+
+
+def scope_flow(analysis: LoopAnalysis, function: ast.AST | None) -> ScopeFlow:
+    cache = analysis.__dict__.setdefault("_flows", {})
+    key = id(function)
+    if key not in cache:
+        body = function.body if function is not None else analysis.index.tree.body  # type: ignore[attr-defined]
+        cache[key] = ScopeFlow(body)
+    return cache[key]
+
+
+def graph_origin(analysis: LoopAnalysis, flow: ScopeFlow, expr: ast.AST, at: ast.stmt, region: ast.stmt, depth: int = 0):
+    """The expression that gives `expr` an autograd graph (`outputs.loss`, `criterion(...)`),
+    or None when it has none or cfgfix cannot tell. Names are followed to their last binding
+    before `at`, which must lie inside `region` (the loop) and outside any no_grad block."""
+    if depth > 8:
+        return None
+    imports = analysis.imports
+    if isinstance(expr, ast.Name):
+        entry = flow.binding_before(expr.id, at)
+        if entry is None:
+            return None
+        line, _, stmt, value = entry
+        if value is None or not (region.lineno <= line <= (region.end_lineno or line)):
+            return None
+        if analysis.context_guarded(analysis.index.context_of_stmt(stmt), line):
+            return None
+        if isinstance(stmt, ast.AugAssign):  # `loss += aux`: graph from either side
+            return graph_origin(analysis, flow, value, stmt, region, depth + 1) or graph_origin(
+                analysis, flow, expr, stmt, region, depth + 1
+            )
+        return graph_origin(analysis, flow, value, stmt, region, depth + 1)
+    if isinstance(expr, (ast.Attribute, ast.Subscript)):
+        is_loss = (isinstance(expr, ast.Attribute) and expr.attr == "loss") or (
+            isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
+        )
+        if not is_loss:
+            return None
+        base = expr.value
+        if isinstance(base, ast.Name):  # `outputs.loss` with `outputs = model(**batch)`
+            entry = flow.binding_before(base.id, at)
+            if entry is None or not isinstance(entry[3], ast.Call) or not (region.lineno <= entry[0] <= (region.end_lineno or entry[0])):
+                return None
+            if analysis.context_guarded(analysis.index.context_of_stmt(entry[2]), entry[0]):
+                return None
+            base = entry[3]
+        if isinstance(base, ast.Call) and _forward_like(base, analysis):
+            return expr
+        return None
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _DROPS_GRAD:
+            return None
+        if isinstance(func, ast.Attribute) and func.attr in _KEEPS_GRAD:
+            return graph_origin(analysis, flow, func.value, at, region, depth + 1)
+        if is_loss_call(expr, imports):
+            return expr
+        return None
+    if isinstance(expr, ast.BinOp):
+        return graph_origin(analysis, flow, expr.left, at, region, depth + 1) or graph_origin(
+            analysis, flow, expr.right, at, region, depth + 1
+        )
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        return graph_origin(analysis, flow, expr.operand, at, region, depth + 1)
+    return None
+
+
+def _forward_like(call: ast.Call, analysis: LoopAnalysis) -> bool:
+    """A forward pass whose `.loss` carries the graph: `model(**batch)`, `self.model(...)`,
+    `model.forward(...)`, `self.forward_step(...)`; not `accelerator.gather(...)` or a
+    function returning a dict of numbers."""
+    func = call.func
+    name = dotted(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
+    if name is None:
+        return False
+    return name in analysis.known_modules or module_like(name) or "forward" in last_part(name)
+
+
+def accumulator_uses(analysis: LoopAnalysis, flow: ScopeFlow, name: str, skip: set[int], eval_function: bool) -> set[str]:
+    """How `name` is used in its scope, apart from the accumulating statements (`skip`):
+    NUMBER (formatted, logged, compared, `.item()`), TENSOR (a tensor op or method),
+    BACKWARD (differentiated), UNKNOWN (escapes: returned, stored, passed on), NEUTRAL."""
+    kinds: set[str] = set()
+    _uses_of(analysis, flow, name, skip, eval_function, kinds, {name}, 0)
+    return kinds
+
+
+def _uses_of(analysis, flow, name, skip, eval_function, kinds, seen, depth) -> None:
+    if name in flow.nested_names or name in flow.declared:
+        kinds.add(UNKNOWN)
+        return
+    for node in flow.loads.get(name, ()):
+        if id(node) not in skip:
+            _climb(analysis, flow, node, skip, eval_function, kinds, seen, depth)
+
+
+def _climb(analysis, flow, node, skip, eval_function, kinds, seen, depth) -> None:
+    imports = analysis.imports
+    cur = node
+    while True:
+        parent = flow.parent.get(id(cur))
+        if parent is None:
+            kinds.add(UNKNOWN)
+            return
+        if isinstance(parent, ast.Attribute):
+            call = flow.parent.get(id(parent))
+            attr = parent.attr
+            if attr in ("backward", "manual_backward"):
+                kinds.add(BACKWARD)
+                return
+            if not (isinstance(call, ast.Call) and call.func is parent):
+                kinds.add(TENSOR if attr in ("shape", "dtype", "device", "ndim") else UNKNOWN)
+                return
+            if attr in ("item", "tolist"):
+                kinds.update((TENSOR, NUMBER))
+                return
+            if attr == "clear":
+                kinds.add(NEUTRAL)
+                return
+            if attr in _TENSOR_METHODS:
+                kinds.add(TENSOR)
+                cur = call
+                continue
+            kinds.add(UNKNOWN)
+            return
+        if isinstance(parent, (ast.keyword, ast.Starred)):
+            cur = parent
+            continue
+        if isinstance(parent, ast.Call):
+            if cur is parent.func:
+                kinds.add(UNKNOWN)
+                return
+            func = parent.func
+            method = func.attr if isinstance(func, ast.Attribute) else None
+            qualified = imports.qualify(func) or dotted(func) or ""
+            if method in ("backward", "manual_backward") or qualified == "torch.autograd.backward":
+                kinds.add(BACKWARD)
+                return
+            if qualified == "len":
+                kinds.add(NEUTRAL)
+                return
+            if qualified in _NUMBER_FUNCS or qualified.startswith(_NUMBER_MODULES) or method in _LOG_METHODS:
+                kinds.add(NUMBER)
+                return
+            if qualified == "sum" or qualified.startswith("torch.") and not qualified.startswith("torch.distributed"):
+                if qualified != "sum":
+                    kinds.add(TENSOR)
+                cur = parent
+                continue
+            if qualified.startswith(("wandb.", "mlflow.")) or last_part(qualified) in ("log", "log_metrics"):
+                kinds.add(NUMBER)
+                return
+            kinds.add(UNKNOWN)
+            return
+        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Dict, ast.Set)):
+            cur = parent
+            continue
+        if isinstance(parent, ast.Subscript):
+            if cur is parent.value:
+                cur = parent
+                continue
+            kinds.add(NEUTRAL)
+            return
+        if isinstance(parent, (ast.FormattedValue, ast.Compare, ast.BoolOp, ast.If, ast.While, ast.Assert)):
+            kinds.add(NUMBER)
+            return
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and cur is parent.value:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if depth > 3 or not all(isinstance(t, ast.Name) for t in targets):
+                kinds.add(UNKNOWN)
+                return
+            for target in targets:
+                if target.id not in seen:
+                    seen.add(target.id)
+                    _uses_of(analysis, flow, target.id, skip, eval_function, kinds, seen, depth + 1)
+            return
+        if isinstance(parent, ast.Return):
+            kinds.add(NUMBER if eval_function else UNKNOWN)
+            return
+        if isinstance(parent, ast.Expr):
+            kinds.add(NEUTRAL)
+            return
+        kinds.add(UNKNOWN)
+        return
