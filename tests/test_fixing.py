@@ -106,7 +106,7 @@ def test_an_edit_shared_by_two_fixes_is_applied_once(tmp_path):
 
     text = "a = load()\nmodel.half()\nx = 1\n"
     shared = Edit("f.py", 11, 24, "")
-    extra = Edit("f.py", 8, 8, "dtype=1")
+    extra = Edit("f.py", 9, 9, "dtype=1")
     rounds = []
 
     def lint_one(sf, data, sources):

@@ -1557,7 +1557,7 @@ def _attribute_func(ctx, func: ast.expr, new_name: str) -> tuple[str, list] | No
     return f"{torch}.amp.{new_name}", edits
 
 
-def _call_edits(ctx, call: ast.Call, scaler: bool, func_text: tuple[str, list] | None) -> list | None:
+def _call_edits(ctx, call: ast.Call, scaler: bool, func_text: tuple[str, list] | None, function=None) -> list | None:
     """Edits that turn one old-API call into the new one, or None when that is not exact."""
     if func_text is None:
         return None
@@ -1576,25 +1576,25 @@ def _call_edits(ctx, call: ast.Call, scaler: bool, func_text: tuple[str, list] |
         args, hidden = _bind(call, _LEGACY_PARAMS)
         if len(call.args) > len(_LEGACY_PARAMS):
             return None
-        enabled = _resolver(ctx, None).boolean(args["enabled"]) if "enabled" in args else True
+        enabled = _resolver(ctx, function).boolean(args["enabled"]) if "enabled" in args else True
         if "dtype" not in args and enabled is not False:
             if hidden:
                 return None  # `**kwargs` may or may not carry a dtype
             torch, more = _torch_name(ctx)
             edits.extend(more)
             extra = f"dtype={torch}.float16"
-    edits.append(python_edits.replace_node(src, call.func, text))
-    if not items:
-        edits.append(Edit(src.path, paren + 1, paren + 1, '"cuda"' + (f", {extra}" if extra else "")))
-        return edits
-    edits.append(Edit(src.path, paren + 1, paren + 1, '"cuda", '))
+    if src.node_text(call.func) != text:
+        edits.append(python_edits.replace_node(src, call.func, text))
+    # Insertions by offset, so two at one point keep their order: `("cuda", enabled=True`.
+    inserts: dict[int, str] = {paren + 1: '"cuda"' + (", " if items else "")}
     if not scaler:
         for param, arg in zip(_LEGACY_PARAMS, call.args):
             start = python_edits.node_range(src, arg)[0]
-            edits.append(Edit(src.path, start, start, f"{param}="))
+            inserts[start] = inserts.get(start, "") + f"{param}="
     if extra:
-        end = python_edits.node_range(src, items[-1])[1]
-        edits.append(Edit(src.path, end, end, f", {extra}"))
+        end = python_edits.node_range(src, items[-1])[1] if items else paren + 1
+        inserts[end] = inserts.get(end, "") + (f", {extra}" if items else f", {extra}")
+    edits.extend(Edit(src.path, offset, offset, content) for offset, content in sorted(inserts.items()))
     return edits
 
 
@@ -1653,7 +1653,7 @@ class _ImportRewrite:
                 more = _call_edits(ctx, parent, scaler, (node.id, []))
                 if more is None:
                     return None
-                edits.extend(more[1:] if False else [e for e in more if not _replaces(e, src, node)])
+                edits.extend(more)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in locals_:
                 return None
             elif isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] in locals_:
@@ -1663,9 +1663,3 @@ class _ImportRewrite:
         if binders != sum(len(s.names) for s in statements):
             return None
         return edits
-
-
-def _replaces(edit, src, node: ast.AST) -> bool:
-    """The no-op edit that rewrites a plain name to itself."""
-    start, end = python_edits.node_range(src, node)
-    return edit.start == start and edit.end == end
