@@ -1,8 +1,8 @@
-import importlib.metadata
 from pathlib import Path
 
 import pytest
 
+from cfgfix.analysis import versions as versions_module
 from cfgfix.analysis.versions import VersionInfo, Versions, normalize
 
 
@@ -16,10 +16,7 @@ def write(root: Path, name: str, text: str) -> None:
 def nothing_installed(monkeypatch):
     """Tests must not depend on what this machine has installed."""
 
-    def version(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(versions_module, "_metadata_version", lambda name: None)
 
 
 # ----------------------------------------------------------------------- range logic
@@ -244,11 +241,9 @@ def test_installed_fallback_uses_metadata_only(tmp_path, monkeypatch):
 
     def version(name):
         asked.append(name)
-        if name == "transformers":
-            return "4.57.1"
-        raise importlib.metadata.PackageNotFoundError(name)
+        return "4.57.1" if name == "transformers" else None
 
-    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(versions_module, "_metadata_version", version)
     write(tmp_path, "requirements.txt", "torch>=2.1\n")
     v = Versions.from_project(tmp_path)
     assert v.get("transformers") == VersionInfo("transformers", "==4.57.1", "installed")
@@ -265,5 +260,24 @@ def test_fingerprint_tracks_pins_and_installs(tmp_path, monkeypatch):
     write(tmp_path, "requirements.txt", "torch==2.2\n")
     b = Versions.from_project(tmp_path).fingerprint()
     assert a != b
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.0")
+    monkeypatch.setattr(versions_module, "_metadata_version", lambda name: "1.0")
     assert Versions.from_project(tmp_path).fingerprint() != b
+
+
+def test_metadata_version_reads_dist_info_folders(tmp_path, monkeypatch):
+    """The fast scan agrees with importlib.metadata on real folders."""
+    import sys
+
+    (tmp_path / "Flash_Attn-2.6.3.dist-info").mkdir()
+    (tmp_path / "bitsandbytes-0.45.5.dist-info").mkdir()
+    legacy = tmp_path / "deepspeed.egg-info"
+    legacy.mkdir()
+    (legacy / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.16.9\n\nbody\n")
+    monkeypatch.undo()  # drop the autouse stub: this test checks the real scan
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    versions_module._listing.cache_clear()
+    assert versions_module._metadata_version("flash-attn") == "2.6.3"
+    assert versions_module._metadata_version("bitsandbytes") == "0.45.5"
+    assert versions_module._metadata_version("deepspeed") == "0.16.9"
+    assert versions_module._metadata_version("torch") is None
+    versions_module._listing.cache_clear()
