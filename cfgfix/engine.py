@@ -259,7 +259,7 @@ class Engine:
         return [self.linter.lint(sf, data) for sf, data in jobs]
 
     def _may_match(self, job) -> bool:
-        return any(rule.may_match(job[1]) for rule in self.linter.rules)
+        return any("python" in rule.kinds and rule.may_match(job[1]) for rule in self.linter.rules)
 
     def _lint_pool(self, jobs) -> list[FileResult]:
         import multiprocessing
