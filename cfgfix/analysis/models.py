@@ -122,8 +122,8 @@ class ModelAnalysis:
 _LOAD_CALL = re.compile(r"from_pretrained\s*\(")
 
 
-def analyze_models(tree: ast.Module, text: str | None = None) -> ModelAnalysis:
-    imports = ImportMap(tree)
+def analyze_models(tree: ast.Module, text: str | None = None, imports: ImportMap | None = None) -> ModelAnalysis:
+    imports = imports or ImportMap(tree)
     analysis = ModelAnalysis(imports=imports, tree=tree)
     survey = _Survey(tree, text)
     if not survey.load_scopes:

@@ -22,18 +22,25 @@ class PythonContext:
         return self.document.source
 
     @cached_property
+    def imports(self):
+        """Import aliases resolved to qualified names."""
+        from cfgfix.analysis.names import ImportMap
+
+        return ImportMap(self.document.tree)
+
+    @cached_property
     def models(self):
         """Model loads and the casts/moves applied to them (CFX1xx)."""
         from cfgfix.analysis.models import analyze_models
 
-        return analyze_models(self.document.tree, self.source.text)
+        return analyze_models(self.document.tree, self.source.text, self.imports)
 
     @cached_property
     def index(self):
         """Every call with its qualified name and surroundings (loops, withs, function)."""
         from cfgfix.analysis.structure import ModuleIndex
 
-        return ModuleIndex.build(self.document.tree, self.models.imports)
+        return ModuleIndex.build(self.document.tree, self.imports)
 
 
 @dataclass
