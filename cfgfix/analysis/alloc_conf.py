@@ -15,7 +15,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from cfgfix.analysis.names import iter_statements, single_assignments
+from cfgfix.analysis.names import iter_statements
 
 VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 CUDA_VARIABLE = "PYTORCH_CUDA_ALLOC_CONF"
@@ -246,15 +246,30 @@ def _check_option(option: Option, value: str, variable: str, report_unknown: boo
             if number == 0 or number & (number - 1) or number > (spec.maximum or 0):
                 return [_bad_value(token, f"`{shown}`: `{key.text}` must be a power of two no larger than "
                                           f"{int(spec.maximum or 0)}; torch raises at the first CUDA allocation.")]
-            return []
-        return _range(key.text, token, number, spec, shown, unit=" MB")
+            return _trailing(token, match, shown, key.text)
+        return _range(key.text, token, number, spec, shown, unit=" MB") or _trailing(token, match, shown, key.text)
     if spec.kind == "float":
         match = _FLOAT_PREFIX.match(text)
         if match is None:
             return [_bad_value(token, f"`{shown}`: `{key.text}` takes a number, and torch raises "
                                       f"`std::invalid_argument` on `{text}` at the first CUDA allocation.")]
-        return _range(key.text, token, float(match.group()), spec, shown, unit="")
+        number = float(match.group())
+        return _range(key.text, token, number, spec, shown, unit="") or _trailing(token, match, shown, key.text)
     return []
+
+
+def _trailing(token: Token, match: re.Match, shown: str, key: str) -> list[Problem]:
+    """`max_split_size_mb:512MB`: torch reads the leading number and silently drops the rest."""
+    rest = token.text[match.end():]
+    if not rest:
+        return []
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return [Problem("warning", token.start, token.end,
+                    f"`{shown}`: torch reads only the leading number `{match.group()}` and silently ignores "
+                    f"`{rest if len(rest) <= 40 else rest[:37] + '...'}`"
+                    + (" (the key name already gives the unit)" if key.endswith("_mb") else "")
+                    + ". Write the number alone.")]
 
 
 def _bad_value(token: Token, message: str) -> Problem:
@@ -438,7 +453,9 @@ _SETTERS = ("os.environ.setdefault", "os.putenv", "os.environ.update")
 def python_settings(ctx) -> list[Setting]:
     """Every `os.environ[V] = ...`, `os.environ.setdefault(V, ...)`, `os.putenv(V, ...)` and
     `os.environ.update({V: ...})` for V in VARIABLES (computed once per file)."""
-    return ctx.notes.setdefault("alloc-conf-settings", _python_settings(ctx))
+    if "alloc-conf-settings" not in ctx.notes:
+        ctx.notes["alloc-conf-settings"] = _python_settings(ctx)
+    return ctx.notes["alloc-conf-settings"]
 
 
 def _python_settings(ctx) -> list[Setting]:
@@ -513,7 +530,7 @@ class _Scopes:
 
     def _assignments(self, scope) -> dict[str, ast.expr]:
         if id(scope) not in self.cache:
-            self.cache[id(scope)] = single_assignments(scope.body)
+            self.cache[id(scope)] = _bound_once(scope.body)
         return self.cache[id(scope)]
 
     def _stores(self, function) -> set[str]:
@@ -522,6 +539,31 @@ class _Scopes:
                 n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             } | {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
         return self.stored[id(function)]
+
+
+def _bound_once(body: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Names a scope binds exactly once, by `NAME = value`, to that value. (Subscript and
+    attribute targets such as `os.environ[KEY] = ...` bind nothing.)"""
+    counts: dict[str, int] = {}
+    values: dict[str, ast.expr] = {}
+    for stmt in body:
+        for node in _walk_no_defs(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                counts[node.id] = counts.get(node.id, 0) + 1
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                for name in node.names:
+                    counts[name] = counts.get(name, 0) + 2
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    name = (alias.asname or alias.name).split(".")[0]
+                    counts[name] = counts.get(name, 0) + 2
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                counts[node.name] = counts.get(node.name, 0) + 2
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                values[node.targets[0].id] = node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                values[node.target.id] = node.value
+    return {name: value for name, value in values.items() if counts.get(name) == 1}
 
 
 _LITERAL = re.compile(r"([rRuU]?)('''|\"\"\"|'|\")(.*)\2", re.DOTALL)
@@ -567,6 +609,8 @@ GPU_ENTRY_POINTS = {
     "accelerate.PartialState": "`PartialState()`",
     "deepspeed.initialize": "`deepspeed.initialize()`",
 }
+# Calls outside torch.* that put a model on the device named by `device=` when they run.
+DEVICE_PLACERS = frozenset({"transformers.pipeline", "sentence_transformers.SentenceTransformer"})
 # Calls after which the variable may be meant for a child process, not this one.
 SPAWNS = frozenset({
     "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
@@ -623,6 +667,15 @@ class CudaOrder:
                 for case in getattr(stmt, "cases", None) or ():
                     stack.append((case.body, stmt, "cases"))
 
+    def unconditional(self, stmt: ast.stmt) -> bool:
+        """Directly in a function body, the module body or the `__main__` guard: it runs
+        whenever its function (or the script) does."""
+        owner = self.parents.get(id(stmt), (None, "", []))[0]
+        if owner is None or isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return True
+        return (isinstance(owner, ast.If) and self.parents.get(id(owner), (None,))[0] is None
+                and bool(_MAIN_GUARD.fullmatch(self.source.node_text(owner.test).strip())))
+
     def spawns(self) -> bool:
         return bool(self.index.calls_named(*SPAWNS))
 
@@ -640,10 +693,13 @@ class CudaOrder:
                 use = self._header(owner, field)
                 if use:
                     return use
+            # A `def` after the `__main__` block runs only when the file is imported, and
+            # then that block did not run.
+            main_guard = not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             for stmt in block:
                 if stmt is node:
                     break
-                use = self._certain_in_stmt(stmt)
+                use = self._certain_in_stmt(stmt, main_guard)
                 if use:
                     return use
         return None
@@ -674,12 +730,12 @@ class CudaOrder:
                 return None
         return None
 
-    def _certain_in_stmt(self, stmt: ast.stmt) -> CudaUse | None:
+    def _certain_in_stmt(self, stmt: ast.stmt, main_guard: bool = True) -> CudaUse | None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return None  # only its definition runs here
         if isinstance(stmt, ast.If):
             use = self._in_expr(stmt.test, stmt)
-            if use is None and _MAIN_GUARD.fullmatch(self.source.node_text(stmt.test).strip()):
+            if use is None and main_guard and _MAIN_GUARD.fullmatch(self.source.node_text(stmt.test).strip()):
                 use = self._in_block(stmt.body)  # the script's entry point: runs when launched
             return use
         if isinstance(stmt, (ast.While,)):
@@ -721,16 +777,25 @@ class CudaOrder:
             target = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
             if target is not None and self._is_cuda(target, stmt):
                 return CudaUse(call, f"`{text}`")
+        places = bool(name) and (name.startswith("torch.") or name in DEVICE_PLACERS) and name != "torch.device"
+        loads = name in DEVICE_PLACERS or (isinstance(func, ast.Attribute) and func.attr == "from_pretrained")
         for keyword in call.keywords:
-            if keyword.arg == "device" and name != "torch.device" and self._is_cuda(keyword.value, stmt):
+            if keyword.arg in ("device", "map_location") and places and self._is_cuda(keyword.value, stmt):
                 return CudaUse(call, f"`{text}`")
-            if keyword.arg == "device_map" and self._maps_to_gpu(keyword.value, stmt):
+            if keyword.arg == "device_map" and loads and self._maps_to_gpu(keyword.value, stmt):
                 return CudaUse(call, f"the `device_map=` load `{text}`")
-        if isinstance(func, ast.Name) and func.id in self.functions and self.imports.aliases.get(func.id) is None:
+        if (isinstance(func, ast.Name) and func.id in self.functions and self.imports.aliases.get(func.id) is None
+                and not self._shadowed(func.id, stmt)):
             inner = self._function_use(self.functions[func.id])
             if inner is not None:
                 return CudaUse(inner.call, inner.what, via=call)
         return None
+
+    def _shadowed(self, name: str, stmt: ast.stmt) -> bool:
+        """`name` is a local of the function holding `stmt`, not the module's function."""
+        context = self.index.contexts.get(id(stmt))
+        function = context.function if context is not None else None
+        return function is not None and not isinstance(function, ast.Lambda) and name in self.scopes._stores(function)
 
     def _function_use(self, function) -> CudaUse | None:
         key = id(function)

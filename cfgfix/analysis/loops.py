@@ -14,7 +14,7 @@ import re
 from functools import cached_property
 
 from cfgfix.analysis.names import dotted
-from cfgfix.analysis.structure import Function, Loop, CallSite, Context, ModuleIndex
+from cfgfix.analysis.structure import CallSite, Context, Function, Loop, ModuleIndex
 
 NOTE = "cfgfix.analysis.loops"
 
@@ -31,8 +31,7 @@ _FRAMEWORK_NO_GRAD = frozenset({
     "validation_step", "test_step", "predict_step", "prediction_step", "eval_forward",
     "validation_epoch_end", "test_epoch_end",
 })
-_EVAL_FUNCTION = re.compile(r"^_*(?:evaluate|validate|evaluation|validation|eval|val)(?:_.*)?$")
-_EVAL_FUNCTION_EXCLUDED = re.compile(r"^_*(?:validation|evaluation)_")  # framework hooks
+EVAL_FUNCTION = re.compile(r"^_*(?:(?:evaluate|validate|evaluation|validation|eval|val)$|(?:eval|val)_)")
 _MODEL_LOADS = frozenset({
     "from_pretrained", "from_config", "from_single_file", "load_state_dict", "load_checkpoint",
     "load_model", "load_adapter",
@@ -42,7 +41,7 @@ _BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examp
 _MODEL_WORDS = ("model", "ckpt", "checkpoint")
 
 
-def loop_analysis(ctx) -> "LoopAnalysis":
+def loop_analysis(ctx) -> LoopAnalysis:
     analysis = ctx.notes.get(NOTE)
     if analysis is None:
         analysis = ctx.notes[NOTE] = LoopAnalysis(ctx.index)
@@ -84,13 +83,13 @@ def identifiers(node: ast.AST | None) -> list[str]:
     return out
 
 
-def grad_off_expr(expr: ast.AST, imports) -> bool:
+def grad_off_expr(expr: ast.AST, imports, with_item: bool = False) -> bool:
     """A `with` item or decorator that disables autograd, or may: `torch.no_grad()`,
     `torch.inference_mode()` (not `inference_mode(False)`), `torch.set_grad_enabled(x)`
     unless x is literally True, `no_grad() if cond else nullcontext()`, a custom
     `maybe_no_grad(...)`, or a context manager held in a variable (unknown: it may)."""
     if isinstance(expr, ast.IfExp):
-        return grad_off_expr(expr.body, imports) or grad_off_expr(expr.orelse, imports)
+        return grad_off_expr(expr.body, imports, with_item) or grad_off_expr(expr.orelse, imports, with_item)
     call = expr if isinstance(expr, ast.Call) else None
     func = call.func if call is not None else expr
     name = imports.qualify(func) or dotted(func)
@@ -104,9 +103,8 @@ def grad_off_expr(expr: ast.AST, imports) -> bool:
         return not (isinstance(first, ast.Constant) and first.value is False)
     if last == "set_grad_enabled":
         return not (isinstance(first, ast.Constant) and first.value is True)
-    if call is None and isinstance(expr, ast.Name):
-        return True  # `with ctx:` where ctx was built elsewhere: may be no_grad
-    return False
+    # `with ctx:` where ctx was built elsewhere: it may be no_grad
+    return with_item and call is None and isinstance(expr, ast.Name)
 
 
 def _first_arg(call: ast.Call | None, keyword: str) -> ast.AST | None:
@@ -194,10 +192,9 @@ class LoopAnalysis:
             if site.receiver and "trainer" not in site.receiver.lower()
         }
 
-    def is_forward(self, site: CallSite, modules: set[str] | None = None, generate: bool = False) -> bool:
-        """A forward pass: `model(x)`, `self.unet(...)`, `model.forward(x)` (and, when asked,
-        `model.generate(...)`). `modules` limits it to those names; otherwise any known or
-        conventionally named module."""
+    def is_forward(self, site: CallSite, generate: bool = False) -> bool:
+        """A forward pass of a known or conventionally named module: `model(x)`,
+        `self.unet(...)`, `model.forward(x)` (and, when asked, `model.generate(...)`)."""
         func = site.node.func
         if site.method in ("forward", "generate"):
             if site.method == "generate" and not generate:
@@ -209,8 +206,6 @@ class LoopAnalysis:
             return False
         if name is None:
             return False
-        if modules is not None:
-            return name in modules
         return name in self.known_modules or module_like(name)
 
     def runs_training_step(self, loop: ast.stmt) -> bool:
@@ -240,7 +235,7 @@ class LoopAnalysis:
         for site in self.direct_calls(loop):
             if site.method in _MODEL_LOADS or site.name in _MODEL_LOAD_NAMES:
                 return True
-        for stmt in _scope_statements(loop.body):
+        for stmt in scope_statements(loop.body):
             if isinstance(stmt, ast.Delete) and any(module_like(dotted(t)) for t in stmt.targets):
                 return True
         return False
@@ -258,7 +253,7 @@ class LoopAnalysis:
     # -- autograd switched off ------------------------------------------------------------
     def with_guarded(self, context: Context) -> bool:
         return any(
-            grad_off_expr(item.context_expr, self.imports)
+            grad_off_expr(item.context_expr, self.imports, with_item=True)
             for stmt in context.withs
             for item in stmt.items  # type: ignore[attr-defined]
         )
@@ -289,7 +284,10 @@ class LoopAnalysis:
             or self._def_guarded(func, depth)
             or any(self.site_guarded(site, depth + 1) for site in self.callers(func))
         )
-        self._guarded_functions[key] = result
+        if result or depth == 0:  # a False found deep in a call chain may be cut short
+            self._guarded_functions[key] = result
+        else:
+            del self._guarded_functions[key]
         return result
 
     def _def_guarded(self, func: ast.AST, depth: int) -> bool:
@@ -316,6 +314,8 @@ class LoopAnalysis:
             return True
         if any(off < line for off in self._grad_disabled_lines.get(id(context.function), ())):
             return True
+        if context.function is not None and self._grad_disabled_lines.get(id(None)):
+            return True  # switched off at import time, before any function runs
         return self.function_guarded(context.function, depth)
 
     # -- evaluation loops ------------------------------------------------------------------
@@ -326,7 +326,7 @@ class LoopAnalysis:
         """Modules put in eval mode before `loop` in its function and not back in train
         mode before it: receiver -> the `.eval()` call."""
         func = context.function
-        modes: list[tuple[int, str, str, CallSite]] = []
+        modes: list[tuple[int, int, str, CallSite]] = []
         for site in self.index.calls_to_method("eval", "train"):
             if site.context.function is not func or site.receiver is None:
                 continue
@@ -345,16 +345,15 @@ class LoopAnalysis:
             state[site.receiver] = site if mode == "eval" else None  # type: ignore[index]
         return {name: site for name, site in state.items() if site is not None}
 
-    def is_eval_function(self, func: ast.AST | None, context: Context) -> bool:
+    def is_eval_function(self, func: ast.AST | None) -> bool:
         if not isinstance(func, Function):
             return False
-        if not _EVAL_FUNCTION.match(func.name) or _EVAL_FUNCTION_EXCLUDED.match(func.name):
+        if not EVAL_FUNCTION.match(func.name):
             return False
         owner = self.index.contexts.get(id(func))
         cls = owner.classdef if owner is not None else None
-        if cls is not None and any("lightning" in w or "composer" in w for b in cls.bases for w in identifiers(b)):
-            return False  # framework hooks: the framework turns autograd off
-        return True
+        # framework hooks (Lightning, Composer): the framework turns autograd off
+        return cls is None or not any("lightning" in w or "composer" in w for b in cls.bases for w in identifiers(b))
 
     @cached_property
     def frozen_modules(self) -> set[str]:
@@ -368,7 +367,7 @@ class LoopAnalysis:
         for site in self.index.calls_to_method("parameters", "named_parameters"):
             stmt = site.context.stmt
             if isinstance(stmt, (ast.For, ast.AsyncFor)) and site.receiver and _contains_node(stmt.iter, site.node):
-                for sub in _scope_statements(stmt.body):
+                for sub in scope_statements(stmt.body):
                     if isinstance(sub, ast.Assign) and any(
                         isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in sub.targets
                     ):
@@ -394,7 +393,7 @@ class LoopAnalysis:
         return False
 
 
-def _scope_statements(body: list[ast.stmt]):
+def scope_statements(body: list[ast.stmt]):
     """Statements of a block and the blocks nested in it, not entering defs or classes."""
     stack = list(reversed(body))
     while stack:
@@ -406,24 +405,14 @@ def _scope_statements(body: list[ast.stmt]):
             children = getattr(node, name, None)
             if isinstance(children, list):
                 for child in reversed(children):
-                    if isinstance(child, (ast.ExceptHandler,)) or type(child).__name__ == "match_case":
+                    if isinstance(child, ast.ExceptHandler) or type(child).__name__ == "match_case":
                         stack.extend(reversed(child.body))
                     else:
                         stack.append(child)
 
 
-def scope_statements(body: list[ast.stmt]):
-    return _scope_statements(body)
-
-
 def _contains_node(outer: ast.AST, inner: ast.AST) -> bool:
     return any(sub is inner for sub in ast.walk(outer))
-
-
-__all__ = [
-    "LoopAnalysis", "loop_analysis", "module_like", "is_backward", "is_optimizer_step",
-    "grad_off_expr", "scope_statements", "identifiers", "last_part", "Loop",
-]
 
 
 # -- CFX302: values that carry an autograd graph, and how an accumulator is used -----------
@@ -482,7 +471,7 @@ class ScopeFlow:
     top-level statements), computed only for scopes that hold a candidate."""
 
     def __init__(self, body: list[ast.stmt]) -> None:
-        self.statements = list(_scope_statements(body))
+        self.statements = list(scope_statements(body))
         self.parent: dict[int, ast.AST] = {}
         self.bindings: dict[str, list[tuple[int, int, ast.stmt, ast.AST | None]]] = {}
         self.loads: dict[str, list[ast.Name]] = {}
@@ -553,36 +542,44 @@ class ScopeFlow:
         return node
 
 
-def scope_flow(analysis: LoopAnalysis, function: ast.AST | None) -> ScopeFlow:
-    cache = analysis.__dict__.setdefault("_flows", {})
+def scope_flow(ctx, function: ast.AST | None) -> ScopeFlow:
+    """The flow of a function's body (or, for None, of the module's top level), built once
+    per context."""
+    flows = ctx.notes.setdefault(NOTE + ".flows", {})
     key = id(function)
-    if key not in cache:
-        body = function.body if function is not None else analysis.index.tree.body  # type: ignore[attr-defined]
-        cache[key] = ScopeFlow(body)
-    return cache[key]
+    if key not in flows:
+        body = function.body if function is not None else ctx.document.tree.body  # type: ignore[attr-defined]
+        flows[key] = ScopeFlow(body)
+    return flows[key]
 
 
-def graph_origin(analysis: LoopAnalysis, flow: ScopeFlow, expr: ast.AST, at: ast.stmt, region: ast.stmt, depth: int = 0):
+def graph_origin(analysis, flow: ScopeFlow, expr: ast.AST, at: ast.stmt, region: ast.stmt, imports, depth: int = 0):
     """The expression that gives `expr` an autograd graph (`outputs.loss`, `criterion(...)`),
     or None when it has none or cfgfix cannot tell. Names are followed to their last binding
-    before `at`, which must lie inside `region` (the loop) and outside any no_grad block."""
+    before `at`, which must lie inside `region` (the loop) and outside any no_grad block.
+
+    With `analysis` None this is the cheap first look (no module index): no-grad blocks are
+    not checked and any call counts as a forward pass, so it finds a superset."""
     if depth > 8:
         return None
-    imports = analysis.imports
+
+    def again(node, stmt):
+        return graph_origin(analysis, flow, node, stmt, region, imports, depth + 1)
+
+    def usable(entry) -> bool:
+        line, stmt = entry[0], entry[2]
+        if not (region.lineno <= line <= (region.end_lineno or line)):
+            return False
+        return analysis is None or not analysis.context_guarded(analysis.index.context_of_stmt(stmt), line)
+
     if isinstance(expr, ast.Name):
         entry = flow.binding_before(expr.id, at)
-        if entry is None:
+        if entry is None or entry[3] is None or not usable(entry):
             return None
-        line, _, stmt, value = entry
-        if value is None or not (region.lineno <= line <= (region.end_lineno or line)):
-            return None
-        if analysis.context_guarded(analysis.index.context_of_stmt(stmt), line):
-            return None
+        stmt, value = entry[2], entry[3]
         if isinstance(stmt, ast.AugAssign):  # `loss += aux`: graph from either side
-            return graph_origin(analysis, flow, value, stmt, region, depth + 1) or graph_origin(
-                analysis, flow, expr, stmt, region, depth + 1
-            )
-        return graph_origin(analysis, flow, value, stmt, region, depth + 1)
+            return again(value, stmt) or again(expr, stmt)
+        return again(value, stmt)
     if isinstance(expr, (ast.Attribute, ast.Subscript)):
         is_loss = (isinstance(expr, ast.Attribute) and expr.attr == "loss") or (
             isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
@@ -592,9 +589,7 @@ def graph_origin(analysis: LoopAnalysis, flow: ScopeFlow, expr: ast.AST, at: ast
         base = expr.value
         if isinstance(base, ast.Name):  # `outputs.loss` with `outputs = model(**batch)`
             entry = flow.binding_before(base.id, at)
-            if entry is None or not isinstance(entry[3], ast.Call) or not (region.lineno <= entry[0] <= (region.end_lineno or entry[0])):
-                return None
-            if analysis.context_guarded(analysis.index.context_of_stmt(entry[2]), entry[0]):
+            if entry is None or not isinstance(entry[3], ast.Call) or not usable(entry):
                 return None
             base = entry[3]
         if isinstance(base, ast.Call) and _forward_like(base, analysis):
@@ -605,20 +600,18 @@ def graph_origin(analysis: LoopAnalysis, flow: ScopeFlow, expr: ast.AST, at: ast
         if isinstance(func, ast.Attribute) and func.attr in _DROPS_GRAD:
             return None
         if isinstance(func, ast.Attribute) and func.attr in _KEEPS_GRAD:
-            return graph_origin(analysis, flow, func.value, at, region, depth + 1)
+            return again(func.value, at)
         if is_loss_call(expr, imports):
             return expr
         return None
     if isinstance(expr, ast.BinOp):
-        return graph_origin(analysis, flow, expr.left, at, region, depth + 1) or graph_origin(
-            analysis, flow, expr.right, at, region, depth + 1
-        )
+        return again(expr.left, at) or again(expr.right, at)
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
-        return graph_origin(analysis, flow, expr.operand, at, region, depth + 1)
+        return again(expr.operand, at)
     return None
 
 
-def _forward_like(call: ast.Call, analysis: LoopAnalysis) -> bool:
+def _forward_like(call: ast.Call, analysis) -> bool:
     """A forward pass whose `.loss` carries the graph: `model(**batch)`, `self.model(...)`,
     `model.forward(...)`, `self.forward_step(...)`; not `accelerator.gather(...)` or a
     function returning a dict of numbers."""
@@ -626,6 +619,8 @@ def _forward_like(call: ast.Call, analysis: LoopAnalysis) -> bool:
     name = dotted(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if name is None:
         return False
+    if analysis is None:
+        return True
     return name in analysis.known_modules or module_like(name) or "forward" in last_part(name)
 
 
@@ -735,3 +730,29 @@ def _climb(analysis, flow, node, skip, eval_function, kinds, seen, depth) -> Non
             return
         kinds.add(UNKNOWN)
         return
+
+
+def statements_in_loops(tree: ast.Module):
+    """(statement, its function or None, the outermost loop around it in that function) for
+    every statement inside a loop, found by a statement-only walk: cheap, so rules use it to
+    decide whether they need the module index at all."""
+    stack: list[tuple[ast.AST, ast.AST | None, ast.AST | None]] = [(s, None, None) for s in reversed(tree.body)]
+    while stack:
+        node, function, outer = stack.pop()
+        if outer is not None and isinstance(node, ast.stmt):
+            yield node, function, outer
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, inner = node, None
+        elif isinstance(node, ast.ClassDef):
+            function, inner = None, None
+        else:
+            inner = outer or (node if isinstance(node, Loop) else None)
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, name, None)
+            if isinstance(children, list):
+                child_outer = outer if name == "orelse" and isinstance(node, Loop) else inner
+                for child in reversed(children):
+                    if isinstance(child, ast.stmt):
+                        stack.append((child, function, child_outer))
+                    else:  # except handlers, match cases
+                        stack.extend((c, function, child_outer) for c in reversed(child.body))

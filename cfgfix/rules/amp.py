@@ -39,7 +39,7 @@ _LEGACY_PARAMS = ("enabled", "dtype", "cache_enabled")
 _SCALER_PARAMS_GENERIC = ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 _SCALER_PARAMS_LEGACY = _SCALER_PARAMS_GENERIC[1:]
 
-_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.enable_grad"})
+_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 
 # Imported from these, something else owns the backward pass and its loss scaling:
 # `accelerator.backward`, DeepSpeed / Lightning engines, apex `amp.scale_loss`, ...
@@ -47,7 +47,8 @@ _SCALING_FRAMEWORKS = (
     "accelerate", "deepspeed", "lightning", "pytorch_lightning", "lightning_fabric", "apex",
     "colossalai", "mmengine", "mmcv", "fairscale", "composer", "ignite", "megatron", "nemo",
 )
-_HF_TRAINER = re.compile(r"^(transformers|trl)\.\w*(Trainer|TrainingArguments|Config)$")
+# (trl's `SFTConfig` & co. are TrainingArguments.)
+_HF_TRAINER = re.compile(r"^(transformers\.\w*(Trainer|TrainingArguments)|trl\.\w*(Trainer|Config))$")
 
 _DEVICE_ONLY = frozenset({"cuda", "cpu", "train", "eval", "requires_grad_", "share_memory"})
 _CASTS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
@@ -66,10 +67,6 @@ _HARMLESS = frozenset(
 )
 
 
-def _qualified(ctx, node: ast.AST) -> str | None:
-    return ctx.index.imports.qualify(node)
-
-
 # ------------------------------------------------------------------ resolving constants
 
 
@@ -84,10 +81,10 @@ class _Resolver:
             return
         bound = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         args = function.args
-        bound |= {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-        bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-        outer = {k: v for k, v in module_consts.items() if k not in bound}
-        self.consts = {**outer, **single_assignments(function.body)}
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+        outer = {k: v for k, v in module_consts.items() if k not in bound | params}
+        local = {k: v for k, v in single_assignments(function.body).items() if k not in params}
+        self.consts = {**outer, **local}
 
     def deref(self, node: ast.expr) -> ast.expr:
         for _ in range(5):
@@ -211,7 +208,7 @@ class AmpFacts:
     framework: str | None  # a framework that scales the loss itself, imported here
 
     @classmethod
-    def of(cls, ctx) -> "AmpFacts":
+    def of(cls, ctx) -> AmpFacts:
         if "amp" not in ctx.notes:
             ctx.notes["amp-sets-dtype"] = "set_autocast_" in ctx.source.text
             autocasts = [
@@ -289,6 +286,10 @@ def _has_call(node: ast.AST | None) -> bool:
     return node is not None and any(isinstance(n, ast.Call) for n in ast.walk(node))
 
 
+def _is_method_call(node: ast.AST, method: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
+
+
 def _before(a: ast.AST, b: ast.AST) -> bool:
     return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)
 
@@ -314,10 +315,11 @@ class Fp16AutocastWithoutGradScaler(Rule):
     (float16 unless told otherwise), under any import alias.
 
     ## Why is this bad?
-    "Mixed precision" is two pieces, and autocast is only the first. Autocast keeps the
-    weights in float32, but the forward ops run in float16, and so do their gradients in the
-    backward pass. float16's smallest normal value is 6.1e-05: smaller gradients lose their
-    precision and then flush to zero, and the updates of those parameters are silently lost.
+    "Mixed precision" is two pieces, and autocast is only the first. Autocast runs the
+    forward ops in float16 (the weights stay float32), and the backward pass of those ops
+    produces float16 gradients. float16's smallest normal value is 6.1e-05: smaller gradients
+    lose their precision and then flush to zero, and the updates of those parameters are
+    silently lost.
     A GradScaler multiplies the loss before `backward()` so the gradients stay representable,
     and divides them again before the optimizer step. bfloat16 has float32's exponent range
     and needs no scaler.
@@ -328,7 +330,9 @@ class Fp16AutocastWithoutGradScaler(Rule):
     Lightning (`precision="16-mixed"`), apex; and wherever a scaler appears in the file at
     all. It also stays silent for `enabled=False`, for regions under `torch.no_grad()`, for a
     dtype it cannot resolve (`dtype=args.dtype`), for a device type it cannot resolve
-    without an explicit dtype, and when the loss leaves the function before `backward()`.
+    without an explicit dtype, when the loss leaves the function before `backward()`, and in
+    files that never build or step an optimizer (gradients for attribution, not training).
+    An `enabled=args.fp16` switch is flagged: whenever it is on, nothing scales the loss.
 
     ## Example
     ```python
@@ -369,7 +373,7 @@ class Fp16AutocastWithoutGradScaler(Rule):
     name = "fp16-autocast-without-grad-scaler"
     severity = Severity.ERROR
     fix_availability = "none"
-    triggers = ((b"autocast",), (b"backward",))
+    triggers = ((b".backward(",), (b"autocast",))
     # Any scaler in the file (GradScaler, a NativeScaler wrapper, `loss_scaler`, `self.scaler`)
     # means the loss may be scaled: the rule cannot match, so the file is not parsed for it.
     trigger_check = staticmethod(lambda data: b"caler" not in data)
@@ -391,7 +395,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
             "        loss = criterion(model(x), y)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="bfloat16 needs no scaler",
         ),
         Example(
@@ -399,7 +404,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.autocast(device_type='cpu'):\n"
             "        loss = criterion(model(x), y)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="CPU autocast defaults to bfloat16",
         ),
         Example(
@@ -407,7 +413,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.autocast('cuda', dtype=args.dtype):\n"
             "        loss = criterion(model(x), y)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="a dtype from a variable that cannot be resolved",
         ),
         Example(
@@ -415,7 +422,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.autocast(device_type=device.type):\n"
             "        loss = criterion(model(x), y)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="no dtype and a device type only known at run time",
         ),
         Example(
@@ -423,7 +431,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.cuda.amp.autocast(enabled=False):\n"
             "        loss = criterion(model(x), y)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="`enabled=False` is not autocast",
         ),
         Example(
@@ -433,7 +442,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with torch.autocast('cuda', dtype=torch.float16):\n"
             "        loss = criterion(model(x), y)\n"
-            "    accelerator.backward(loss)\n",
+            "    accelerator.backward(loss)\n"
+            "    optimizer.step()\n",
             why="accelerate scales the loss in `accelerator.backward`",
         ),
         Example(
@@ -455,6 +465,7 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "        with torch.cuda.amp.autocast():\n"
             "            loss = self.compute_loss(model, inputs)\n"
             "        loss.backward()\n"
+            "        self.optimizer.step()\n"
             "        return loss.detach()\n"
             "args = TrainingArguments('out', fp16=True)\n",
             why="the HF Trainer (fp16=True) brings its own scaler",
@@ -467,6 +478,7 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "        with torch.autocast('cuda', dtype=torch.float16):\n"
             "            loss = self.net(batch).mean()\n"
             "        self.manual_backward(loss)\n"
+            "        self.optimizers().step()\n"
             "trainer = L.Trainer(precision='16-mixed')\n",
             why="Lightning scales the loss for `precision='16-mixed'`",
         ),
@@ -476,7 +488,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "    with torch.no_grad(), torch.cuda.amp.autocast():\n"
             "        target = teacher(x)\n"
             "    loss = criterion(student(x), target)\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="a no-grad autocast region: no gradient flows through it",
         ),
         Example(
@@ -486,7 +499,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "        return model(x)\n"
             "def train(model, x):\n"
             "    loss = forward(model, x).mean()\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="the loss leaves the function: the scaler may live in the caller",
         ),
         Example(
@@ -495,7 +509,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "loss_scaler = NativeScaler()\n"
             "with torch.cuda.amp.autocast():\n"
             "    loss = criterion(model(x), y)\n"
-            "loss_scaler(loss, optimizer)\n",
+            "loss_scaler(loss, optimizer)\n"
+            "optimizer.step()\n",
             why="a scaler wrapper (timm's NativeScaler) calls backward itself",
         ),
         Example(
@@ -503,8 +518,27 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "with torch.autocast('cuda', dtype=torch.float16):\n"
             "    logits = model(x)\n"
             "loss = criterion(model(x).float(), y)\n"
-            "loss.backward()\n",
+            "loss.backward()\n"
+            "optimizer.step()\n",
             why="the backward-ed loss does not come from the autocast region",
+        ),
+        Example(
+            "import torch\n"
+            "with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+            "    with torch.autocast('cuda'):\n"
+            "        loss = model(x).mean()\n"
+            "loss.backward()\n"
+            "optimizer.step()\n",
+            why="without a dtype, a nested region inherits the enclosing bfloat16",
+        ),
+        Example(
+            "import torch\n"
+            "def attribution(model, x):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n"
+            "        score = model(x).max()\n"
+            "        score.backward()\n"
+            "    return x.grad * x\n",
+            why="gradients for attribution, not training: no optimizer in the file",
         ),
     ]
     INVALID = [
@@ -525,7 +559,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "    with ac():\n"
             "        outputs = model(**batch)\n"
             "    loss = outputs.loss / 4\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="`torch.cuda.amp.autocast()` under an alias defaults to float16; the loss derives from the outputs",
             line=3,
         ),
@@ -535,7 +570,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "    with th.amp.autocast(device_type='cuda'):\n"
             "        out = model(x)\n"
             "        loss = criterion(out, y)\n"
-            "        loss.backward()\n",
+            "        loss.backward()\n"
+            "    opt.step()\n",
             why="`torch.amp.autocast` on CUDA without a dtype is float16; backward inside the region",
             line=3,
         ),
@@ -546,15 +582,27 @@ class Fp16AutocastWithoutGradScaler(Rule):
             "for x, y in loader:\n"
             "    with amp_ctx:\n"
             "        loss = model(x, labels=y).loss\n"
-            "    loss.backward()\n",
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
             why="the region and its dtype come from names bound once",
             line=3,
+        ),
+        Example(
+            "import torch\n"
+            "def train(model, loader, optimizer, args):\n"
+            "    for batch in loader:\n"
+            "        with torch.cuda.amp.autocast(enabled=args.fp16):\n"
+            "            loss = model(**batch).loss\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n",
+            why="an `--fp16` switch that turns on autocast but never a scaler",
+            line=4,
         ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
         facts = AmpFacts.of(ctx)
-        if facts.framework is not None or facts.scalers:
+        if facts.framework is not None or facts.scalers or not _steps_an_optimizer(ctx):
             return
         src = ctx.source
         for region in facts.autocasts:
@@ -568,16 +616,17 @@ class Fp16AutocastWithoutGradScaler(Rule):
                 if region.defaulted:
                     how = (" (the default of `torch.cuda.amp.autocast()`)" if region.api in AUTOCAST_CUDA
                            else " (the CUDA default when no dtype is given)")
+                when = " when enabled" if region.enabled is None else ""
                 yield self.finding(
                     src.span_of_node(region.call),
-                    f"`{_short(src, region.call)}` runs the forward in float16{how}, and "
+                    f"`{_short(src, region.call)}` runs the forward in float16{how}{when}, and "
                     f"`{_short(src, backward.func.value, 40)}.backward()` on line {backward.lineno} "
                     "backpropagates it with no loss scaling: gradients below float16's range "
-                    "(smallest normal 6.1e-05) flush to zero and those updates are lost. Autocast "
-                    "keeps the weights in float32, not the gradients. Scale the loss with "
-                    "`torch.amp.GradScaler(\"cuda\")` (`scaler.scale(loss).backward()`, "
-                    "`scaler.step(optimizer)`, `scaler.update()`), or use bfloat16 autocast on "
-                    "GPUs that support it.",
+                    "(smallest normal 6.1e-05) flush to zero and those updates are silently lost. "
+                    "Autocast only picks the dtype of the forward ops; their float16 gradients are "
+                    "protected only by scaling the loss. Use `torch.amp.GradScaler(\"cuda\")` "
+                    "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), "
+                    "or bfloat16 autocast on GPUs that support it.",
                     related=[Related(src.span_of_node(backward), "backward without a GradScaler")],
                 )
                 break
@@ -592,7 +641,11 @@ class Fp16AutocastWithoutGradScaler(Rule):
         else:  # pragma: no cover - the call came from the index
             return []
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
-            return [stmt] if any(item.context_expr is region.call for item in stmt.items) else []
+            if not any(item.context_expr is region.call for item in stmt.items):
+                return []
+            if region.defaulted and region.api in _AUTOCAST_GENERIC and _inside_autocast(ctx, stmt):
+                return []  # without a dtype it inherits the enclosing region's dtype
+            return [stmt]
         if not (isinstance(stmt, ast.Assign) and stmt.value is region.call and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name)):
             return []
@@ -609,10 +662,13 @@ class Fp16AutocastWithoutGradScaler(Rule):
     def _unscaled_backward(ctx, with_stmt: ast.stmt, function) -> ast.Call | None:
         # No gradient flows out of a no-grad region.
         context = ctx.index.context_of_stmt(with_stmt)
+        resolver = _resolver(ctx, function)
         for outer in (*context.withs, with_stmt):
             for item in outer.items:
                 expr = item.context_expr
-                if isinstance(expr, ast.Call) and ctx.index.imports.qualify(expr.func) in _NO_GRAD | {"torch.set_grad_enabled"}:
+                name = ctx.index.imports.qualify(expr.func) if isinstance(expr, ast.Call) else None
+                if name in _NO_GRAD or (name == "torch.set_grad_enabled" and expr.args
+                                        and resolver.boolean(expr.args[0]) is False):
                     return None
         # Names bound in the region from a computation (the forward), then everything
         # computed from them afterwards, in source order; a rebinding from elsewhere kills.
@@ -639,11 +695,28 @@ class Fp16AutocastWithoutGradScaler(Rule):
             if site.context.function is not function or not _before(with_stmt, call):
                 continue
             receiver = call.func.value
-            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) and receiver.func.attr == "scale":
-                continue
+            if _is_method_call(receiver, "scale"):
+                continue  # `scaler.scale(loss).backward()`
             if _names(receiver) & tainted:
                 return call
         return None
+
+
+def _steps_an_optimizer(ctx) -> bool:
+    """Training, not a gradient-attribution script: an optimizer is built or stepped here."""
+    for site in ctx.index.calls_to_method("step"):
+        if site.receiver and "opt" in site.receiver.split(".")[-1].lower():
+            return True
+    return any(site.name and _OPTIMIZER.search(site.name) and "optim" in site.name for site in ctx.index.calls)
+
+
+def _inside_autocast(ctx, stmt: ast.stmt) -> bool:
+    imports = ctx.index.imports
+    return any(
+        isinstance(item.context_expr, ast.Call) and imports.qualify(item.context_expr.func) in AUTOCAST_NAMES
+        for outer in ctx.index.context_of_stmt(stmt).withs
+        for item in outer.items
+    )
 
 
 def _within(inner: ast.AST, outer: ast.AST) -> bool:
@@ -875,7 +948,8 @@ class GradScalerWithBf16(Rule):
             stmt = _expression_statement(ctx, call)
             if method == "scale":
                 parent = _parent_of(ctx, call)
-                if not (isinstance(parent, ast.Attribute) and parent.attr == "backward") or len(call.args) != 1 or call.keywords:
+                backward = isinstance(parent, ast.Attribute) and parent.attr == "backward"
+                if not backward or len(call.args) != 1 or call.keywords:
                     return None
                 loss = call.args[0]
                 text = src.node_text(loss)
@@ -971,7 +1045,9 @@ class GradScalerWithFp16Params(Rule):
     handed to other code between the cast and the optimizer (PEFT's
     `prepare_model_for_kbit_training` and `get_peft_model` create or up-cast float32
     parameters), when the optimizer gets something other than the model's own parameters
-    (an fp32 master copy), and when the scaler is disabled or decided at run time.
+    (an fp32 master copy), when the same code freezes or replaces parameters
+    (`requires_grad`, `.data =`: frozen float16 parameters get no gradient and raise
+    nothing), and when the scaler is disabled or decided at run time.
 
     ## Example
     ```python
@@ -1010,7 +1086,7 @@ class GradScalerWithFp16Params(Rule):
     name = "grad-scaler-with-fp16-params"
     severity = Severity.ERROR
     fix_availability = "none"
-    triggers = ((b"GradScaler",), (b"half", b"float16"), (b".step(", b"unscale_("), (b"parameters",))
+    triggers = ((b"GradScaler",), (b"half", b"float16"), (b".step(", b"unscale_("), (b"parameters(",))
 
     VALID = [
         Example(
@@ -1072,6 +1148,17 @@ class GradScalerWithFp16Params(Rule):
             "scaler.step(optimizer)\n",
             why="cast back to float32 before training",
         ),
+        Example(
+            "import torch\n"
+            "model = Net().cuda().half()\n"
+            "for p in model.parameters():\n"
+            "    p.requires_grad = False\n"
+            "model.head.float().requires_grad_(True)\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+            "scaler = torch.amp.GradScaler('cuda')\n"
+            "scaler.step(optimizer)\n",
+            why="frozen float16 parameters get no gradient; the trained head is float32",
+        ),
     ]
     INVALID = [
         Example(
@@ -1120,7 +1207,8 @@ class GradScalerWithFp16Params(Rule):
         facts = AmpFacts.of(ctx)
         scopes = {id(s.function): s.function for s in facts.scalers if s.enabled is True and s.key}
         for function in scopes.values():
-            yield from self._scope(ctx, function, facts)
+            if not _changes_trainable_params(_scope_body(ctx, function)):
+                yield from self._scope(ctx, function, facts)
 
     def _scope(self, ctx, function, facts: AmpFacts) -> Iterator[Finding]:
         """One pass over a scope's statements in source order. Casts to float16 count only
@@ -1223,9 +1311,21 @@ class GradScalerWithFp16Params(Rule):
         )
 
 
+def _changes_trainable_params(body: list[ast.stmt]) -> bool:
+    """Freezing or replacing parameters (`p.requires_grad = False`, `requires_grad_()`,
+    `p.data = p.data.float()`): frozen float16 parameters get no gradient and raise
+    nothing, and the trained ones may be float32. cfgfix cannot follow which is which."""
+    for stmt, _ in _statements(body):
+        for target, _value in _assignments(stmt):
+            if isinstance(target, ast.Attribute) and target.attr in ("requires_grad", "data"):
+                return True
+        if any(isinstance(c.func, ast.Attribute) and c.func.attr == "requires_grad_" for c in _calls_in(stmt)):
+            return True
+    return False
+
+
 def _calls_in(stmt: ast.stmt) -> list[ast.Call]:
     """Calls of one statement's own expressions (not its nested blocks), innermost first."""
-    calls = []
     roots = [v for name, v in ast.iter_fields(stmt) if name not in ("body", "orelse", "finalbody", "handlers", "cases")]
     stack = []
     for value in roots:
@@ -1238,8 +1338,7 @@ def _calls_in(stmt: ast.stmt) -> list[ast.Call]:
         if isinstance(node, ast.Call):
             seen.append(node)
         stack.extend(ast.iter_child_nodes(node))
-    calls = sorted(seen, key=lambda c: (c.end_lineno, c.end_col_offset))
-    return calls
+    return sorted(seen, key=lambda c: (c.end_lineno, c.end_col_offset))
 
 
 def _is_expr_stmt(stmt: ast.stmt, call: ast.Call) -> bool:
@@ -1509,27 +1608,30 @@ class DeprecatedCudaAmpApi(Rule):
         if not sites:
             return
         src = ctx.source
-        group_fix = _ImportRewrite(ctx).edits()  # for calls through `from torch.cuda.amp import`
-        pinned = f"torch {torch_version.specifier}" + (f" in {torch_version.source}" if torch_version.source else "")
+        # Calls through `from torch.cuda.amp import ...` share one all-or-nothing fix.
+        group_fix = _ImportRewrite(ctx).edits()
+        if _refers_without_call(ctx, SCALER_CUDA) or _refers_without_call(ctx, AUTOCAST_CUDA):
+            group_fix = None
+        where = {"": "", "installed": " (installed)"}.get(torch_version.source, f" in {torch_version.source}")
+        pinned = f"torch{torch_version.specifier}{where}"
         for site in sites:
             call = site.node
             scaler = site.name in SCALER_CUDA
             new_name = "GradScaler" if scaler else "autocast"
-            old_text = _short(src, call.func, 40)
+            old_text = site.name.replace(".autocast_mode.", ".").replace(".grad_scaler.", ".")
             if isinstance(call.func, ast.Name):
                 edits = group_fix
             else:
-                edits = _call_edits(ctx, call, scaler, _attribute_func(ctx, call.func, new_name))
-                if edits is not None and scaler and _refers_without_call(ctx, SCALER_CUDA):
-                    edits = None
-                elif edits is not None and not scaler and _refers_without_call(ctx, AUTOCAST_CUDA):
-                    edits = None
+                func_text = _attribute_func(ctx, call.func, new_name)
+                edits = _call_edits(ctx, call, scaler, func_text, site.context.function)
+                if _refers_without_call(ctx, SCALER_CUDA if scaler else AUTOCAST_CUDA):
+                    edits = None  # `isinstance(x, torch.cuda.amp.GradScaler)` would stop matching
             yield self.finding(
                 src.span_of_node(call),
                 f"`{old_text}(...)` is deprecated since torch 2.4 and warns (FutureWarning) every "
                 f"time it is built; this project uses {pinned}. Use "
                 f"`torch.amp.{new_name}(\"cuda\", ...)`: the old class only forwards to it.",
-                fix=Fix(tuple(edits), f"Use `torch.amp.{new_name}(\"cuda\", ...)`", Applicability.SAFE) if edits else None,
+                fix=Fix(tuple(edits), f"Use `torch.amp.{new_name}(\"cuda\", ...)`") if edits else None,
             )
 
 
@@ -1593,13 +1695,27 @@ def _call_edits(ctx, call: ast.Call, scaler: bool, func_text: tuple[str, list] |
             inserts[start] = inserts.get(start, "") + f"{param}="
     if extra:
         end = python_edits.node_range(src, items[-1])[1] if items else paren + 1
-        inserts[end] = inserts.get(end, "") + (f", {extra}" if items else f", {extra}")
+        inserts[end] = inserts.get(end, "") + f", {extra}"
     edits.extend(Edit(src.path, offset, offset, content) for offset, content in sorted(inserts.items()))
     return edits
 
 
+def _function_of(ctx, call: ast.Call):
+    if "amp-call-functions" not in ctx.notes:
+        ctx.notes["amp-call-functions"] = {id(site.node): site.context.function for site in ctx.index.calls}
+    return ctx.notes["amp-call-functions"].get(id(call))
+
+
 def _refers_without_call(ctx, names: frozenset[str]) -> bool:
     """The file names the old class other than by calling it (`isinstance(s, GradScaler)`)."""
+    key = ("amp-refers", names)
+    if key in ctx.notes:
+        return ctx.notes[key]
+    ctx.notes[key] = result = _scan_references(ctx, names)
+    return result
+
+
+def _scan_references(ctx, names: frozenset[str]) -> bool:
     called = {id(site.node.func) for site in ctx.index.calls_named(*names)}
     imports = ctx.index.imports
     for node in ast.walk(ctx.document.tree):
@@ -1650,7 +1766,7 @@ class _ImportRewrite:
                 if not (isinstance(parent, ast.Call) and parent.func is node):
                     return None
                 scaler = locals_[node.id] == "GradScaler"
-                more = _call_edits(ctx, parent, scaler, (node.id, []))
+                more = _call_edits(ctx, parent, scaler, (node.id, []), _function_of(ctx, parent))
                 if more is None:
                     return None
                 edits.extend(more)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from cfgfix.analysis.names import dotted
+from cfgfix.analysis.names import ImportMap, dotted
 from cfgfix.core import Applicability, Edit, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -39,7 +39,7 @@ _ADAPTER_CONFIGS = {
 }
 # Module names that are (or hold) the input embeddings: training them makes the first
 # checkpointed block's input require grad, which is all reentrant checkpointing needs.
-_EMBEDDING = re.compile(r"embed|wte|wpe|shared", re.IGNORECASE)
+_EMBEDDING = re.compile(r"embed|wte|wpe|(^|\.)shared($|\.)", re.IGNORECASE)
 # Models whose `main_input_name` is not "input_ids": transformers 5 does not call
 # `enable_input_require_grads()` for them.
 _NON_TEXT = re.compile(
@@ -90,6 +90,16 @@ def _is_empty_dict(node: ast.AST | None) -> bool:
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"
         and not node.args and not node.keywords
     )
+
+
+def _trainer_drops(node: ast.AST | None) -> bool:
+    """A `TrainingArguments` kwargs dict that transformers 5's Trainer hands on as None once
+    it has taken out its own keys (`every_n_layers`, `offload`): the 5.x default applies."""
+    if _is_empty_dict(node):
+        return True
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return all(isinstance(k, ast.Constant) and k.value in ("every_n_layers", "offload") for k in node.keys)
+    return False
 
 
 def set_reentrant_false(src, node: ast.AST) -> Edit | None:
@@ -158,7 +168,7 @@ class _Scope:
     paths: dict[int, tuple[tuple[int, str, str], ...]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, body: list[ast.stmt]) -> "_Scope":
+    def build(cls, body: list[ast.stmt]) -> _Scope:
         scope = cls()
         scope._block(body, ())
         scope.bindings.sort(key=lambda b: b.pos)
@@ -195,9 +205,7 @@ class _Scope:
             name = dotted(stmt.target)
             if name:
                 self.bindings.append(_Binding(pos, name, stmt.value, stmt))
-        elif isinstance(stmt, ast.AugAssign):
-            self._loose(stmt.target, pos, stmt)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        elif isinstance(stmt, ast.AugAssign) or isinstance(stmt, (ast.For, ast.AsyncFor)):
             self._loose(stmt.target, pos, stmt)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             for item in stmt.items:
@@ -276,7 +284,39 @@ class _Hit:
     flagged_call: ast.Call  # the call CFX307 then leaves alone
 
 
+_KEY_FALSE = '"use_reentrant": False'
 _FIX_TEXT = "Use non-reentrant checkpointing (`use_reentrant=False`)"
+
+
+_CONSEQUENCE = (
+    "No input of a checkpointed layer requires grad, so the adapters get no gradient: torch "
+    "warns \"None of the inputs have requires_grad=True. Gradients will be None\" and `backward` "
+    "raises \"element 0 of tensors does not require grad\" (or, with a trainable head after the "
+    "layers, training runs and the adapters never change)."
+)
+
+
+def _advice(wrapped: _Wrapped, fix: str, has_kwargs: bool = True) -> str:
+    if not has_kwargs:
+        return (
+            "transformers < 4.35 takes no checkpointing kwargs: call "
+            "`model.enable_input_require_grads()` after `get_peft_model`."
+        )
+    if wrapped.remote_code:
+        return (
+            f"{fix} Hub code (`trust_remote_code`) with the old checkpointing format ignores it; "
+            "call `model.enable_input_require_grads()` instead."
+        )
+    return fix
+
+
+@dataclass(frozen=True)
+class _Wrapped:
+    """A `get_peft_model` call and what the model it wraps tells."""
+
+    call: ast.Call
+    non_text: bool  # main input is not `input_ids`: transformers 5 does not prepare it either
+    remote_code: bool  # `trust_remote_code`: the model's own code may ignore the kwargs
 
 
 class _Peft:
@@ -319,33 +359,37 @@ class _Peft:
         return self._unfreezes_something()
 
     def _unfreezes_something(self) -> bool:
-        """Any `x.requires_grad = True` / `x.requires_grad_()` that is not plainly about the
-        adapters may unfreeze the embeddings: then the checkpointed inputs require grad."""
+        """An `x.requires_grad = True` / `x.requires_grad_()` that may reach the embeddings
+        makes the checkpointed inputs require grad after all."""
         for node in ast.walk(self.ctx.document.tree):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets
             ):
                 value = node.value
+                target = next(t for t in node.targets if isinstance(t, ast.Attribute)).value
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
                 args = node.args or [k.value for k in node.keywords]
                 value = args[0] if args else None
+                target = node.func.value
             else:
                 continue
             if isinstance(value, ast.Constant) and value.value is False:
                 continue
-            text = self._loop_text(node)
-            if _EMBEDDING.search(text) or not re.search(r"lora|adapter|ia3", text, re.IGNORECASE):
+            if self._may_reach_embeddings(node, target):
                 return True
         return False
 
-    def _loop_text(self, node: ast.AST) -> str:
-        # The loop around the statement says what is unfrozen (`for n, p in ...: if "lora" in n`).
+    def _may_reach_embeddings(self, node: ast.AST, target: ast.expr) -> bool:
         context = self.index.contexts.get(id(node)) if isinstance(node, ast.stmt) else None
         if context is None:
             context = next((s.context for s in self.index.calls if s.node is node), None)
         if context is not None and context.loops:
-            return self.src.node_text(context.loops[-1])
-        return self.src.node_text(context.stmt if context is not None else node)
+            # `for n, p in model.named_parameters(): if "lora" in n: p.requires_grad = True`:
+            # the names the loop filters on say what it unfreezes; no filter: everything.
+            filters = _filter_strings(context.loops[-1])
+            return not filters or any(_EMBEDDING.search(f) for f in filters)
+        text = self.src.node_text(target)
+        return bool(_EMBEDDING.search(text)) or "." not in text  # `p.requires_grad_()`: p is anything
 
     # -- one `get_peft_model` -----------------------------------------------------------------
     def _scope(self, function) -> _Scope:
@@ -367,33 +411,50 @@ class _Peft:
         config_arg = call.args[1] if len(call.args) > 1 else _keyword(call, "peft_config")
         if base_arg is None or config_arg is None:
             return
-        if not self._freezes_embeddings(scope, config_arg, wrap_pos):
+        stmt_pos = (stmt.lineno, stmt.col_offset)  # names as they were before this statement
+        if not self._freezes_embeddings(scope, config_arg, stmt_pos):
             return
-        load = self._base_load(scope, base_arg, wrap_pos)
+        load = self._base_load(scope, base_arg, stmt_pos)
         if load is None:
             return  # where the model comes from (and whether checkpointing is on) is unknown
         base = dotted(base_arg)
-        if self._checkpointing_before(function, base, load, wrap_pos):
+        load_pos = (load.lineno, load.col_offset)
+        prior = self._checkpointing_before(function, base, load, wrap_pos)
+        if prior and self.peft_prepares and _quantized(load) is not True:
             # PEFT calls `enable_input_require_grads()` as it wraps a model whose checkpointing
-            # is on, unless the model is quantized.
-            if self.peft_prepares and _quantized(load) is not True:
-                return
+            # is already on (unless the model is quantized): the order of the calls matters.
+            return
         peft_name = None
         if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1:
             peft_name = dotted(stmt.targets[0])
         names = {n for n in (peft_name, base) if n}
-        non_text = bool(_NON_TEXT.match(_class_name(self.imports, load)))
+        wrapped = _Wrapped(
+            call,
+            non_text=bool(_NON_TEXT.match(_class_name(self.imports, load))),
+            # Hub code with the pre-4.35 checkpointing format ignores the kwargs: no automatic fix.
+            remote_code=any(
+                k.arg == "trust_remote_code" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in load.keywords
+            ),
+        )
         for method, keyword in GC_METHODS.items():
             for site in self.index.calls_to_method(method):
                 pos = (site.node.lineno, site.node.col_offset)
-                if site.context.function is not function or pos <= wrap_pos:
+                if site.context.function is not function or scope.exclusive(stmt, site.context.stmt):
                     continue
-                owner = _owner(site.receiver, names)
-                if owner is None or scope.exclusive(stmt, site.context.stmt):
+                if pos > wrap_pos:
+                    owner = _owner(site.receiver, names)
+                    if owner is None or scope.rebound_between(owner, wrap_pos, pos, stmt):
+                        continue
+                elif prior and load_pos < pos:
+                    # Enabled on the base model before wrapping, which PEFT does not prepare
+                    # here (a quantized model, or PEFT < 0.4).
+                    owner = _owner(site.receiver, {base} if base else set())
+                    if owner is None or scope.rebound_between(owner, pos, wrap_pos, stmt):
+                        continue
+                else:
                     continue
-                if scope.rebound_between(owner, wrap_pos, pos, stmt):
-                    continue
-                self._check_enable(scope, site.node, keyword, call, non_text)
+                self._check_enable(scope, site, keyword, wrapped, before_wrap=pos < wrap_pos)
         for site in self.index.calls_named(*HF_TRAINERS):
             pos = (site.node.lineno, site.node.col_offset)
             if site.context.function is not function or pos <= wrap_pos:
@@ -405,9 +466,10 @@ class _Peft:
             if owner is None or scope.rebound_between(owner, wrap_pos, pos, stmt):
                 continue
             args_arg = site.node.args[1] if len(site.node.args) > 1 else _keyword(site.node, "args")
-            training_args = scope.value_of(args_arg, pos) if args_arg is not None else None
+            at = (site.context.stmt.lineno, site.context.stmt.col_offset)
+            training_args = scope.value_of(args_arg, at) if args_arg is not None else None
             if isinstance(training_args, ast.Call):
-                self._check_trainer(scope, training_args, call, non_text)
+                self._check_trainer(scope, training_args, wrapped)
 
     def _freezes_embeddings(self, scope: _Scope, config_arg: ast.expr, pos) -> bool:
         config = scope.value_of(config_arg, pos)
@@ -505,8 +567,8 @@ class _Peft:
             if self.tf_v4 is True:
                 return f"`use_reentrant` defaults to True on {tf}"
             return None  # transformers 5 defaults to False; unknown: depends on the version
-        if state == "missing" and trainer and _is_empty_dict(kwargs_node) and self.tf_v4 is not True:
-            return None  # transformers 5's Trainer passes an empty dict on as None (use_reentrant=False)
+        if state == "missing" and trainer and _trainer_drops(kwargs_node) and self.tf_v4 is not True:
+            return None  # transformers 5's Trainer passes such a dict on as None (use_reentrant=False)
         if state in ("true", "missing"):
             said = (
                 "`use_reentrant=True`" if state == "true"
@@ -530,38 +592,51 @@ class _Peft:
             return use_reentrant_of(resolved), resolved, None  # a shared dict: no automatic edit
         return use_reentrant_of(value), value, value
 
-    def _check_enable(self, scope: _Scope, call: ast.Call, keyword: str, wrap: ast.Call, non_text: bool) -> None:
+    def _check_enable(self, scope: _Scope, site, keyword: str, wrapped: _Wrapped, before_wrap: bool) -> None:
+        call = site.node
         value, hidden = _kwargs_argument(call, keyword)
         if hidden:
             return
-        state, read, literal = self._kwargs_state(scope, value, (call.lineno, call.col_offset))
-        why = self._reentrant(state, non_text, False, read)
+        at = (site.context.stmt.lineno, site.context.stmt.col_offset)
+        state, read, literal = self._kwargs_state(scope, value, at)
+        why = self._reentrant(state, wrapped.non_text, False, read)
         if why is None:
             return
-        src = self.src
+        src, wrap = self.src, wrapped.call
         edit = None
-        if value is None:
+        if wrapped.remote_code:
+            pass
+        elif value is None:
             if self.tf_kwargs:
                 edit = python_edits.add_keyword(src, call, f'{keyword}={{"use_reentrant": False}}')
         elif literal is not None:
             edit = set_reentrant_false(src, literal)
         receiver = src.node_text(call.func.value)  # type: ignore[attr-defined]
         method = call.func.attr  # type: ignore[attr-defined]
+        if before_wrap:
+            which = (
+                f"for the quantized model that `get_peft_model` wraps on line {wrap.lineno} and "
+                "freezes, and nothing calls `enable_input_require_grads()`: PEFT skips it for "
+                "quantized models, even with checkpointing on (`prepare_model_for_kbit_training` "
+                "is what calls it there)."
+            )
+        else:
+            which = (
+                f"for the PEFT model that `get_peft_model` built on line {wrap.lineno} with frozen "
+                "embeddings, and nothing calls `enable_input_require_grads()`: PEFT only does when "
+                "checkpointing is already on as it wraps the model, and transformers 4 only for "
+                "adapters added with `add_adapter`."
+            )
         message = (
-            f"`{receiver}.{method}()` turns on reentrant checkpointing ({why}) for the PEFT model "
-            f"that `get_peft_model` built on line {wrap.lineno} with frozen embeddings, and nothing "
-            "calls `enable_input_require_grads()`: PEFT only does when checkpointing is already on "
-            "as it wraps the model, and transformers 4 only for adapters added with `add_adapter`. "
-            "No input of a checkpointed layer requires grad, so the LoRA weights get no gradient "
-            "(torch warns \"None of the inputs have requires_grad=True\"; `backward` raises "
-            "\"element 0 of tensors does not require grad\"). Pass `use_reentrant=False`."
+            f"`{receiver}.{method}()` turns on reentrant checkpointing ({why}) {which} "
+            f"{_CONSEQUENCE} {_advice(wrapped, 'Pass `use_reentrant=False`.', self.tf_kwargs or value is not None)}"
         )
         self.hits.append(_Hit(
             call, message, Fix((edit,), _FIX_TEXT, Applicability.SAFE) if edit else None,
             [Related(src.span_of_node(wrap), "adapters injected here; every other weight frozen")], call,
         ))
 
-    def _check_trainer(self, scope: _Scope, args_call: ast.Call, wrap: ast.Call, non_text: bool) -> None:
+    def _check_trainer(self, scope: _Scope, args_call: ast.Call, wrapped: _Wrapped) -> None:
         name = self.imports.qualify(args_call.func) or ""
         if not (name.startswith("transformers.") and name.endswith("TrainingArguments")):
             return
@@ -577,12 +652,14 @@ class _Peft:
         if value is None and any(k.arg is None for k in args_call.keywords):
             return  # `**kwargs` may carry the kwargs
         state, read, literal = self._kwargs_state(scope, value, (args_call.lineno, args_call.col_offset))
-        why = self._reentrant(state, non_text, True, read)
+        why = self._reentrant(state, wrapped.non_text, True, read)
         if why is None:
             return
-        src = self.src
+        src, wrap = self.src, wrapped.call
         edit = None
-        if value is None:
+        if wrapped.remote_code:
+            pass
+        elif value is None:
             if self.tf_kwargs:
                 edit = python_edits.add_keyword(src, args_call, f'{keyword}={{"use_reentrant": False}}')
         elif literal is not None:
@@ -591,15 +668,32 @@ class _Peft:
             f"`{flag.arg}=True` makes the HF `Trainer` turn on reentrant checkpointing ({why}) for "
             f"the PEFT model that `get_peft_model` built on line {wrap.lineno} with frozen "
             "embeddings, and neither `Trainer` nor PEFT calls `enable_input_require_grads()` (PEFT "
-            "only does when checkpointing is already on as it wraps the model). No input of a "
-            "checkpointed layer requires grad, so the LoRA weights get no gradient (`backward` "
-            f"raises \"element 0 of tensors does not require grad\"). Pass "
-            f"`{keyword}={{\"use_reentrant\": False}}`."
+            "only does when checkpointing is already on as it wraps the model). "
+            f"{_CONSEQUENCE} {_advice(wrapped, 'Pass `' + keyword + '={' + _KEY_FALSE + '}`.', self.tf_kwargs)}"
         )
         self.hits.append(_Hit(
             flag, message, Fix((edit,), _FIX_TEXT, Applicability.SAFE) if edit else None,
             [Related(src.span_of_node(wrap), "adapters injected here; every other weight frozen")], args_call,
         ))
+
+
+def _filter_strings(loop: ast.AST) -> list[str]:
+    """Strings a loop compares names with (`"lora" in n`, `n.startswith("embed")`)."""
+    found = []
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "startswith", "endswith", "search", "match", "fullmatch",
+        ):
+            parts = list(node.args)
+        else:
+            continue
+        for part in parts:
+            for sub in ast.walk(part):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    found.append(sub.value)
+    return found
 
 
 def _keyword(call: ast.Call, name: str) -> ast.expr | None:
@@ -656,6 +750,45 @@ def _class_name(imports, load: ast.Call) -> str:
     return owner.split(".")[-1] if owner else ""
 
 
+def _named_calls(ctx) -> list[tuple[str | None, ast.Call]]:
+    """Every call with its qualified name, in source order. Uses the shared index when another
+    rule already built it; otherwise one walk with the import map, which is much cheaper than
+    the model analysis the index is built on (CFX307 runs on big modeling files)."""
+    if "index" in vars(ctx):
+        return [(site.name, site.node) for site in ctx.index.calls]
+    if "cfx307-calls" not in ctx.notes:
+        tree = ctx.document.tree
+        imports = ImportMap(tree)
+        calls = []
+        stack: list[ast.AST] = [tree]
+        while stack:  # like the shared index: not into lambdas
+            node = stack.pop()
+            if isinstance(node, ast.Lambda):
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = imports.qualify(func) or (dotted(func) if isinstance(func, ast.Attribute) else None)
+                calls.append((name, node))
+        calls.sort(key=lambda item: (item[1].lineno, item[1].col_offset))
+        ctx.notes["cfx307-calls"] = calls
+    return ctx.notes["cfx307-calls"]
+
+
+_ESCAPES = ("enable_input_require_grads", "prepare_model_for_kbit_training", "prepare_model_for_int8_training")
+_ENABLES = re.compile(r"checkpointing_enable|(gradient|activation)_checkpointing\s*=\s*True")
+
+
+def may_break_peft(data: bytes | str) -> bool:
+    """Text-only prefilter for CFX306: a `get_peft_model` call and checkpointing turned on, in a
+    file that never names one of the functions that prepare the inputs (the same file-wide
+    escapes the analysis applies, so the expensive index is built only where it can matter)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    if "get_peft_model" not in text or any(name in text for name in _ESCAPES):
+        return False
+    return bool(_ENABLES.search(text))
+
+
 def peft_analysis(ctx) -> _Peft:
     """Computed once per file, shared by CFX306 and CFX307 (which skips what CFX306 reports)."""
     if "cfx306-peft" not in ctx.notes:
@@ -695,7 +828,8 @@ class ReentrantCheckpointingFrozenInputs(Rule):
     grad) fixes it, and some libraries call it for you, which is why the bug depends on the
     order of calls and on versions:
     - PEFT's `get_peft_model` calls it only when checkpointing is *already on* as it wraps a
-      non-quantized model. Enabling checkpointing after `get_peft_model` misses it.
+      non-quantized model. Enabling checkpointing after `get_peft_model` misses it, and so does
+      enabling it before on a 4/8-bit model without `prepare_model_for_kbit_training`.
     - transformers 4.x `gradient_checkpointing_enable()` calls it only for adapters added with
       the built-in `model.add_adapter(...)`, not for `get_peft_model` models; the HF `Trainer`
       (with `gradient_checkpointing=True`) does nothing more.
@@ -722,16 +856,23 @@ class ReentrantCheckpointingFrozenInputs(Rule):
     Safe: the non-reentrant variant computes the same gradients, and here it is the one that
     computes any. The fix adds `gradient_checkpointing_kwargs={"use_reentrant": False}` (to
     the call, or to the `TrainingArguments`), or sets the key in the dict literal already
-    passed; it offers nothing on transformers < 4.35, which has no such keyword.
+    passed. There is no automatic fix on transformers < 4.35, which has no such keyword, for
+    kwargs held in a variable (other code may share the dict), and for `trust_remote_code`
+    models, whose Hub code may use the old checkpointing format that ignores the kwargs: the
+    message says to call `model.enable_input_require_grads()` there.
 
     cfgfix stays silent when it cannot be sure: the transformers version is unknown and the
     answer depends on it, the base model does not come from a `from_pretrained` /
     `from_config` in the same function, a helper or an earlier call may have enabled
-    checkpointing before `get_peft_model`, the file calls `enable_input_require_grads`,
-    `prepare_model_for_kbit_training` or registers a forward hook, the config trains the
-    embeddings (`modules_to_save`, `target_modules` or `trainable_token_indices` naming
-    them), the config is not an adapter config (prompt tuning trains its virtual tokens), the
-    model is rebound between the two calls, or the two sit in different branches of an `if`.
+    checkpointing before `get_peft_model`, the file calls `enable_input_require_grads` or
+    `prepare_model_for_kbit_training`, registers a forward hook that calls `requires_grad_`,
+    or sets `requires_grad = True` on anything that may be the embeddings (a loop over
+    parameters that does not filter on adapter names), the config trains the embeddings
+    (`modules_to_save`, `target_modules` or `trainable_token_indices` naming them), the
+    config is not an adapter config (prompt tuning trains its virtual tokens), the model or
+    its `Trainer` arguments come from elsewhere (`HfArgumentParser`), the model is rebound
+    between the two calls, or the two sit in different branches of an `if`. TRL trainers,
+    `add_adapter` and `PeftModel.from_pretrained` models are out of scope.
 
     ## References
     - facts A4: transformers 4.46.3 / 4.57 `gradient_checkpointing_enable` defaults to
@@ -741,6 +882,12 @@ class ReentrantCheckpointingFrozenInputs(Rule):
       `if getattr(model, "is_gradient_checkpointing", True)`, for non-quantized models.
     - torch docs, `torch.utils.checkpoint`: "At least one input and output must have
       `requires_grad=True` for the reentrant variant."
+    - Experiment (CPU: transformers 4.57.6, peft 0.13.2, torch 2.13): a tiny Llama with LoRA,
+      `gradient_checkpointing_enable()` after `get_peft_model` raises "element 0 of tensors
+      does not require grad"; before it, or with `use_reentrant=False`, the adapters get
+      gradients; `modules_to_save=["lm_head"]` runs with zero adapter gradients;
+      `Trainer(args=TrainingArguments(gradient_checkpointing=True))` raises, and trains with
+      `gradient_checkpointing_kwargs={"use_reentrant": False}`.
     - huggingface/transformers#26334, #25841, #42489; huggingface/peft#137, #742.
     """
 
@@ -749,6 +896,7 @@ class ReentrantCheckpointingFrozenInputs(Rule):
     severity = Severity.ERROR
     fix_availability = "safe"
     triggers = ((b"get_peft_model",), (b"_checkpointing",))
+    trigger_check = staticmethod(may_break_peft)
 
     VALID = [
         Example(
@@ -862,6 +1010,36 @@ class ReentrantCheckpointingFrozenInputs(Rule):
             files=_PINS_V4,
         ),
         Example(
+            "from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments\n"
+            "training_args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "Trainer(model=model, args=training_args).train()\n",
+            why="TrainingArguments from the command line: whether checkpointing is on is unknown",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "enable_checkpointing(model, args)\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="a helper that receives the base model may have enabled checkpointing before the wrap",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model = accelerator.prepare(model)\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="the name is rebound between the wrap and the call",
+            files=_PINS_V4,
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16, target_modules=['embed_tokens', 'q_proj']))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="LoRA on the embeddings: their output requires grad",
+            files=_PINS_V4,
+        ),
+        Example(
             _HEAD + "model.config.use_cache = True\n"
             "model.gradient_checkpointing_enable()\n",
             why="use_cache=True with checkpointing is not a rule on purpose (transformers turns the cache off while training); no PEFT here",
@@ -954,23 +1132,46 @@ class ReentrantCheckpointingFrozenInputs(Rule):
             "model = get_peft_model(model, LoraConfig(target_modules=['query', 'value'], modules_to_save=['classifier']))\n"
             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})\n",
         ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable()\n",
+            why="transformers 4.30 has no gradient_checkpointing_kwargs: flagged without a fix",
+            line=6,
+            files={"requirements.txt": "transformers==4.30.2\npeft==0.4.0\n"},
+        ),
+        Example(
+            _HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
+            why="a kwargs dict without use_reentrant: torch's own default (True) applies",
+            line=6,
+            files=_PINS_V4,
+            fixed=_HEAD + "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False, \"use_reentrant\": False})\n",
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        analysis = peft_analysis(ctx)
-        for hit in analysis.hits:
+        seen = set()
+        for hit in peft_analysis(ctx).hits:
+            if id(hit.node) in seen:
+                continue  # two wraps (or two Trainers) reaching the same call
+            seen.add(id(hit.node))
             yield self.finding(ctx.source.span_of_node(hit.node), hit.message, fix=hit.fix, related=hit.related)
 
 
 # ------------------------------------------------------------------------------- CFX307
 
 
+_CALLS_CHECKPOINT = re.compile(rb"\bcheckpoint(?:_sequential)?\s*\(")
+_INLINE_KWARGS = re.compile(rb"checkpointing_kwargs\s*=\s*(?:\{|dict\()|checkpointing_enable\(\s*(?:\{|dict\()")
+
+
 def _may_checkpoint(data: bytes) -> bool:
-    return (
-        b"utils.checkpoint" in data
-        or b"checkpointing_kwargs" in data
-        or (b"torch.utils import" in data and b"checkpoint" in data)
-    )
+    """A kwargs dict written inline, or a call of torch's checkpoint in a file importing it."""
+    if _INLINE_KWARGS.search(data):
+        return True
+    imports = b"utils.checkpoint" in data or (b"torch.utils import" in data and b"checkpoint" in data)
+    return imports and bool(_CALLS_CHECKPOINT.search(data))
 
 
 @register
@@ -984,13 +1185,13 @@ class CheckpointWithoutUseReentrant(Rule):
     torch's `checkpoint` as they are.
 
     ## Why is this bad?
-    Without it torch picks the *reentrant* variant and warns on every call: "torch.utils.
+    Without it torch picks the *reentrant* variant and warns: "torch.utils.
     checkpoint: the use_reentrant parameter should be passed explicitly ... use_reentrant=False
     is recommended". The docs announced an exception for a missing `use_reentrant` (for 2.4,
     then 2.9); torch 2.13 still only warns, so nothing forces the choice. The reentrant
     variant drops gradients when no *input* of the checkpointed block requires grad (frozen
-    embeddings, LoRA, a frozen backbone), does not support `torch.autograd.grad`, and ignores
-    extra keyword arguments. Saying which variant you want makes the behaviour explicit and
+    embeddings, LoRA, a frozen backbone), does not support `torch.autograd.grad`, and rejects
+    keyword arguments for the checkpointed function. Saying which variant you want makes the behaviour explicit and
     survives the day the default changes.
 
     ## Example
@@ -1023,7 +1224,7 @@ class CheckpointWithoutUseReentrant(Rule):
     name = "checkpoint-without-use-reentrant"
     severity = Severity.WARNING
     fix_availability = "unsafe"
-    triggers = ((b"checkpoint",),)
+    triggers = ((b"checkpoint(", b"checkpoint_sequential(", b"checkpointing_kwargs"),)
     trigger_check = staticmethod(_may_checkpoint)
 
     VALID = [
@@ -1032,6 +1233,11 @@ class CheckpointWithoutUseReentrant(Rule):
             "def forward(self, x):\n"
             "    return checkpoint(self.block, x, use_reentrant=False)\n",
             why="an explicit use_reentrant",
+        ),
+        Example(
+            "from torch.utils import checkpoint as ckpt\n"
+            "out = ckpt.checkpoint(block, x, use_reentrant=True)\n",
+            why="an explicit use_reentrant=True keeps today's behaviour on purpose",
         ),
         Example(
             "import torch\n"
@@ -1125,12 +1331,16 @@ class CheckpointWithoutUseReentrant(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        src, index = ctx.source, ctx.index
+        src = ctx.source
         torch = ctx.versions.get("torch")
-        flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
-        for site in index.calls_named(TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
-            call = site.node
-            sequential = site.name == TORCH_SEQUENTIAL
+        flagged = set()
+        if may_break_peft(src.text):  # what CFX306 reports, CFX307 leaves alone
+            flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
+        calls = _named_calls(ctx)
+        for name, call in calls:
+            if name not in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
+                continue
+            sequential = name == TORCH_SEQUENTIAL
             if torch.below("2.0" if sequential else "1.11") is True:
                 continue  # no such parameter yet
             if any(k.arg in ("use_reentrant", None) for k in call.keywords):
@@ -1142,25 +1352,25 @@ class CheckpointWithoutUseReentrant(Rule):
             yield self.finding(
                 src.span_of_node(call),
                 f"`{spelled}(...)` does not pass `use_reentrant`: torch falls back to the reentrant "
-                "variant and warns on every call. That variant gives no gradient to a block whose "
+                "variant and warns. That variant gives no gradient to a block whose "
                 "inputs do not require grad (frozen embeddings, LoRA) and the docs announce an "
                 "error for the missing argument. Pass `use_reentrant=False` (recommended) or `True` "
                 "to keep today's behaviour.",
                 fix=Fix((edit,), "Pass `use_reentrant=False`", Applicability.UNSAFE) if edit else None,
             )
-        for method, keyword in GC_METHODS.items():
-            for site in index.calls_to_method(method):
-                if id(site.node) in flagged:
-                    continue
-                value, _ = _kwargs_argument(site.node, keyword)
+        tf = ctx.versions.get("transformers")
+        for name, call in calls:
+            if id(call) in flagged:
+                continue
+            method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+            if method in GC_METHODS:
+                value, _ = _kwargs_argument(call, GC_METHODS[method])
                 if isinstance(value, (ast.Dict, ast.Call)) and use_reentrant_of(value) == "missing":
                     yield self._dict_finding(src, value, f"`{method}`")
-        tf = ctx.versions.get("transformers")
-        for site in index.calls:
-            name = site.name or ""
-            if not (name.startswith("transformers.") and name.endswith("TrainingArguments")) or id(site.node) in flagged:
                 continue
-            keywords = {k.arg: k.value for k in site.node.keywords if k.arg}
+            if not (name and name.startswith("transformers.") and name.endswith("TrainingArguments")):
+                continue
+            keywords = {k.arg: k.value for k in call.keywords if k.arg}
             flag_on = any(
                 k in keywords and not (isinstance(keywords[k], ast.Constant) and not keywords[k].value)
                 for k in TRAINING_FLAGS
@@ -1168,8 +1378,8 @@ class CheckpointWithoutUseReentrant(Rule):
             value = next((keywords[k] for k in TRAINING_FLAGS.values() if k in keywords), None)
             if not flag_on or not isinstance(value, (ast.Dict, ast.Call)) or use_reentrant_of(value) != "missing":
                 continue
-            if _is_empty_dict(value) and tf.below("5") is not True:
-                continue  # transformers 5's Trainer turns an empty dict into None (use_reentrant=False)
+            if _trainer_drops(value) and tf.below("5") is not True:
+                continue  # transformers 5's Trainer turns such a dict into None (use_reentrant=False)
             yield self._dict_finding(src, value, "`TrainingArguments`")
 
     def _dict_finding(self, src, value, owner: str) -> Finding:
@@ -1178,7 +1388,7 @@ class CheckpointWithoutUseReentrant(Rule):
             src.span_of_node(value),
             f"The checkpointing kwargs given to {owner} do not set `use_reentrant`: transformers passes "
             "them to `torch.utils.checkpoint.checkpoint` as they are, so torch falls back to the "
-            "reentrant variant and warns on every call (the variant that gives frozen-input blocks, "
+            "reentrant variant and warns (the variant that gives frozen-input blocks, "
             "e.g. LoRA, no gradient). Add `\"use_reentrant\": False` (recommended) or `True`.",
             fix=Fix((edit,), "Set `use_reentrant` to False", Applicability.UNSAFE) if edit else None,
         )

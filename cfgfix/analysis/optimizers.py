@@ -1,0 +1,685 @@
+"""Which torch Adam/AdamW optimizers update which models' weights, in what dtype, and
+whether something else (DeepSpeed, accelerate, a Trainer, PEFT, a wrapper optimizer) takes
+over the precision of those updates. Used by CFX203 and CFX205.
+
+The model analysis (models.py) follows `from_pretrained` loads and their casts through a
+scope but does not record where a model's `.parameters()` are taken. This module runs the
+same walker again, only over the scopes that build a torch Adam/AdamW, with two additions:
+
+- every `.parameters()` / `.named_parameters()` call on a tracked model (or a submodule of
+  one: `model.lm_head.parameters()`) records the model's state at that point;
+- an in-place half-precision cast of a module that no load explains (`model = Net().half()`,
+  `model.to(torch.float16)`) starts tracking that name, so plain `nn.Module`s count too;
+- `torch.compile(model)` and `DistributedDataParallel(model)` keep the same Parameters, so
+  the name they rebind keeps its state (the model analysis drops it, as for any call).
+
+Then each optimizer construction is traced back to those `.parameters()` calls through
+what can be read statically: the call itself, names bound once, lists, `list()`,
+`filter()`, `itertools.chain()`, param-group dicts (`{"params": ...}`) and comprehensions
+that pass the parameters through unchanged (`[p for n, p in model.named_parameters() if
+...]`; not `[p.float() for p in ...]`, which builds fp32 master copies).
+
+Precision over recall: the optimizer or the model handed to anything that may own the
+precision (`accelerator.prepare`, `deepspeed.initialize`, a `*Trainer`, `amp.initialize`,
+FSDP, PEFT, a wrapper optimizer), a later cast, a loop that edits or freezes parameters,
+or an optimizer that is never stepped: the pair is reported as owned, and rules stay silent.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, _Resolver, _Walker
+from cfgfix.analysis.names import dotted, single_assignments
+
+TORCH_ADAM = {
+    "torch.optim.Adam": "Adam",
+    "torch.optim.adam.Adam": "Adam",
+    "torch.optim.AdamW": "AdamW",
+    "torch.optim.adamw.AdamW": "AdamW",
+}
+HALF = ("float16", "bfloat16")
+PARAM_METHODS = {"parameters", "named_parameters"}
+_HALF_CAST_METHODS = {"half", "bfloat16", "to"}
+# Calls that return a module holding the very same Parameters.
+_SAME_PARAMETERS = {
+    "torch.compile",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+}
+# Calls that pass an iterable of parameters through unchanged.
+_PASS_THROUGH = {"list", "tuple", "filter", "itertools.chain", "chain", "itertools.chain.from_iterable"}
+# Where a model or an optimizer handed over may get fp32 master weights, an up-cast, frozen
+# base weights or a replacement optimizer (matched on the callee's last name, lower-cased).
+_OWNER = re.compile(
+    r"prepare|initiali[sz]e|setup|wrap|optimi[sz]e|boost|trainer|fsdp|fullysharded|fully_shard|"
+    r"deepspeed|fp16|fp32|master|kahan|peft|lora|kbit|adapter|^amp$|fabric|lookahead"
+)
+# Calls that may take the optimizer without touching its precision.
+_HARMLESS_FOR_OPTIMIZER = re.compile(
+    r"(?i)schedul|warmup|(^|_)lr$|[a-z]LR$|^(print|len|isinstance|type|id|str|repr|hasattr|getattr|vars|dir)$"
+)
+_PARAMETER_LOOP_METHODS = PARAM_METHODS | {"modules", "named_modules", "children", "named_children"}
+
+
+@dataclass(frozen=True)
+class ParamSource:
+    """`model.parameters()` (or `named_parameters()`) on a tracked model."""
+
+    call: ast.Call
+    key: str  # the tracked name it was called on (`model`, `self.model`)
+    state: ModelState  # what the name held there
+
+    @property
+    def dtype(self) -> str | None:
+        return self.state.dtype
+
+
+@dataclass(frozen=True)
+class AdamBuild:
+    call: ast.Call
+    cls: str  # "Adam" or "AdamW"
+    target: str | None  # the name the optimizer is bound to
+    sources: tuple[ParamSource, ...]
+    eps: float | None  # the eps it uses when known (the default included)
+    eps_default: bool
+    fused: bool | None  # a constant `fused=`, None when absent
+    hidden: bool  # `**kwargs` or a `fused=`/`eps=` that cannot be resolved
+    beta2: float  # 0.999 unless a constant says otherwise
+    owner: str | None  # why the precision of its updates is decided elsewhere, if it may be
+    eps_node: ast.AST | None = None  # the `eps` argument as written
+
+    @property
+    def line(self) -> int:
+        return self.call.lineno
+
+
+@dataclass
+class OptimizerAnalysis:
+    builds: list[AdamBuild] = field(default_factory=list)
+    # id(ParamSource.call) -> why that model's precision is decided elsewhere
+    model_owner: dict[int, str] = field(default_factory=dict)
+
+    def owner_of(self, build: AdamBuild, source: ParamSource) -> str | None:
+        return build.owner or self.model_owner.get(id(source.call))
+
+
+def optimizer_analysis(ctx) -> OptimizerAnalysis:
+    """Computed once per file and kept in `ctx.notes`."""
+    cached = ctx.notes.get("optimizers")
+    if cached is None:
+        cached = ctx.notes["optimizers"] = _Builder(ctx).run()
+    return cached
+
+
+class _SourceWalker(_Walker):
+    """The model walker, plus `.parameters()` records and untracked half-precision casts."""
+
+    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, sources: dict[int, ParamSource]) -> None:
+        super().__init__(analysis, resolver, {})
+        self.sources = sources
+
+    def call(self, call: ast.Call, env: dict) -> ModelState | None:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in PARAM_METHODS:
+            found = _tracked_prefix(dotted(func.value), env)
+            if found is not None:
+                self.sources.setdefault(id(call), ParamSource(call, found[0], found[1]))
+        name = self.resolver.imports.qualify(func)
+        if name in _SAME_PARAMETERS and call.args:
+            key = dotted(call.args[0])
+            if key is not None and key in env:
+                state = env[key]
+                for arg in [*call.args[1:], *(k.value for k in call.keywords)]:
+                    self.expr(arg, env)
+                return state
+        state = super().call(call, env)
+        if state is None and isinstance(func, ast.Attribute) and func.attr in _HALF_CAST_METHODS:
+            state = self._untracked_cast(call, func, env)
+        return state
+
+    def _untracked_cast(self, call: ast.Call, func: ast.Attribute, env: dict) -> ModelState | None:
+        """`Net().half()`, `model.to(torch.bfloat16)` on a module no load explains."""
+        key = dotted(func.value)
+        if key is not None and key in env:
+            return None  # tracked: the model walker has handled it
+        target, unknown, _moves, _arg = self.classify(call, func.attr)
+        if target not in HALF or unknown:
+            return None
+        load = ModelLoad(
+            call=call, class_name="", dtype=target, dtype_keyword=None, device_map=None,
+            quantized=None, hidden_kwargs=False, pipeline=False,
+        )
+        state = ModelState(load, dtype=target, cast_by=call)
+        if key is not None and (key.count(".") == 0 or (key.startswith("self.") and key.count(".") == 1)):
+            env[key] = state  # Module casts work in place
+        return state
+
+
+def _tracked_prefix(key: str | None, env: dict) -> tuple[str, ModelState] | None:
+    if not key:
+        return None
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix == "self":
+            return None
+        if prefix in env:
+            return prefix, env[prefix]
+    return None
+
+
+class _Builder:
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.index = ctx.index
+        self.imports = ctx.models.imports
+        self.tree = ctx.document.tree
+        self.sites = {id(site.node): site for site in self.index.calls}
+
+    def run(self) -> OptimizerAnalysis:
+        result = OptimizerAnalysis()
+        sites = self.index.calls_named(*TORCH_ADAM)
+        if not sites:
+            return result
+        module_consts = single_assignments(self.tree.body)
+        private = ModelAnalysis(self.imports, self.tree)
+        sources: dict[int, ParamSource] = {}
+        scopes: dict[int, ast.AST] = {}
+        for site in sites:
+            scope = site.context.function or self.tree
+            scopes.setdefault(id(scope), scope)
+        consts_of: dict[int, dict] = {}
+        for key, scope in scopes.items():
+            if isinstance(scope, ast.Lambda):
+                continue
+            consts = module_consts if scope is self.tree else {**module_consts, **single_assignments(scope.body)}
+            consts_of[key] = consts
+            _SourceWalker(private, _Resolver(self.imports, consts), sources).block(scope.body, {})
+        self.casts = [*private.calls, *self.ctx.models.calls]
+        for site in sites:
+            scope = site.context.function or self.tree
+            consts = consts_of.get(id(scope))
+            if consts is None:
+                continue
+            build = self._build(site, consts, sources)
+            result.builds.append(build)
+            for source in build.sources:
+                reason = self._model_owner(source, site)
+                if reason:
+                    result.model_owner[id(source.call)] = reason
+        return result
+
+    # -- one optimizer -----------------------------------------------------------------
+    def _build(self, site, consts: dict, sources: dict[int, ParamSource]) -> AdamBuild:
+        call = site.node
+        cls = TORCH_ADAM[site.name]
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        hidden = any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
+        params = call.args[0] if call.args else keywords.get("params")
+        found = []
+        if params is not None:
+            for node in _parameter_calls(params, consts):
+                source = sources.get(id(node))
+                if source is not None and source not in found:
+                    found.append(source)
+        resolver = _Resolver(self.imports, consts)
+        eps_node = keywords.get("eps", call.args[3] if len(call.args) > 3 else None)
+        eps, eps_default = 1e-8, eps_node is None
+        if eps_node is not None:
+            eps = _number(resolver.deref(eps_node))
+            hidden = hidden or eps is None
+        fused = None
+        if "fused" in keywords:
+            value = resolver.deref(keywords["fused"])
+            if isinstance(value, ast.Constant) and (isinstance(value.value, bool) or value.value is None):
+                fused = value.value
+            else:
+                hidden = True
+        beta2 = 0.999
+        betas = keywords.get("betas", call.args[2] if len(call.args) > 2 else None)
+        if betas is not None:
+            betas = resolver.deref(betas)
+            if isinstance(betas, (ast.Tuple, ast.List)) and len(betas.elts) == 2:
+                beta2 = _number(resolver.deref(betas.elts[1])) or beta2
+        target = _assigned_key(site.context.stmt, call)
+        owner = self._optimizer_owner(site, target)
+        return AdamBuild(call, cls, target, tuple(found), eps, eps_default, fused, hidden, beta2, owner, eps_node)
+
+    def _optimizer_owner(self, site, target: str | None) -> str | None:
+        if target is None:
+            return "the optimizer is not bound to a name (it is built inside another call)"
+        stepped = any(s.receiver == target for s in self.index.calls_to_method("step"))
+        if not stepped and not self.ctx.models.trains:
+            return "the optimizer is never stepped in this file"
+        for other in self._calls_seeing(site, target):
+            if other.receiver == target or other.node is site.node or not _mentions(other.node, target):
+                continue
+            callee = _last_name(other.name) or ""
+            if _HARMLESS_FOR_OPTIMIZER.search(callee):
+                continue
+            local = self._local_functions(other)
+            if local and not _calls_owner(self.index, local):
+                continue  # this module's own training loop
+            return f"the optimizer is handed to `{other.name or 'a call'}` on line {other.node.lineno}"
+        return None
+
+    # -- one model ---------------------------------------------------------------------
+    def _model_owner(self, source: ParamSource, site) -> str | None:
+        key, load = source.key, source.state.load
+        if load.quantized or getattr(load, "quant_keywords", False):
+            return "the model is quantized"
+        here = site.context.function
+        for mc in self.casts:
+            if mc.state.load.call is not load.call or mc.call is load.call:
+                continue
+            if not mc.dtype_unknown and mc.target_dtype in (None, source.dtype):
+                continue  # a device move, or the same dtype again
+            cast_site = self.sites.get(id(mc.call))
+            elsewhere = cast_site is None or cast_site.context.function is not here
+            if elsewhere or _after(mc.call, source.call):
+                return f"the model is cast again on line {mc.call.lineno}"
+        for other in self._calls_seeing(site, key):
+            if other.receiver == key:
+                if other.method == "requires_grad_" and _is_false(other.node):
+                    return f"the model is frozen on line {other.node.lineno}"
+                if other.method in ("apply", "add_adapter", "load_adapter"):
+                    return f"`{key}.{other.method}()` on line {other.node.lineno} may change its parameters"
+                continue
+            if other.name in _SAME_PARAMETERS or not _mentions(other.node, key):
+                continue
+            callee = (_last_name(other.name) or "").lower()
+            local = self._local_functions(other)
+            if _OWNER.search(callee) or (local and _calls_owner(self.index, local)):
+                return f"the model is handed to `{other.name}` on line {other.node.lineno}"
+            if key in _assigned_keys(other.context.stmt):
+                return f"`{key}` is rebound to the result of `{other.name}` on line {other.node.lineno}"
+        for node in ast.walk(self._scope_node(site, key)):
+            loops = isinstance(node, (ast.For, ast.AsyncFor)) and _iterates_parameters_of(node.iter, key)
+            if loops and _edits_loop_target(node):
+                return f"a loop over its parameters on line {node.lineno} edits or freezes them"
+        return None
+
+    def _scope_node(self, site, key: str) -> ast.AST:
+        """Where `key` means the same object as at `site`: the class for `self.x`, the
+        function for a local name, the module for a module-level name."""
+        context = site.context
+        if key.startswith("self.") and context.classdef is not None:
+            return context.classdef
+        return context.function or self.tree
+
+    def _calls_seeing(self, site, key: str) -> list:
+        scope = self._scope_node(site, key)
+        if scope is not self.tree:
+            return self.index.calls_within(scope)
+        root = key.split(".")[0]
+        shadowing = [f for f in self.index.functions if _binds_locally(f, root)]
+        return [s for s in self.index.calls if not any(_inside(f, s.node) for f in shadowing)]
+
+    def _local_functions(self, site) -> list[ast.AST]:
+        """The functions of this module a call may run (`train(...)`, `self.train(...)`)."""
+        name = site.name
+        if not name or ("." in name and not (name.startswith("self.") and name.count(".") == 1)):
+            return []
+        short = name.split(".")[-1]
+        return [f for f in self.index.functions if getattr(f, "name", None) == short]
+
+
+def _binds_locally(func: ast.AST, name: str) -> bool:
+    args = func.args
+    if name in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
+        return True
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(func))
+
+
+def _inside(outer: ast.AST, inner: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+    )
+
+
+def _calls_owner(index, functions: list[ast.AST]) -> bool:
+    return any(
+        _OWNER.search((_last_name(inner.name) or "").lower())
+        for func in functions
+        for inner in index.calls_within(func)
+    )
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _parameter_calls(node: ast.AST, consts: dict, depth: int = 0, seen: frozenset = frozenset()) -> list[ast.Call]:
+    """The `.parameters()` calls whose Parameters themselves reach the optimizer."""
+    if depth > 6:
+        return []
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in PARAM_METHODS:
+            return [node]
+        name = dotted(func) or ""
+        if name in _PASS_THROUGH:
+            args = node.args[1:] if name == "filter" else node.args
+            return [c for a in args for c in _parameter_calls(a, consts, depth + 1, seen)]
+        return []
+    if isinstance(node, ast.Name):
+        if node.id in consts and node.id not in seen:
+            return _parameter_calls(consts[node.id], consts, depth + 1, seen | {node.id})
+        return []
+    if isinstance(node, ast.Starred):
+        return _parameter_calls(node.value, consts, depth + 1, seen)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [c for e in node.elts for c in _parameter_calls(e, consts, depth + 1, seen)]
+    if isinstance(node, ast.Dict):  # a param group
+        return [
+            c for k, v in zip(node.keys, node.values)
+            if isinstance(k, ast.Constant) and k.value == "params"
+            for c in _parameter_calls(v, consts, depth + 1, seen)
+        ]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [c for side in (node.left, node.right) for c in _parameter_calls(side, consts, depth + 1, seen)]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        elt = node.elt
+        if isinstance(elt, ast.Dict):  # [{"params": p, ...} for p in ...]
+            elt = next(
+                (v for k, v in zip(elt.keys, elt.values) if isinstance(k, ast.Constant) and k.value == "params"), None
+            )
+        if isinstance(elt, (ast.List, ast.Tuple)) and len(elt.elts) == 1:
+            elt = elt.elts[0]
+        if not (isinstance(elt, ast.Name) and elt.id in targets):
+            return []  # `p.float()`, `p.clone()`: new tensors, not the model's Parameters
+        return [c for g in node.generators for c in _parameter_calls(g.iter, consts, depth + 1, seen)]
+    return []
+
+
+def _number(node: ast.AST | None) -> float | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    return None
+
+
+def _assigned_key(stmt: ast.stmt, call: ast.Call) -> str | None:
+    if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1:
+        return dotted(stmt.targets[0])
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is call:
+        return dotted(stmt.target)
+    return None
+
+
+def _assigned_keys(stmt: ast.stmt) -> set[str]:
+    targets: list[ast.AST] = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        targets = [stmt.target]
+    keys = set()
+    for target in targets:
+        for node in ast.walk(target):
+            key = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if key and isinstance(getattr(node, "ctx", None), ast.Store):
+                keys.add(key)
+    return keys
+
+
+def _mentions(call: ast.Call, key: str) -> bool:
+    """`key` itself (not `key.attr`, not `key.parameters()`) among the call's arguments,
+    also inside tuples, lists and dicts (`optimizers=(optimizer, scheduler)`)."""
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        stack = [arg]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) == key:
+                return True
+            if isinstance(node, ast.Starred):
+                stack.append(node.value)
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                stack.extend(node.elts)
+            elif isinstance(node, ast.Dict):
+                stack.extend(v for v in node.values if v is not None)
+    return False
+
+
+def _last_name(name: str | None) -> str | None:
+    return name.split(".")[-1] if name else None
+
+
+def _after(a: ast.AST, b: ast.AST) -> bool:
+    return (a.lineno, a.col_offset) > (b.lineno, b.col_offset)
+
+
+def _is_false(call: ast.Call) -> bool:
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "requires_grad")]
+    return any(isinstance(v, ast.Constant) and v.value is False for v in values)
+
+
+def _iterates_parameters_of(node: ast.AST, key: str) -> bool:
+    for inner in ast.walk(node):
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in _PARAMETER_LOOP_METHODS
+        ):
+            receiver = dotted(inner.func.value) or ""
+            if receiver == key or receiver.startswith(key + "."):
+                return True
+    return False
+
+
+def _edits_loop_target(loop: ast.For | ast.AsyncFor) -> bool:
+    """The body changes what the loop variable refers to: assigns one of its attributes
+    (`p.data = p.data.float()`, `p.requires_grad = False`, `module.weight = ...`) or casts
+    or freezes it (`module.to(torch.float32)`, `p.requires_grad_(False)`)."""
+    names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+
+    def rooted(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and node.id in names
+
+    for stmt in loop.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Attribute) and rooted(t) for t in targets):
+                    return True
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("to", "float", "half", "bfloat16", "requires_grad_", "type")
+                and rooted(node.func.value)
+            ):
+                return True
+    return False
+
+
+# ------------------------------------------------------------ is a loaded model trained?
+
+_TRAINER = re.compile(r"Trainer$")
+_OPTIMIZER_CLASS = re.compile(
+    r"^(Adam\w*|\w*AdamW\w*|SGD\w*|Adafactor|Lion\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|"
+    r"LAMB|Lamb|Adan|Prodigy\w*|Muon\w*|\w*Optimizer)$"
+)
+_PEFT_CALLS = re.compile(r"peft|lora|kbit|adapter")
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a script does with a loaded model: `evidence` that it trains it (None: no
+    evidence), or `other` reason its dtype at load does not decide the training precision."""
+
+    evidence: str | None = None
+    other: str | None = None
+
+
+def load_training(ctx, load_call: ast.Call) -> Training:
+    """Follows the names a `from_pretrained` result is bound to (and through a function
+    that returns it, two levels deep) to an optimizer, a `*Trainer`, `accelerator.prepare`
+    or `model.train()`. PEFT (the base model stays frozen), DeepSpeed (fp32 master weights)
+    and a frozen model are reported as `other`."""
+    index = ctx.index
+    site = next((s for s in index.calls if s.node is load_call), None)
+    if site is None:
+        return Training()
+    for other in index.calls_within(site.context.stmt):
+        if other.node is not load_call and _encloses_argument(other.node, load_call):
+            found = _classify_use(other, "the model", lambda node: _chain_root(node) is load_call)
+            if found is not None:
+                return found
+    return _follow(index, site.context, _bound_keys(site.context.stmt, load_call), depth=0)
+
+
+def _follow(index, context, keys: list[tuple[int | None, str]], depth: int) -> Training:
+    found = Training()
+    for _, key in keys:
+        scope = context.classdef if key.startswith("self.") and context.classdef else context.function
+        result = _evidence_in(index, scope, key)
+        if result.other:
+            return result
+        if result.evidence and not found.evidence:
+            found = result
+    if found.evidence or depth >= 2 or not isinstance(context.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return found
+    func = context.function
+    for ret in (n for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None):
+        for position, key in keys:
+            returned = _returned_position(ret.value, key)
+            if returned is None:
+                continue
+            for caller in index.calls:
+                if caller.name not in (func.name, f"self.{func.name}"):
+                    continue
+                targets = _bound_keys(caller.context.stmt, caller.node, position=returned)
+                result = _follow(index, caller.context, targets, depth + 1)
+                if result.other:
+                    return result
+                if result.evidence and not found.evidence:
+                    found = result
+    return found
+
+
+def _evidence_in(index, scope, key: str) -> Training:
+    calls = index.calls_within(scope) if scope is not None else [s for s in index.calls if s.context.function is None]
+    optimizers = [s for s in calls if _is_optimizer_class(s.name or "")]
+    evidence = None
+    for s in calls:
+        receiver = s.receiver or ""
+        if receiver == key or receiver.startswith(key + "."):
+            if receiver == key and s.method == "requires_grad_" and _is_false(s.node):
+                return Training(other=f"`{key}` is frozen on line {s.node.lineno}")
+            if s.method in ("add_adapter", "load_adapter"):
+                return Training(other=f"adapters are added to `{key}` on line {s.node.lineno} (PEFT)")
+            if receiver == key and s.method == "train" and evidence is None:
+                evidence = f"`{key}.train()` on line {s.node.lineno}"
+            if s.method in PARAM_METHODS and evidence is None and _feeds_optimizer(s, optimizers):
+                evidence = f"an optimizer over `{key}`'s parameters on line {s.node.lineno}"
+            continue
+        if _mentions(s.node, key):
+            found = _classify_use(s, key, lambda node, key=key: dotted(node) == key)
+            if found is not None and found.other:
+                return found
+            if found is not None and evidence is None:
+                evidence = found.evidence
+    return Training(evidence=evidence)
+
+
+_OPTIMIZER_NAME = re.compile(r"optim|(^|_)opt$")
+
+
+def _classify_use(site, what: str, is_it) -> Training | None:
+    """A call that receives the model (`is_it(node)` tells which argument is the model)."""
+    name = site.name or ""
+    last = (_last_name(name) or "").lower()
+    line = site.node.lineno
+    if _PEFT_CALLS.search(last) or name.startswith("peft."):
+        return Training(other=f"`{what}` goes to `{name}` on line {line} (PEFT trains adapters, the base stays frozen)")
+    if name == "deepspeed.initialize":
+        return Training(
+            other=f"`{what}` goes to `deepspeed.initialize` on line {line}, which keeps fp32 master weights"
+        )
+    call = site.node
+    if _TRAINER.search(name):
+        # the trained model is the first argument or `model=`; `ref_model=`, `teacher=` are not
+        first = bool(call.args) and is_it(call.args[0])
+        if first or any(k.arg == "model" and is_it(k.value) for k in call.keywords):
+            return Training(evidence=f"`{name}(model=...)` on line {line}")
+        return None
+    if site.method in ("prepare", "prepare_model") or (site.method == "setup" and "fabric" in name.lower()):
+        # prepared together with an optimizer: a reference model is prepared alone
+        names = [dotted(a) or "" for a in [*call.args, *(k.value for k in call.keywords)]]
+        if any(_OPTIMIZER_NAME.search(n.split(".")[-1].lower()) for n in names):
+            return Training(evidence=f"`{name}` with an optimizer on line {line}")
+    return None
+
+
+def _is_optimizer_class(name: str) -> bool:
+    if name.startswith("torch.optim.") and "lr_scheduler" not in name:
+        return True
+    return bool(_OPTIMIZER_CLASS.match(_last_name(name) or ""))
+
+
+def _feeds_optimizer(site, optimizers) -> bool:
+    if any(_encloses_argument(o.node, site.node) for o in optimizers):
+        return True
+    names = {n for n in _assigned_keys(site.context.stmt) if "." not in n}
+    return bool(names) and any(
+        isinstance(n, ast.Name) and n.id in names for o in optimizers for n in ast.walk(o.node)
+    )
+
+
+def _encloses_argument(outer: ast.Call, inner: ast.AST) -> bool:
+    for arg in [*outer.args, *(k.value for k in outer.keywords)]:
+        if (arg.lineno, arg.col_offset) <= (inner.lineno, inner.col_offset) and (
+            (inner.end_lineno, inner.end_col_offset) <= (arg.end_lineno, arg.end_col_offset)
+        ):
+            return True
+    return False
+
+
+def _chain_root(node: ast.AST) -> ast.AST:
+    """`X.from_pretrained(...).to(d).train()` -> the load call."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr != "from_pretrained":
+        node = node.func.value
+    return node
+
+
+def _bound_keys(stmt: ast.stmt, call: ast.Call, position: int | None = None) -> list[tuple[int | None, str]]:
+    """The names an assignment binds `call` (or a method chain on it) to; with `position`,
+    the element of a tuple target at that index (`model, tok = load()`)."""
+    if isinstance(stmt, ast.Assign):
+        targets, value = stmt.targets, stmt.value
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets, value = [stmt.target], stmt.value
+    else:
+        return []
+    keys = []
+    for target in targets:
+        if position is None and _chain_root(value) is call:
+            key = dotted(target)
+            if key:
+                keys.append((None, key))
+        elif position is not None and value is call:
+            if position == -1:
+                key = dotted(target)
+            elif isinstance(target, ast.Tuple) and position < len(target.elts):
+                key = dotted(target.elts[position])
+            else:
+                key = None
+            if key:
+                keys.append((None, key))
+    return keys
+
+
+def _returned_position(value: ast.AST, key: str) -> int | None:
+    """-1 when `return key`, the index when `return a, key`, else None."""
+    if dotted(value) == key:
+        return -1
+    if isinstance(value, ast.Tuple):
+        for i, elt in enumerate(value.elts):
+            if dotted(elt) == key:
+                return i
+    return None

@@ -1,0 +1,244 @@
+"""CFX301-CFX303 beyond their embedded examples: severities, fixes that meet, the
+re-indent of CFX303 (CRLF, f-strings, nested strings) and the shared loop analysis."""
+
+import os
+
+import pytest
+from conftest import lint_project, write_project
+
+from cfgfix.core import Severity
+from cfgfix.fixing import fix_file
+
+CODES = ["CFX301", "CFX302", "CFX303"]
+
+
+def _check(tmp_path, code: str, select=CODES):
+    write_project(tmp_path, {"train.py": code})
+    engine, files, result = lint_project(tmp_path, select=select)
+    return engine, files, result.findings
+
+
+def _fix(tmp_path, code: str, select=CODES) -> str:
+    engine, files, _ = _check(tmp_path, code, select)
+    sf = next(f for f in files if f.display == "train.py")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        return fix_file(engine, sf, sf.path.read_bytes(), unsafe=True).fixed
+    finally:
+        os.chdir(cwd)
+
+
+TRAIN = (
+    "import torch\n"
+    "total = 0.0\n"
+    "for batch in loader:\n"
+    "    loss = model(**batch).loss\n"
+    "    loss.backward()\n"
+    "    optimizer.step()\n"
+    "    total += loss\n"
+    "print(total)\n"
+)
+
+
+def test_cfx302_is_a_warning_where_backward_runs(tmp_path):
+    _, _, findings = _check(tmp_path, TRAIN)
+    assert [(f.code, f.severity) for f in findings] == [("CFX302", Severity.WARNING)]
+
+
+def test_cfx302_is_an_error_in_code_that_never_calls_backward(tmp_path):
+    code = (
+        "import torch\n"
+        "def score(model, loader):\n"
+        "    losses = []\n"
+        "    for batch in loader:\n"
+        "        losses.append(model(**batch).loss)\n"
+        "    print(sum(losses) / len(losses))\n"
+    )
+    _, _, findings = _check(tmp_path, code, ["CFX302"])
+    assert [(f.code, f.severity, f.span.line) for f in findings] == [("CFX302", Severity.ERROR, 5)]
+    assert _fix(tmp_path, code, ["CFX302"]).count("losses.append(model(**batch).loss.item())") == 1
+
+
+def test_cfx302_follows_the_accumulator_into_a_backward(tmp_path):
+    code = (
+        "total = 0\n"
+        "for batch in loader:\n"
+        "    total += criterion(model(batch.x), batch.y)\n"
+        "mean = total / len(loader)\n"
+        "mean.backward()\n"
+    )
+    assert _check(tmp_path, code)[2] == []
+
+
+def test_cfx302_stays_silent_when_the_accumulator_escapes(tmp_path):
+    code = (
+        "history = []\n"
+        "losses = []\n"
+        "for batch in loader:\n"
+        "    loss = model(**batch).loss\n"
+        "    loss.backward()\n"
+        "    losses.append(loss)\n"
+        "history.append(losses)\n"
+    )
+    assert _check(tmp_path, code)[2] == []
+
+
+def test_eval_loop_gets_both_fixes(tmp_path):
+    code = (
+        "import torch.nn.functional as F\n"
+        "def validate(model, loader):\n"
+        "    total = 0.0\n"
+        "    for x, y in loader:\n"
+        "        total += F.cross_entropy(model(x), y)\n"
+        "    print(f'{total:.3f}')\n"
+    )
+    _, _, findings = _check(tmp_path, code)
+    assert sorted(f.code for f in findings) == ["CFX302", "CFX303"]
+    assert _fix(tmp_path, code) == (
+        "import torch.nn.functional as F\n"
+        "import torch\n"
+        "def validate(model, loader):\n"
+        "    total = 0.0\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            total += F.cross_entropy(model(x), y).item()\n"
+        "    print(f'{total:.3f}')\n"
+    )
+
+
+def test_cfx303_reindent_keeps_crlf_and_string_continuations(tmp_path):
+    code = (
+        "import torch\r\n"
+        "model.eval()\r\n"
+        "for x in loader:\r\n"
+        "    out = model(x)\r\n"
+        "    msg = f'''{out.shape}\r\n"
+        "  tail'''\r\n"
+        "    text = ('a'\r\n"
+        "            'b')\r\n"
+        "    # a comment\r\n"
+        "\r\n"
+        "    print(msg, text)\r\n"
+        "print('done')\r\n"
+    )
+    assert _fix(tmp_path, code, ["CFX303"]) == (
+        "import torch\r\n"
+        "model.eval()\r\n"
+        "with torch.no_grad():\r\n"
+        "    for x in loader:\r\n"
+        "        out = model(x)\r\n"
+        "        msg = f'''{out.shape}\r\n"
+        "  tail'''\r\n"
+        "        text = ('a'\r\n"
+        "                'b')\r\n"
+        "        # a comment\r\n"
+        "\r\n"
+        "        print(msg, text)\r\n"
+        "print('done')\r\n"
+    )
+
+
+def test_cfx303_one_line_loop_body(tmp_path):
+    code = "import torch\nmodel.eval()\nfor x in loader: print(model(x))\n"
+    assert _fix(tmp_path, code, ["CFX303"]) == (
+        "import torch\nmodel.eval()\nwith torch.no_grad():\n    for x in loader: print(model(x))\n"
+    )
+
+
+def test_cfx303_flags_the_outer_loop_only(tmp_path):
+    code = (
+        "import torch\n"
+        "def evaluate(model, loaders):\n"
+        "    model.eval()\n"
+        "    for loader in loaders:\n"
+        "        for batch in loader:\n"
+        "            model(**batch)\n"
+    )
+    _, _, findings = _check(tmp_path, code, ["CFX303"])
+    assert [f.span.line for f in findings] == [6]
+    assert "with torch.no_grad():\n        for loader in loaders:" in _fix(tmp_path, code, ["CFX303"])
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "import torch\ntorch.set_grad_enabled(False)\n",
+        "import torch\nfrom torch import no_grad\n",
+    ],
+)
+def test_cfx303_module_level_grad_switch_and_decorator_forms(tmp_path, prefix):
+    decorated = prefix.endswith("no_grad\n")
+    code = prefix + ("@no_grad()\n" if decorated else "") + (
+        "def evaluate(model, loader):\n    model.eval()\n    for batch in loader:\n        model(**batch)\n"
+    )
+    assert _check(tmp_path, code, ["CFX303"])[2] == []
+
+
+def test_cfx303_ignores_unrelated_decorators(tmp_path):
+    code = (
+        "import torch\n"
+        "class Runner:\n"
+        "    @staticmethod\n"
+        "    def evaluate(model, loader):\n"
+        "        model.eval()\n"
+        "        for batch in loader:\n"
+        "            model(**batch)\n"
+    )
+    assert [f.span.line for f in _check(tmp_path, code, ["CFX303"])[2]] == [7]
+
+
+def test_cfx301_sole_statement_of_a_with_block_becomes_pass(tmp_path):
+    code = (
+        "import torch\n"
+        "for step, batch in enumerate(loader):\n"
+        "    model(**batch).loss.backward()\n"
+        "    optimizer.step()\n"
+        "    with timer('cache'):\n"
+        "        torch.cuda.empty_cache()\n"
+    )
+    assert _fix(tmp_path, code, ["CFX301"]).endswith("    with timer('cache'):\n        pass\n")
+
+
+def test_cfx301_keeps_a_comment_that_is_not_about_the_cache(tmp_path):
+    code = (
+        "import torch\n"
+        "for step, batch in enumerate(loader):\n"
+        "    model(**batch).loss.backward()\n"
+        "    optimizer.step()\n"
+        "    # next step\n"
+        "    torch.cuda.empty_cache()\n"
+        "    log(step)\n"
+    )
+    assert _fix(tmp_path, code, ["CFX301"]).endswith("    optimizer.step()\n    # next step\n    log(step)\n")
+
+
+def test_cfx301_a_loop_else_is_not_inside_the_loop(tmp_path):
+    code = (
+        "import torch\n"
+        "for batch in loader:\n"
+        "    model(**batch).loss.backward()\n"
+        "    optimizer.step()\n"
+        "else:\n"
+        "    torch.cuda.empty_cache()\n"
+    )
+    assert _check(tmp_path, code, ["CFX301"])[2] == []
+
+
+def test_statements_in_loops_stop_at_functions():
+    import ast
+
+    from cfgfix.analysis.loops import statements_in_loops
+
+    tree = ast.parse(
+        "for a in b:\n"
+        "    x = 1\n"
+        "    def f():\n"
+        "        y = 2\n"
+        "        while c:\n"
+        "            z = 3\n"
+        "else:\n"
+        "    w = 4\n"
+    )
+    found = [(stmt.lineno, getattr(func, "name", None), outer.lineno) for stmt, func, outer in statements_in_loops(tree)]
+    assert found == [(2, None, 1), (3, None, 1), (6, "f", 5)]
