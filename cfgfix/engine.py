@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -266,6 +265,8 @@ class Engine:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         context = multiprocessing.get_context(method)
         workers = min(self.jobs, 8)
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(workers, context, _init_worker, (self.codes, self.versions)) as pool:
             chunk = max(1, len(jobs) // (workers * 8))
             return [FileResult.from_dict(d) for d in pool.map(_lint_in_worker, jobs, chunksize=chunk)]

@@ -68,6 +68,18 @@ def dotted(node: ast.AST) -> str | None:
 
 def single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
     """Names assigned exactly once in a scope (not in nested functions), to their value.
+    Memoised on the block's first statement: several rules ask about the same scopes."""
+    if not body:
+        return {}
+    cached = getattr(body[0], "_cfgfix_single_assignments", None)
+    if cached is None:
+        cached = _single_assignments(body)
+        body[0]._cfgfix_single_assignments = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Names assigned exactly once in a scope (not in nested functions), to their value.
 
     Used to resolve `dtype = torch.bfloat16 ... from_pretrained(..., torch_dtype=dtype)`:
     a name bound once can be trusted; a name bound twice (or in a loop target, `with ...

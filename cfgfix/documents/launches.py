@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-import yaml
 
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments
 
@@ -44,6 +43,8 @@ def accelerate_config_world_size(text: str) -> int | None:
     counts every machine (`launch` runs `num_processes // num_machines` per node), so it is
     not multiplied by `num_machines`; `distributed_type: NO` runs one process."""
     try:
+        import yaml  # only when a launch names an accelerate config
+
         data = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
