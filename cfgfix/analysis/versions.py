@@ -22,7 +22,6 @@ from pathlib import Path
 from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 try:
@@ -163,6 +162,8 @@ def _from_wheel_url(text: str, source: str) -> _Pin | None:
     if not name.endswith(".whl"):
         return None
     try:
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # pulls packaging.tags
+
         dist, version, _, _ = parse_wheel_filename(name)
     except (InvalidWheelFilename, InvalidVersion):
         return None

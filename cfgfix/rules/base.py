@@ -7,7 +7,6 @@ analysis) and yield findings. They never read files, print, or import the CLI.
 
 from __future__ import annotations
 
-import inspect
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -81,6 +80,8 @@ class Rule:
     # -- documentation -----------------------------------------------------------------
     @classmethod
     def doc(cls) -> str:
+        import inspect  # documentation only: not on the check path
+
         return textwrap.dedent(inspect.getdoc(cls) or "").strip()
 
     @classmethod

@@ -13,7 +13,6 @@ import math
 import re
 from typing import Iterable
 
-from cfgfix.analysis.optimizers import AdamBuild, ParamSource, load_training, optimizer_analysis
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -32,7 +31,7 @@ def _builds_torch_adam(data: bytes) -> bool:
 _V5 = {"requirements.txt": "transformers>=5.0\n"}
 
 
-def _origin(src, source: ParamSource) -> tuple[str, Related]:
+def _origin(src, source) -> tuple[str, Related]:
     """How the weights got their dtype: `loaded with torch_dtype=... on line 3`."""
     state = source.state
     if state.cast_by is None:
@@ -45,7 +44,7 @@ def _origin(src, source: ParamSource) -> tuple[str, Related]:
     return text, Related(src.span_of_node(cast), f"cast to {state.dtype} here")
 
 
-def _optimizer_name(build: AdamBuild) -> str:
+def _optimizer_name(build) -> str:
     return f"torch.optim.{build.cls}"
 
 
@@ -262,6 +261,8 @@ class HalfPrecisionAdam(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
+        from cfgfix.analysis.optimizers import optimizer_analysis  # heavy: only for files that passed the prefilter
+
         analysis = optimizer_analysis(ctx)
         src = ctx.source
         for build in analysis.builds:
@@ -489,6 +490,8 @@ class Bf16WeightsPlainAdamw(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
+        from cfgfix.analysis.optimizers import optimizer_analysis  # heavy: only for files that passed the prefilter
+
         analysis = optimizer_analysis(ctx)
         src = ctx.source
         for build in analysis.builds:
@@ -808,6 +811,8 @@ class ImplicitCheckpointDtype(Rule):
         for load in candidates:
             if id(load.call) in cast_loads:
                 continue  # `.float()`, `.bfloat16()`: the script picks the dtype itself
+            from cfgfix.analysis.optimizers import load_training
+
             training = load_training(ctx, load.call)
             if training.other or not training.evidence:
                 continue
