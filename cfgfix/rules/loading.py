@@ -235,7 +235,7 @@ class RedundantDtypeCast(Rule):
             applicability = Applicability.UNSAFE if state.dtype == "float16" else Applicability.SAFE
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"`{name_of(src, mc)}` already holds {state.dtype} weights ({origin}): "
+                f"{name_of(src, mc)} already holds {state.dtype} weights ({origin}): "
                 f"`{call_text(src, mc)}` returns the same module and copies no weight that is "
                 f"already {state.dtype}, so it neither costs nor saves memory. (Modules that "
                 "transformers keeps in float32 on purpose are the exception: the cast undoes that.)",
@@ -412,7 +412,7 @@ class CastAfterLoad(Rule):
                 continue
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"`{name_of(src, mc)}` is loaded in float32 (line {load.line}: {why}) and then cast "
+                f"{name_of(src, mc)} is loaded in float32 (line {load.line}: {why}) and then cast "
                 f"to {mc.target_dtype} with `{call_text(src, mc)}`: the whole float32 model is "
                 f"materialised first, twice the memory of {mc.target_dtype} weights. Pass the dtype "
                 "to `from_pretrained` instead.",
@@ -526,6 +526,11 @@ class MoveDispatchedModel(Rule):
             "moved = [model.to('cuda') for model in others]\n",
             why="a comprehension variable shadows the name",
         ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto', load_in_8bit=True).cuda()\n",
+            why="a quantized model: whether moving it works depends on bitsandbytes (CFX104's call)",
+        ),
     ]
     INVALID = [
         Example(
@@ -582,6 +587,8 @@ class MoveDispatchedModel(Rule):
             device_map = mc.state.load.device_map
             if device_map is None or device_map.kind != "multi" or mc.state.load.library is None:
                 continue
+            if mc.state.load.quant_keywords:
+                continue  # moving a quantized model is CFX104's call (it depends on bitsandbytes)
             moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
             casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
             if not (moves or casts_offloaded):
@@ -602,7 +609,7 @@ class MoveDispatchedModel(Rule):
             edits = drop_call_edits(src, mc) if pure_move and moves else None
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"`{name_of(src, mc)}` was dispatched with `device_map={map_text}` "
+                f"{name_of(src, mc)} was dispatched with `device_map={map_text}` "
                 f"(line {mc.state.load.line}); `{call_text(src, mc)}` moves it again: {consequence}.",
                 fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`; `device_map` already placed the model") if edits else None,
                 related=[load_related(src, mc.state.load, "dispatched here")],
@@ -734,7 +741,7 @@ class MoveOrCastQuantizedModel(Rule):
             kind = {"4bit": "4-bit", "8bit": "8-bit"}.get(bits, "quantized")
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"`{name_of(src, mc)}` is loaded {kind} (line {mc.state.load.line}); "
+                f"{name_of(src, mc)} is loaded {kind} (line {mc.state.load.line}); "
                 f"`{call_text(src, mc)}`: {problem}. The load already chose its device and dtype.",
                 fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`") if edits else None,
                 related=[load_related(src, mc.state.load, f"loaded {kind} here")],

@@ -46,8 +46,9 @@ MOVE_TRIGGERS = (b".to(", b".cuda(", b".half(", b".bfloat16(", b".float(")
 
 
 def name_of(src: SourceText, mc: ModelCall) -> str:
-    """How the message names the model: `model`, `self.model`, or the load expression."""
-    return mc.key or "the loaded model"
+    """How the message names the model: `model`, `self.model`, or for a chained call
+    (`X.from_pretrained(...).to(d)`) the class it loads."""
+    return f"`{mc.key}`" if mc.key else f"the `{mc.state.load.class_name}`"
 
 
 def call_text(src: SourceText, mc: ModelCall) -> str:
