@@ -118,11 +118,15 @@ class Linter:
             source = SourceText.from_bytes(sf.display, data)
         except DecodeError:
             return FileResult()  # not a script we can read; launch scripts are optional input
-        document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
-        ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path))
         result = FileResult()
-        if wants_launches:
-            result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
+        try:
+            document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
+            ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path))
+            if wants_launches:
+                result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
+        except Exception as exc:  # the shell reader is lenient by design; a crash is our bug
+            result.errors.append(f"internal error reading {sf.display}: {exc!r}")
+            return result
         self._run(rules, ctx, sf, result)
         return result
 
@@ -130,9 +134,8 @@ class Linter:
         for rule in rules:
             try:
                 for finding in rule.check(ctx):
-                    condition = getattr(rule, "condition", None)
-                    if condition:
-                        result.conditional.append((condition, finding))
+                    if rule.condition:
+                        result.conditional.append((rule.condition, finding))
                     else:
                         result.findings.append(finding)
             except Exception as exc:  # a bug in a rule must not stop the other files

@@ -45,6 +45,9 @@ class Rule:
     triggers: ClassVar[tuple[tuple[bytes, ...], ...]] = ()
     # Optional, checked after the groups: a finer (still text-only) test of the bytes.
     trigger_check: ClassVar[Callable[[bytes], bool] | None] = None
+    # A cross-file condition the project stage must confirm before a finding is reported
+    # ("multi-process-launch": a launch script starts this file with more than one process).
+    condition: ClassVar[str | None] = None
     VALID: ClassVar[list[Example]] = []
     INVALID: ClassVar[list[Example]] = []
 
