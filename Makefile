@@ -9,12 +9,12 @@ DEMO ?= $(sort $(wildcard fixtures/*/project))
 
 $(BIN)/cfgfix: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --quiet -e .
 	@touch $@
 
 $(VENV)/.dev: $(BIN)/cfgfix
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --quiet -e '.[dev]'
 	@touch $@
 
 # cfgfix's main job on the bundled sample projects: the findings, then the diff `fix` would make.
