@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
-from cfgfix.core import Finding, Related, Severity, Span
+from cfgfix.core import Finding, Severity, Span
 from cfgfix.documents.text import DecodeError, SourceText
 from cfgfix.project import LaunchFacts, ProjectModel
 from cfgfix.rules.base import Rule, all_rules

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.core import Applicability, Edit, Finding, Fix
+from cfgfix.core import Applicability, Edit, Finding
 from cfgfix.documents.text import SourceText
 
 MAX_ROUNDS = 10

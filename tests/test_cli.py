@@ -5,7 +5,6 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

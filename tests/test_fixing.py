@@ -1,7 +1,5 @@
 """Fix mechanics: overlap resolution, the re-parse check, atomic writes and links."""
 
-import os
-from pathlib import Path
 
 import pytest
 

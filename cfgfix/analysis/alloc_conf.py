@@ -15,7 +15,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from cfgfix.analysis.names import iter_statements
+from cfgfix.analysis.names import iter_statements, walk_scope
 
 VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 CUDA_VARIABLE = "PYTORCH_CUDA_ALLOC_CONF"
@@ -547,7 +547,7 @@ def _bound_once(body: list[ast.stmt]) -> dict[str, ast.expr]:
     counts: dict[str, int] = {}
     values: dict[str, ast.expr] = {}
     for stmt in body:
-        for node in _walk_no_defs(stmt):
+        for node in walk_scope(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 counts[node.id] = counts.get(node.id, 0) + 1
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
@@ -726,7 +726,7 @@ class CudaOrder:
             use = self._certain_in_stmt(stmt)
             if use:
                 return use
-            if stop_at_return and any(isinstance(n, ast.Return) for n in _walk_no_defs(stmt)):
+            if stop_at_return and any(isinstance(n, ast.Return) for n in walk_scope(stmt)):
                 return None
         return None
 
@@ -863,13 +863,3 @@ def _certain_calls(expr: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
     found.sort(key=lambda n: (n.lineno, n.col_offset))
     return found
-
-
-def _walk_no_defs(node: ast.AST):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        for child in ast.iter_child_nodes(current):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                stack.append(child)

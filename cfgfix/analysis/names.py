@@ -95,7 +95,7 @@ def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
 
     def visit(stmts: list[ast.stmt]) -> None:
         for stmt in stmts:
-            for node in _walk_scope(stmt):
+            for node in walk_scope(stmt):
                 if isinstance(node, ast.Assign):
                     for target in node.targets:
                         if isinstance(target, ast.Name):
@@ -122,7 +122,7 @@ def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
     return {name: values[name] for name, count in counts.items() if count == 1 and name in values}
 
 
-def _walk_scope(node: ast.AST):
+def walk_scope(node: ast.AST):
     """ast.walk that does not descend into nested functions, lambdas or classes."""
     stack = [node]
     while stack:

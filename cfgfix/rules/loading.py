@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cfgfix.analysis.names import dotted
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
