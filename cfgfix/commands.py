@@ -1,4 +1,4 @@
-"""The command line, shaped like ruff's: `check`, `fix`, `rule`.
+"""The command line, shaped like ruff's: `check`, `fix`, `rule`, and `review` (pull requests).
 
 Exit codes: 0 clean, 1 findings remain (or `--diff` would change something), 2 usage,
 settings or internal error.
@@ -110,7 +110,7 @@ def _rule_json(rule) -> dict:
 
 
 # -- shared plumbing ------------------------------------------------------------------------
-def _prepare(paths, select, ignore, extend_select, config_file, no_cache):
+def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True):
     from cfgfix.engine import Engine
     from cfgfix.settings import SettingsError, load_settings, with_overrides
     from cfgfix.workspace import discover
@@ -123,6 +123,8 @@ def _prepare(paths, select, ignore, extend_select, config_file, no_cache):
         engine = Engine(settings, use_cache=not no_cache)
     except SettingsError as exc:
         _fail(str(exc))
+    if not discover_files:  # `review` finds its own files through git
+        return engine, [], settings
     files, warnings = discover(list(paths) or [Path(".")], settings)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -228,3 +230,87 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
     if failures or result.errors:
         raise SystemExit(2)
     raise SystemExit(1 if remaining else 0)
+
+
+# -- review -----------------------------------------------------------------------------------
+REVIEW_FORMATS = ("github-review", "rdjson", "text", "json")
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+@cli.command()
+@click.option("--base", metavar="REF", help="Compare with the merge base of REF [default: $GITHUB_BASE_REF, else origin/HEAD, main or master].")
+@click.option("--head", metavar="REF", help="The reviewed commit (must be checked out) [default: the working tree].")
+@click.option("--select", metavar="CODES", help="Rules to enable, replacing the defaults.")
+@click.option("--ignore", metavar="CODES", help="Rules to disable.")
+@click.option("--extend-select", metavar="CODES", help="Rules to enable in addition.")
+@click.option("--output-format", type=click.Choice(REVIEW_FORMATS), default="text", help="What to print [default: text].")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml.")
+@click.option("--no-cache", is_flag=True, help="Do not use .cfgfix_cache/.")
+@click.option("--post", is_flag=True, help="Post the review to the pull request (GITHUB_TOKEN, GITHUB_REPOSITORY).")
+@click.option("--pr", type=int, help="Pull request number [default: from $GITHUB_EVENT_PATH].")
+@click.option("--approve-when-clean/--no-approve-when-clean", default=False, help="With --post and no findings: post a short approval note instead of nothing.")
+@click.option("--fail-on", type=click.Choice(("info", "warning", "error", "none")), default="info", help="Exit 1 when a finding on a changed line has at least this severity [default: info].")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def review(base, head, select, ignore, extend_select, output_format, config_file, no_cache, post, pr,
+           approve_when_clean, fail_on, paths) -> None:
+    """Review the lines a pull request changes: findings on changed lines, with suggestions."""
+    import json
+
+    from cfgfix.report.github_review import payload as review_payload
+    from cfgfix.review.gitdiff import GitError
+    from cfgfix.review.run import build_review
+    from cfgfix.rules.base import all_rules
+
+    engine, _, settings = _prepare((), select, ignore, extend_select, config_file, no_cache, discover_files=False)
+    try:
+        result = build_review(engine, settings, base, head, list(paths), Path.cwd())
+    except (GitError, ValueError) as exc:
+        _fail(str(exc))
+    rules = all_rules()
+    body = review_payload(result, rules)
+    if post:
+        from cfgfix.review.post import event_head_sha
+
+        body["commit_id"] = event_head_sha() or body["commit_id"]
+    if output_format == "github-review":
+        click.echo(json.dumps(body, indent=2))
+    elif output_format == "rdjson":
+        from cfgfix.report.rdjson import render_review
+
+        click.echo(render_review(result, rules), nl=False)
+    elif output_format == "json":
+        click.echo(json.dumps([
+            {"path": c.path, "line": c.line, "start_line": c.start_line, "code": c.finding.code,
+             "severity": c.finding.severity.value, "message": c.finding.message,
+             "related_note": c.related_note, "suggestion": c.suggestion, "unsafe_fix": c.unsafe,
+             "finding": c.finding.to_dict()} for c in result.comments], indent=2))
+    else:
+        for c in result.comments:
+            where = f"{c.path}:{c.line}" if c.start_line == c.line else f"{c.path}:{c.start_line}-{c.line}"
+            click.echo(f"{where}: {c.finding.code} {c.finding.message}")
+            if c.related_note:
+                click.echo(f"  note: {c.related_note}")
+            if c.suggestion is not None:
+                click.echo(f"  suggestion{' (unsafe fix)' if c.unsafe else ''}: {c.finding.fix.description}")
+        files = len(result.changed)
+        if result.comments:
+            click.echo(f"Found {len(result.comments)} finding{'s' if len(result.comments) != 1 else ''} on changed lines ({files} changed file{'s' if files != 1 else ''}).")
+        else:
+            click.echo(f"No findings on changed lines ({files} changed file{'s' if files != 1 else ''}).")
+    for error in result.errors:
+        click.echo(f"cfgfix: {error}", err=True)
+    if post:
+        from cfgfix.review.post import Client, PostError, post_review, target_from_env
+
+        try:
+            client = Client(target_from_env(pr), log=lambda m: click.echo(f"cfgfix: {m}", err=True))
+            done = post_review(client, body, approve_when_clean)
+        except PostError as exc:
+            click.echo(f"cfgfix: error: posting the review failed: {exc}", err=True)
+            raise SystemExit(2)
+        click.echo(f"cfgfix: {done}", err=True)
+    if result.errors:
+        raise SystemExit(2)
+    threshold = _SEVERITY_RANK.get(fail_on)
+    failing = threshold is not None and any(_SEVERITY_RANK[c.finding.severity.value] >= threshold for c in result.comments)
+    raise SystemExit(1 if failing else 0)

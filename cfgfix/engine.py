@@ -75,6 +75,8 @@ class Linter:
             return self._python(sf, data)
         if sf.kind in SHELL_KINDS:
             return self._shell(sf, data)
+        if sf.kind in ("yaml", "json"):
+            return self._config(sf, data)
         return FileResult()
 
     def _python(self, sf: SourceFile, data: bytes) -> FileResult:
@@ -127,6 +129,32 @@ class Linter:
             result.errors.append(f"internal error reading {sf.display}: {exc!r}")
             return result
         self._run(rules, ctx, sf, result)
+        return result
+
+    def _config(self, sf: SourceFile, data: bytes) -> FileResult:
+        """accelerate / DeepSpeed configs, recognised by content: a YAML or JSON file that is
+        not one (a Helm chart, a data file) is never reported, even when it cannot be parsed."""
+        from cfgfix.documents.config import looks_like_config
+
+        rules = [r for r in self.rules if sf.kind in r.kinds]
+        if not rules or not looks_like_config(data):
+            return FileResult()
+        from cfgfix.documents.config import ConfigError, config_kinds, parse_config
+        from cfgfix.rules.context import ConfigContext
+
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+            document = parse_config(source, sf.kind)
+        except DecodeError as exc:
+            return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
+        except ConfigError as exc:
+            return self._unparsable(sf, f"{exc.message}; the config was skipped", exc.line, exc.column)
+        kinds = config_kinds(document)
+        if not kinds:
+            return FileResult()
+        ctx = ConfigContext(document, kinds, self.versions.for_file(sf.path))
+        result = FileResult()
+        self._run([r for r in rules if r.may_match(data)], ctx, sf, result)
         return result
 
     def _run(self, rules, ctx, sf: SourceFile, result: FileResult) -> None:

@@ -60,3 +60,24 @@ class ShellContext:
         from cfgfix.documents.shell import find_launches
 
         return find_launches(self.document)
+
+
+@dataclass
+class ConfigContext:
+    """An accelerate or DeepSpeed config (YAML/JSON) with positions for every key and value."""
+
+    document: object  # cfgfix.documents.config.ConfigDocument
+    kinds: frozenset  # {"accelerate"} | {"deepspeed"}
+    versions: Versions
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def source(self) -> SourceText:
+        return self.document.source
+
+    @property
+    def root(self):
+        return self.document.root
+
+    def span(self, node):
+        return self.document.span(node)

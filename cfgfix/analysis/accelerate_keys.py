@@ -1,0 +1,44 @@
+"""What accelerate's config loader knows, as data [B10] (accelerate 1.x,
+commands/config/config_args.py and utils/launch.py)."""
+
+TOP_LEVEL = frozenset("""
+compute_environment distributed_type mixed_precision use_cpu debug enable_cpu_affinity
+num_processes machine_rank num_machines gpu_ids main_process_ip main_process_port
+rdzv_backend same_network main_training_function deepspeed_config fsdp_config
+megatron_lm_config parallelism_config ipex_config mpirun_config dynamo_config fp8_config
+downcast_bf16 tpu_name tpu_zone tpu_use_cluster tpu_use_sudo command_file commands tpu_vm
+tpu_env ec2_instance_type iam_role_name image_uri profile region base_job_name
+pytorch_version transformers_version py_version sagemaker_inputs_file sagemaker_metrics_file
+additional_args fp16 use_mps_device
+""".split())
+
+# Keys the launcher copies from `deepspeed_config:` (launch.py's DeepSpeed argument group).
+DEEPSPEED_CONFIG_KEYS = frozenset("""
+deepspeed_config_file zero_stage offload_optimizer_device offload_param_device
+offload_optimizer_nvme_path offload_param_nvme_path gradient_accumulation_steps
+gradient_clipping zero3_init_flag zero3_save_16bit_model deepspeed_hostfile
+deepspeed_exclusion_filter deepspeed_inclusion_filter deepspeed_multinode_launcher
+deepspeed_moe_layer_cls_names
+""".split())
+
+# What accelerate rejects next to `deepspeed_config_file` (dataclasses.py; mixed_precision
+# joins when it comes from the YAML).
+IGNORED_WITH_DS_FILE = (
+    "gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+    "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+    "zero3_save_16bit_model",
+)
+
+# Enum values checked at load (distributed_type, compute_environment) or at launch.
+VALUES = {
+    "distributed_type": ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+                         "MULTI_MUSA", "MULTI_XPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM",
+                         "MULTI_HPU", "MULTI_NEURON", "DATA_PARALLEL", "MODEL_PARALLEL"),
+    "compute_environment": ("LOCAL_MACHINE", "AMAZON_SAGEMAKER"),
+    "mixed_precision": ("no", "fp16", "bf16", "fp8"),
+}
+DEEPSPEED_VALUES = {
+    "offload_optimizer_device": ("none", "cpu", "nvme"),
+    "offload_param_device": ("none", "cpu", "nvme"),
+    "deepspeed_multinode_launcher": ("pdsh", "standard", "openmpi", "mvapich", "mpich", "slurm", "nossh"),
+}

@@ -1,0 +1,357 @@
+"""Position-keeping reader for JSON and YAML configs (accelerate, DeepSpeed).
+
+One `Node` type for both formats: every mapping key and value keeps its exact span (offsets
+into the decoded `SourceText`), duplicate keys are kept as separate entries (never merged),
+and hostile input is bounded: file size, nesting depth, and YAML alias expansion ("billion
+laughs") are refused with a `ConfigError` before they can exhaust memory or recursion.
+
+JSON is read by a small scanner of our own (the `json` module keeps no positions); YAML by
+PyYAML's composer (the C loader when installed), whose node marks give the spans.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from cfgfix.documents.text import SourceText
+
+MAX_BYTES = 10 * 1024 * 1024  # a config larger than this is refused, not read
+MAX_DEPTH = 100  # nesting levels; real configs use fewer than 10
+MAX_NODES = 200_000  # nodes after alias expansion; bounds "billion laughs"
+
+
+class ConfigError(ValueError):
+    """The file cannot be read as a config; `line`/`column` are 1-based."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+@dataclass
+class Node:
+    kind: str  # "mapping" | "sequence" | "scalar"
+    start: int
+    end: int
+    value: object = None  # the loaded value of a scalar (str, int, float, bool, None)
+    style: str = ""  # a scalar's quoting: "" plain, '"', "'", "|" or ">" (YAML block)
+    entries: list[tuple["Node", "Node"]] = field(default_factory=list)  # mapping (key, value)
+    children: list["Node"] = field(default_factory=list)  # sequence items
+
+    # -- mappings ------------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        return [str(k.value) for k, _ in self.entries]
+
+    def get(self, key: str) -> "Node | None":
+        """The value of `key` as loaders see it (the last one when duplicated)."""
+        found = None
+        for k, v in self.entries:
+            if k.value == key:
+                found = v
+        return found
+
+    def entry(self, key: str) -> "tuple[Node, Node] | None":
+        found = None
+        for k, v in self.entries:
+            if k.value == key:
+                found = (k, v)
+        return found
+
+    def __contains__(self, key: str) -> bool:
+        return any(k.value == key for k, _ in self.entries)
+
+    def duplicates(self) -> list[tuple[str, list["Node"]]]:
+        """(key, [key nodes]) for each key that appears more than once in this mapping."""
+        seen: dict[object, list[Node]] = {}
+        for k, _ in self.entries:
+            seen.setdefault(k.value, []).append(k)
+        return [(str(key), nodes) for key, nodes in seen.items() if len(nodes) > 1]
+
+    def walk(self):
+        """Every node below and including this one, depth first."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            for k, v in reversed(node.entries):
+                stack.extend((v, k))
+            stack.extend(reversed(node.children))
+
+    def to_python(self):
+        if self.kind == "scalar":
+            return self.value
+        if self.kind == "sequence":
+            return [c.to_python() for c in self.children]
+        return {k.value: v.to_python() for k, v in self.entries}
+
+    # -- values ---------------------------------------------------------------------------
+    def truthy(self) -> bool | None:
+        """True/False for a boolean-like scalar, None when it is anything else ("auto")."""
+        if self.kind != "scalar":
+            return None
+        value = self.value
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"  # DeepSpeed/accelerate read "true" strings too
+        return None
+
+
+@dataclass
+class ConfigDocument:
+    source: SourceText
+    fmt: str  # "json" | "yaml"
+    root: Node | None
+
+    def span(self, node: Node):
+        return self.source.span(node.start, node.end)
+
+
+def parse_config(source: SourceText, fmt: str) -> ConfigDocument:
+    if len(source.text) > MAX_BYTES:
+        raise ConfigError(f"the file is larger than {MAX_BYTES // (1024 * 1024)} MB; not read as a config")
+    if fmt == "json":
+        return ConfigDocument(source, fmt, _JsonScanner(source).parse())
+    return ConfigDocument(source, fmt, _parse_yaml(source))
+
+
+# -- JSON -------------------------------------------------------------------------------------
+_WS = re.compile(r"[ \t\n\r]*")
+_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_LITERALS = (("true", True), ("false", False), ("null", None),
+             ("NaN", float("nan")), ("Infinity", float("inf")), ("-Infinity", float("-inf")))
+
+
+class _JsonScanner:
+    """Recursive descent over the text, as strict as `json.loads` (which the fixer uses to
+    check its edits), with a depth limit."""
+
+    def __init__(self, source: SourceText) -> None:
+        self.source = source
+        self.text = source.text
+        self.pos = 0
+
+    def error(self, message: str, pos: int | None = None) -> ConfigError:
+        line, column = self.source.position(self.pos if pos is None else min(pos, len(self.text)))
+        return ConfigError(f"invalid JSON: {message}", line, column)
+
+    def skip(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()
+
+    def parse(self) -> Node:
+        self.skip()
+        node = self.value(0)
+        self.skip()
+        if self.pos != len(self.text):
+            raise self.error("extra data after the top-level value")
+        return node
+
+    def value(self, depth: int) -> Node:
+        if depth > MAX_DEPTH:
+            raise self.error(f"nested deeper than {MAX_DEPTH} levels; not read as a config")
+        text, pos = self.text, self.pos
+        if pos >= len(text):
+            raise self.error("unexpected end of file")
+        char = text[pos]
+        if char == "{":
+            return self.container(depth, "}", "mapping")
+        if char == "[":
+            return self.container(depth, "]", "sequence")
+        if char == '"':
+            match = _STRING.match(text, pos)
+            if not match:
+                raise self.error("unterminated or invalid string")
+            self.pos = match.end()
+            return Node("scalar", pos, self.pos, json.loads(match.group(0)), '"')
+        for word, value in _LITERALS:
+            if text.startswith(word, pos):
+                self.pos = pos + len(word)
+                return Node("scalar", pos, self.pos, value)
+        match = _NUMBER.match(text, pos)
+        if match:
+            self.pos = match.end()
+            return Node("scalar", pos, self.pos, json.loads(match.group(0)))
+        raise self.error(f"unexpected character {char!r}")
+
+    def container(self, depth: int, close: str, kind: str) -> Node:
+        start = self.pos
+        node = Node(kind, start, start)
+        self.pos += 1
+        self.skip()
+        if self.text.startswith(close, self.pos):
+            self.pos += 1
+            node.end = self.pos
+            return node
+        while True:
+            if kind == "mapping":
+                if not self.text.startswith('"', self.pos):
+                    raise self.error("expected a property name in double quotes")
+                key = self.value(depth + 1)
+                self.skip()
+                if not self.text.startswith(":", self.pos):
+                    raise self.error("expected ':' after the property name")
+                self.pos += 1
+                self.skip()
+                node.entries.append((key, self.value(depth + 1)))
+            else:
+                node.children.append(self.value(depth + 1))
+            self.skip()
+            if self.text.startswith(",", self.pos):
+                self.pos += 1
+                self.skip()
+                continue
+            if self.text.startswith(close, self.pos):
+                self.pos += 1
+                node.end = self.pos
+                return node
+            raise self.error(f"expected ',' or '{close}'")
+
+
+# -- YAML -------------------------------------------------------------------------------------
+def _yaml_loader():
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest bracket nesting, roughly (quotes ignored): a guard run before the
+    composer, which recurses once per level."""
+    depth = best = 0
+    for match in re.finditer(r"[\[\]{}]", text):
+        depth += 1 if match.group(0) in "[{" else -1
+        best = max(best, depth)
+    return best
+
+
+def _parse_yaml(source: SourceText) -> Node | None:
+    import yaml
+
+    text = source.text
+    if text.count("[") + text.count("{") > MAX_DEPTH and _flow_depth(text) > MAX_DEPTH:
+        raise ConfigError(f"nested deeper than {MAX_DEPTH} levels; not read as a config")
+    try:
+        documents = yaml.compose_all(text, Loader=_yaml_loader())
+        root = next((d for d in documents if d is not None), None)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", line, column) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError("nested too deeply; not read as a config") from None
+    if root is None:
+        return None
+    return _YamlConverter(source).convert(root, 0)
+
+
+class _YamlConverter:
+    def __init__(self, source: SourceText) -> None:
+        from yaml.constructor import SafeConstructor
+
+        self.source = source
+        self.constructor = SafeConstructor()
+        self.count = 0
+
+    def offset(self, mark) -> int:
+        # Marks count characters; line/column are the robust pair across loaders.
+        return min(self.source.offset(mark.line + 1, mark.column), len(self.source.text))
+
+    def convert(self, ynode, depth: int) -> Node:
+        import yaml
+
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise ConfigError(f"more than {MAX_NODES} nodes after expanding aliases; not read as a config")
+        if depth > MAX_DEPTH:
+            line = ynode.start_mark.line + 1
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels; not read as a config", line)
+        start, end = self.offset(ynode.start_mark), self.offset(ynode.end_mark)
+        if isinstance(ynode, yaml.ScalarNode):
+            try:
+                value = self.constructor.construct_object(ynode, deep=True)
+            except Exception:  # an odd tag or timestamp: keep the text
+                value = ynode.value
+            if not isinstance(value, (str, int, float, bool, type(None))):
+                value = ynode.value  # dates, binary: rules compare strings
+            return Node("scalar", start, end, value, ynode.style or "")
+        if isinstance(ynode, yaml.SequenceNode):
+            node = Node("sequence", start, end)
+            node.children = [self.convert(c, depth + 1) for c in ynode.value]
+            return node
+        node = Node("mapping", start, end)
+        node.entries = [(self.convert(k, depth + 1), self.convert(v, depth + 1)) for k, v in ynode.value]
+        for key, _ in node.entries:
+            if key.kind != "scalar" or not isinstance(key.value, (str, int, float, bool, type(None))):
+                key.value = self.source.text[key.start:key.end]
+        return node
+
+
+# -- what kind of config ------------------------------------------------------------------------
+ACCELERATE_MARKERS = (b"distributed_type", b"compute_environment")
+DEEPSPEED_MARKERS = (b"zero_optimi", b"train_micro_batch_size_per_gpu", b"train_batch_size", b"gradient_accumulation_steps")
+CONFIG_MARKERS = ACCELERATE_MARKERS + DEEPSPEED_MARKERS
+
+
+def looks_like_config(data: bytes) -> bool:
+    """The cheap byte prefilter: can this YAML/JSON be an accelerate or DeepSpeed config?"""
+    return any(marker in data for marker in CONFIG_MARKERS)
+
+
+def config_kinds(doc: ConfigDocument) -> frozenset[str]:
+    """{"accelerate"} / {"deepspeed"} by content, empty when neither (training configs, Helm
+    charts, data): only recognised files are checked."""
+    from cfgfix.analysis.accelerate_keys import TOP_LEVEL as ACCELERATE_TOP
+    from cfgfix.analysis.deepspeed_keys import TOP_LEVEL as DEEPSPEED_TOP
+
+    root = doc.root
+    if root is None or root.kind != "mapping" or not root.entries:
+        return frozenset()
+    keys = set(root.keys())
+    if keys & {"distributed_type", "compute_environment"}:
+        # accelerate's own files: most top-level keys are accelerate's.
+        known = len(keys & ACCELERATE_TOP)
+        if known * 2 >= len(keys) and known >= 2:
+            return frozenset({"accelerate"})
+        return frozenset()
+    if _is_deepspeed(root, keys) and len(keys & DEEPSPEED_TOP) * 2 >= len(keys):
+        return frozenset({"deepspeed"})
+    return frozenset()
+
+
+# Top-level keys no training-argument file uses: they mark a DeepSpeed config.
+_DEEPSPEED_ONLY = frozenset({
+    "steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+    "amp", "activation_checkpointing", "flops_profiler", "comms_logger", "sparse_attention", "elasticity",
+    "prescale_gradients", "communication_data_type", "gradient_predivide_factor",
+})
+
+
+def _enabled_block(root: Node, key: str) -> bool:
+    block = root.get(key)
+    return block is not None and block.kind == "mapping" and "enabled" in block
+
+
+def _is_deepspeed(root: Node, keys: set[str]) -> bool:
+    zero = root.get("zero_optimization")
+    if zero is not None and (zero.kind == "mapping" or isinstance(zero.value, bool)):
+        return True
+    if "train_micro_batch_size_per_gpu" in keys:
+        return True
+    # `train_batch_size` alone is also a diffusers/training argument: need a DeepSpeed block.
+    if "train_batch_size" in keys or "gradient_accumulation_steps" in keys:
+        optimizer = root.get("optimizer")
+        return (
+            _enabled_block(root, "fp16")
+            or _enabled_block(root, "bf16")
+            or any(k.startswith("zero_optimi") for k in keys)
+            or bool(keys & _DEEPSPEED_ONLY)
+            or (optimizer is not None and optimizer.kind == "mapping" and "type" in optimizer)
+        )
+    return False

@@ -1,0 +1,83 @@
+"""Minimal text edits on YAML/JSON configs: only the bytes of the value or entry change, so
+comments, quoting style, key order, indentation and blank lines survive outside the edit."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from cfgfix.core import Edit
+from cfgfix.documents.config import ConfigDocument, Node
+
+
+def scalar_text(doc: ConfigDocument, value, style: str = "") -> str:
+    """`value` written as the document writes scalars (JSON literals, YAML quoting kept)."""
+    if doc.fmt == "json":
+        return json.dumps(value)
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if style == '"':
+        return json.dumps(value)
+    if style == "'":
+        return "'" + value.replace("'", "''") + "'"
+    return value  # plain: callers pass identifiers and enum names
+
+
+def replace_scalar(doc: ConfigDocument, node: Node, value) -> Edit:
+    return Edit(doc.source.path, node.start, node.end, scalar_text(doc, value, node.style))
+
+
+def replace_text(doc: ConfigDocument, start: int, end: int, content: str) -> Edit:
+    return Edit(doc.source.path, start, end, content)
+
+
+def rename_key(doc: ConfigDocument, key: Node, name: str) -> Edit:
+    return replace_scalar(doc, key, name)
+
+
+def delete_entry(doc: ConfigDocument, mapping: Node, key: Node, value: Node) -> Edit:
+    """Remove `key: value` with its line(s). JSON: also the comma that separated it."""
+    text = doc.source.text
+    line_start = text.rfind("\n", 0, key.start) + 1
+    end = value.end
+    if doc.fmt == "json":
+        index = next(i for i, (k, _) in enumerate(mapping.entries) if k is key)
+        rest = text[end:].lstrip(" \t")
+        if rest.startswith(","):
+            end = text.index(",", end) + 1
+        elif index > 0:  # the last entry: from the comma after the previous one
+            comma = text.index(",", mapping.entries[index - 1][1].end)
+            return Edit(doc.source.path, comma, end, "")
+        else:  # the only entry
+            return Edit(doc.source.path, key.start, end, "")
+    if text[line_start:key.start].strip():  # another entry before it on the line
+        return Edit(doc.source.path, key.start, end, "")
+    return Edit(doc.source.path, line_start, _after_line(text, end), "")
+
+
+def _line_end(text: str, offset: int) -> int:
+    """Offset of the line ending after `offset` (or the end of the text)."""
+    newline = text.find("\n", offset)
+    if newline == -1:
+        return len(text)
+    return newline - 1 if newline > 0 and text[newline - 1] == "\r" else newline
+
+
+def _after_line(text: str, offset: int) -> int:
+    """Offset just past the line ending after `offset`, when only blanks or a comment follow."""
+    newline = text.find("\n", offset)
+    tail = text[offset:newline if newline != -1 else len(text)]
+    if tail.strip() and not tail.strip().startswith("#"):
+        return offset
+    return len(text) if newline == -1 else newline + 1
+
+
+def close_match(word: str, choices) -> str | None:
+    """The one choice close to `word`, or None when there is none or more than one."""
+    matches = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.8)
+    if len(matches) == 1:
+        return matches[0]
+    lowered = {c.lower().replace("-", "_"): c for c in choices}
+    return lowered.get(word.lower().replace("-", "_"))

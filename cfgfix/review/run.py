@@ -1,0 +1,97 @@
+"""The review as a whole: git diff, lint, place, for the `review` command."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cfgfix.review.gitdiff import changed_files, default_base, git, repo_root
+from cfgfix.review.review import Review, place
+
+
+def _real(path) -> str:
+    return os.path.realpath(path)
+
+
+def linked_files(engine, settings, changed_sfs):
+    """Files the project model ties to a changed file: a changed launch script brings in the
+    script it starts and its accelerate config, and a changed script or config brings in
+    the launch scripts that start or use it (their lines only count when changed)."""
+    from cfgfix.engine import LAUNCH_TOKENS, SHELL_KINDS
+    from cfgfix.project import LaunchFacts, _resolve
+    from cfgfix.workspace import discover
+
+    project_files, _ = discover([settings.root], settings)
+    by_real = {_real(sf.path): sf for sf in project_files}
+    changed = {_real(sf.path) for sf in changed_sfs}
+    extra = {}
+    for sf in project_files:
+        if sf.kind not in SHELL_KINDS:
+            continue
+        try:
+            data = sf.path.read_bytes()
+        except OSError:
+            continue
+        if not any(token in data for token in LAUNCH_TOKENS):
+            continue
+        for facts in engine.linter.lint(sf, data).launches:
+            launch = LaunchFacts.from_dict(facts)
+            group = {_real(sf.path)}
+            for written in (launch.script, launch.accelerate_config):
+                resolved = _resolve(written, sf.path, settings.root) if written else None
+                if resolved is not None:
+                    group.add(str(resolved))
+            if group & changed:
+                extra.update({p: by_real[p] for p in group - changed if p in by_real})
+    return list(extra.values())
+
+
+def build_review(engine, settings, base: str | None, head: str | None, paths: list[Path], cwd: Path) -> Review:
+    from cfgfix.documents.text import DecodeError, SourceText
+    from cfgfix.workspace import discover
+
+    root = repo_root(cwd)
+    if head is not None and git(root, "rev-parse", f"{head}^{{commit}}").strip() != git(root, "rev-parse", "HEAD").strip():
+        raise ValueError(f"--head {head} is not the checked-out commit: the review reads the files on disk, so check it out first")
+    base = base or default_base(root)
+    changed = [cf for cf in changed_files(root, base, head)]
+    wanted = [_real(p) for p in paths]
+    if wanted:
+        changed = [cf for cf in changed if any(_inside(_real(root / cf.path), w) for w in wanted)]
+    by_path = {cf.path: cf for cf in changed}
+    on_disk = [root / cf.path for cf in changed if (root / cf.path).is_file()]
+    changed_sfs, _ = discover(on_disk, settings) if on_disk else ([], [])
+    files = changed_sfs + linked_files(engine, settings, changed_sfs)
+    result = engine.run(files) if files else None
+    commit = git(root, "rev-parse", head or "HEAD").strip()
+    review = Review(commit_id=commit, changed=changed, linted=len(files))
+    review.errors = result.errors if result else []
+    if result is None:
+        return review
+    root_real = _real(root)
+
+    def to_repo(display: str) -> str | None:
+        full = _real(Path(display) if os.path.isabs(display) else cwd / display)
+        rel = os.path.relpath(full, root_real)
+        return None if rel.startswith("..") else Path(rel).as_posix()
+
+    texts: dict[str, str | None] = {}
+
+    def text_of(display: str) -> str | None:
+        if display not in texts:
+            source = result.sources.get(display)
+            if source is None:
+                try:
+                    source = SourceText.from_bytes(display, (cwd / display).read_bytes())
+                except (OSError, DecodeError):
+                    source = None
+            texts[display] = source.text if source is not None else None
+        return texts[display]
+
+    review.comments = place(result.findings, by_path, to_repo, text_of)
+    review.sources = result.sources
+    return review
+
+
+def _inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)

@@ -1,0 +1,499 @@
+"""CFX5xx: DeepSpeed configs (JSON, or YAML), single-file checks [C12]."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cfgfix.analysis import deepspeed_keys as keys
+from cfgfix.core import Applicability, Finding, Fix, Related, Severity
+from cfgfix.documents.config_edits import close_match, rename_key, replace_text
+from cfgfix.rules.base import Example, Rule, register
+
+DS = "ds_config.json"
+
+
+class DeepSpeedRule(Rule):
+    kinds = ("json", "yaml")
+    triggers = ((b"zero_optimi", b"train_micro_batch_size_per_gpu", b"train_batch_size",
+                 b"gradient_accumulation_steps"),)
+
+    def check(self, ctx) -> Iterable[Finding]:
+        if "deepspeed" not in ctx.kinds:
+            return ()
+        return self.check_config(ctx, ctx.root)
+
+    def check_config(self, ctx, root) -> Iterable[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _zero(root):
+    zero = root.get("zero_optimization")
+    return zero if zero is not None and zero.kind == "mapping" else None
+
+
+def _stage(zero) -> int | None:
+    """The ZeRO stage as written; None when "auto" or not an integer (stay silent)."""
+    stage = zero.get("stage")
+    if stage is None:
+        return 0  # DeepSpeed's default
+    value = stage.value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@register
+class Fp16AndBf16Enabled(DeepSpeedRule):
+    """## What it does
+    Flags a DeepSpeed config whose `fp16` and `bf16` blocks are both `"enabled": true`.
+
+    ## Why is this bad?
+    DeepSpeed asserts at start-up ("bfloat16 and fp16 modes cannot be simultaneously
+    enabled"): one run can train in one 16-bit format only. `"enabled": "auto"` is not
+    flagged here: the HF Trainer or accelerate fills it from the launch, which this
+    single-file check does not see.
+
+    ## Example
+    ```json
+    {"fp16": {"enabled": true}, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}
+    ```
+
+    ## Use instead
+    ```json
+    {"fp16": {"enabled": false}, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}
+    ```
+    (bf16 on Ampere and newer GPUs; fp16 with its loss scaling on older ones.)
+
+    ## Fix safety
+    No fix: which format to keep depends on the GPU and on how the model was trained.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/config.py` (the bf16/fp16 assertion)
+    """
+
+    code = "CFX501"
+    name = "fp16-and-bf16-enabled"
+    severity = Severity.ERROR
+    triggers = DeepSpeedRule.triggers + ((b"bf16", b"bfloat16"), (b"fp16",))
+
+    def check_config(self, ctx, root):
+        fp16 = _enabled(root, "fp16")
+        bf16 = _enabled(root, "bf16") or _enabled(root, "bfloat16")
+        if fp16 and bf16 and fp16.truthy() is True and bf16.truthy() is True:
+            yield self.finding(
+                ctx.span(fp16),
+                "fp16.enabled and bf16.enabled are both true: DeepSpeed asserts 'bfloat16 and fp16 "
+                "modes cannot be simultaneously enabled'; keep one (bf16 on Ampere or newer)",
+                related=[Related(ctx.span(bf16), "bf16 is enabled here")],
+            )
+
+    VALID = [
+        Example('{"fp16": {"enabled": false}, "bf16": {"enabled": true}, "train_batch_size": 8}',
+                "only bf16 enabled", path=DS),
+        Example('{"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}, "train_batch_size": "auto"}',
+                "\"auto\" under HF/accelerate: filled from the launch, never both", path=DS),
+        Example('{"fp16": {"enabled": true}, "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}',
+                "bf16 \"auto\": depends on the launch's --bf16, not known from this file", path=DS),
+        Example('{"fp16": {"enabled": true}, "bf16": {"loss_scale": 0}, "train_batch_size": 8}',
+                "a bf16 block without enabled is off", path=DS),
+    ]
+    INVALID = [
+        Example('{\n  "fp16": {"enabled": true},\n  "bf16": {"enabled": true},\n  "train_batch_size": 8\n}\n',
+                "both enabled", path=DS, line=2),
+        Example("bfloat16:\n  enabled: true\nfp16:\n  enabled: true\ntrain_micro_batch_size_per_gpu: 1\n",
+                "the legacy bfloat16 name, in a YAML DeepSpeed config", path="ds_config.yaml", line=4),
+    ]
+
+
+def _enabled(root, block: str):
+    node = root.get(block)
+    return node.get("enabled") if node is not None and node.kind == "mapping" else None
+
+
+@register
+class OffloadWithoutEffect(DeepSpeedRule):
+    """## What it does
+    Flags `offload_param` under ZeRO stage 0, 1 or 2, and `offload_optimizer` under stage 0,
+    when the offload device is not `"none"`.
+
+    ## Why is this bad?
+    DeepSpeed accepts both silently and does nothing with them: parameter offload is
+    implemented by ZeRO-3 only ("Valid only with stage 3"), and optimizer offload needs
+    ZeRO to be on. The run keeps the parameters (or optimizer states) on the GPU while the
+    config says they were moved to CPU, so memory estimates made from the config are wrong.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    ```
+    or remove `offload_param` and keep stage 2 with `offload_optimizer`.
+
+    ## Fix safety
+    No fix: moving to stage 3 changes how the model is sharded and saved; removing the
+    block changes what the author believed was offloaded.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/zero/config.py` and `offload_config.py` docstrings
+    """
+
+    code = "CFX503"
+    name = "offload-without-effect"
+    severity = Severity.WARNING
+    triggers = DeepSpeedRule.triggers + ((b"offload_param", b"offload_optimizer"),)
+
+    def check_config(self, ctx, root):
+        zero = _zero(root)
+        if zero is None or zero.get("stage") is None:
+            return  # no explicit stage: leave it to the reader
+        stage = _stage(zero)
+        if stage is None:
+            return
+        for block, limit, why in (
+            ("offload_param", 3, "parameter offload is implemented by ZeRO stage 3 only"),
+            ("offload_optimizer", 1, "optimizer offload needs ZeRO stage 1, 2 or 3"),
+        ):
+            entry = zero.entry(block)
+            if entry is None or stage >= limit or not _offloads(entry[1]):
+                continue
+            yield self.finding(
+                ctx.span(entry[0]),
+                f"{block} under ZeRO stage {stage} has no effect: {why}, and DeepSpeed accepts "
+                f"it silently, so nothing is offloaded",
+                related=[Related(ctx.span(zero.get("stage")), f"stage {stage} is set here")],
+            )
+
+    VALID = [
+        Example('{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
+                "stage 3 offloads parameters", path=DS),
+        Example('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "train_batch_size": 8}',
+                "optimizer offload under stage 2 works", path=DS),
+        Example('{"zero_optimization": {"stage": 2, "offload_param": {"device": "none"}}, "train_batch_size": 8}',
+                "device none: nothing is offloaded, nothing promised", path=DS),
+        Example('{"zero_optimization": {"stage": "auto", "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
+                "stage not known from the file", path=DS),
+    ]
+    INVALID = [
+        Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_param": {"device": "cpu"}\n  },\n'
+                '  "train_batch_size": 8\n}\n', "parameter offload under stage 2", path=DS, line=4),
+        Example("zero_optimization:\n  stage: 0\n  offload_optimizer:\n    device: cpu\ntrain_batch_size: 8\n",
+                "optimizer offload with ZeRO off", path="ds_config.yaml", line=3),
+    ]
+
+
+def _offloads(block) -> bool:
+    if block.kind != "mapping":
+        return False
+    device = block.get("device")
+    return device is None or device.value not in ("none", None)
+
+
+@register
+class DeprecatedDeepSpeedKey(DeepSpeedRule):
+    """## What it does
+    Flags deprecated DeepSpeed forms: `cpu_offload` under `zero_optimization`,
+    `stage3_gather_fp16_weights_on_model_save`, and the legacy `"zero_optimization": true`.
+
+    ## Why is this bad?
+    They still work, with a deprecation warning, but they are mapped to the current forms
+    behind the author's back (`cpu_offload: true` → `offload_optimizer.device: cpu`,
+    `"zero_optimization": true` → stage 1), and `cpu_offload` together with
+    `offload_optimizer` makes DeepSpeed assert. Writing the current form says what runs.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 2, "cpu_offload": true}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    ```
+
+    ## Fix safety
+    Safe: the fix writes exactly what DeepSpeed maps the old form to. No fix when
+    `cpu_offload` sits next to `offload_optimizer` (the author has to choose) or when the
+    current key is already present.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/config_utils.py` (deprecated fields) and
+      `read_zero_config_deprecated`
+    """
+
+    code = "CFX504"
+    name = "deprecated-deepspeed-key"
+    severity = Severity.INFO
+    fix_availability = "safe"
+    triggers = DeepSpeedRule.triggers + ((b"cpu_offload", b"gather_fp16_weights", b"zero_optimization"),)
+
+    def check_config(self, ctx, root):
+        doc = ctx.document
+        entry = root.entry("zero_optimization")
+        if entry is not None and isinstance(entry[1].value, bool) and entry[1].kind == "scalar":
+            stage = 1 if entry[1].value else 0
+            content = '{"stage": %d}' % stage
+            yield self.finding(
+                ctx.span(entry[1]),
+                f'"zero_optimization": {str(entry[1].value).lower()} is the legacy boolean form; '
+                f"DeepSpeed reads it as stage {stage}: write {content}",
+                fix=Fix((replace_text(doc, entry[1].start, entry[1].end, content),),
+                        f"Write {content}", Applicability.SAFE),
+            )
+        zero = _zero(root)
+        if zero is None:
+            return
+        for old, new in keys.DEPRECATED_ZERO_KEYS.items():
+            found = zero.entry(old)
+            if found is None:
+                continue
+            fix = None if new in zero else Fix((rename_key(doc, found[0], new),), f"Rename to {new}")
+            yield self.finding(ctx.span(found[0]), f"{old} is deprecated; the current name is {new}", fix=fix)
+        found = zero.entry("cpu_offload")
+        if found is not None:
+            on = found[1].truthy()
+            fix = None
+            if on is not None and "offload_optimizer" not in zero:
+                device = "cpu" if on else "none"
+                if doc.fmt == "json":
+                    content = '"offload_optimizer": {"device": "%s"}' % device
+                else:
+                    content = "offload_optimizer: {device: %s}" % device
+                fix = Fix((replace_text(doc, found[0].start, found[1].end, content),),
+                          f"Write offload_optimizer.device = {device}")
+            extra = (" Together with offload_optimizer DeepSpeed asserts; remove one."
+                     if "offload_optimizer" in zero else "")
+            yield self.finding(
+                ctx.span(found[0]),
+                "cpu_offload is deprecated: DeepSpeed maps it to offload_optimizer.device; "
+                "write that instead." + extra,
+                fix=fix,
+            )
+
+    VALID = [
+        Example('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "train_batch_size": 8}',
+                "the current form", path=DS),
+        Example('{"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true},'
+                ' "train_batch_size": 8}', "the current gather name", path=DS),
+    ]
+    INVALID = [
+        Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "cpu_offload": true\n  },\n'
+                '  "train_batch_size": 8\n}\n', "cpu_offload", path=DS, line=4,
+                fixed='{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_optimizer": {"device": "cpu"}\n'
+                      '  },\n  "train_batch_size": 8\n}\n'),
+        Example('{\n  "zero_optimization": {\n    "stage": 3,\n    "stage3_gather_fp16_weights_on_model_save": true\n'
+                '  },\n  "train_batch_size": 8\n}\n', "the fp16 gather name", path=DS, line=4,
+                fixed='{\n  "zero_optimization": {\n    "stage": 3,\n    "stage3_gather_16bit_weights_on_model_save": '
+                      'true\n  },\n  "train_batch_size": 8\n}\n'),
+        Example('{\n  "zero_optimization": true,\n  "train_batch_size": 8\n}\n', "the legacy boolean",
+                path=DS, line=2, fixed='{\n  "zero_optimization": {"stage": 1},\n  "train_batch_size": 8\n}\n'),
+        Example("zero_optimization:\n  stage: 2\n  cpu_offload: true  # old\ntrain_batch_size: 8\n",
+                "YAML: comment kept", path="ds_config.yaml", line=3,
+                fixed="zero_optimization:\n  stage: 2\n  offload_optimizer: {device: cpu}  # old\ntrain_batch_size: 8\n"),
+    ]
+
+
+def _ignorable(key: str) -> bool:
+    """Comment keys (`_comment`, `//`, `comment`): DeepSpeed ignores them, on purpose."""
+    return key.startswith(("_", "/", "#")) or "comment" in key.lower()
+
+
+@register
+class UnknownDeepSpeedKey(DeepSpeedRule):
+    """## What it does
+    Flags a top-level key that no DeepSpeed version reads, such as `zero_optimisation` or
+    `train_micro_batch_size`.
+
+    ## Why is this bad?
+    DeepSpeed reads top-level keys one by one and silently ignores the rest. A misspelt
+    `zero_optimisation` block is dropped and ZeRO stays at stage 0: every GPU holds the
+    whole model, gradients and optimizer states, and the run that was sized for ZeRO-3
+    runs out of memory with nothing in the logs pointing at the typo. (accelerate's
+    DeepSpeed plugin stops with "Please specify the ZeRO optimization config".) Keys
+    that start with `_` or mention `comment` are treated as comments.
+
+    ## Example
+    ```json
+    {"zero_optimisation": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto"}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto"}
+    ```
+
+    ## Fix safety
+    Safe when exactly one known key is close to the typo and it is not already present:
+    the fix renames the key, so the block is read as the author meant. No fix otherwise.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/config.py` (`get_scalar_param`)
+    """
+
+    code = "CFX507"
+    name = "unknown-deepspeed-key"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+
+    def check_config(self, ctx, root):
+        for key, _ in root.entries:
+            name = key.value
+            if not isinstance(name, str) or name in keys.TOP_LEVEL or _ignorable(name):
+                continue
+            match = close_match(name, keys.TOP_LEVEL)
+            fix = None
+            hint = ""
+            if match and match not in root:
+                fix = Fix((rename_key(ctx.document, key, match),), f"Rename to {match}")
+                hint = f" (did you mean {match}?)"
+            consequence = (" so ZeRO stays at stage 0" if match == "zero_optimization"
+                           else " so its setting never takes effect")
+            yield self.finding(
+                ctx.span(key),
+                f"unknown top-level key {name}{hint}: DeepSpeed ignores unknown top-level keys "
+                f"silently,{consequence}",
+                fix=fix,
+            )
+
+    VALID = [
+        Example('{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto",'
+                ' "_comment": "ZeRO-3 for 8 GPUs"}', "comment keys", path=DS),
+        Example('{"train_batch_size": 8, "gradient_clipping": 1.0, "steps_per_print": 10, "wall_clock_breakdown": false,'
+                ' "zero_optimization": {"stage": 1}}', "all known", path=DS),
+        Example('{"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4, "learning_rate": 1e-4}',
+                "a training config, not DeepSpeed's", path="train_config.json"),
+    ]
+    INVALID = [
+        Example('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimisation": {"stage": 3}\n}\n',
+                "British spelling", path=DS, line=3,
+                fixed='{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimization": {"stage": 3}\n}\n'),
+        Example("train_micro_batch_size_per_gpu: 2\nzero_optimization:\n  stage: 2\ngradient_acumulation_steps: 4\n",
+                "YAML, a letter missing", path="ds_config.yaml", line=4,
+                fixed="train_micro_batch_size_per_gpu: 2\nzero_optimization:\n  stage: 2\ngradient_accumulation_steps: 4\n"),
+    ]
+
+
+@register
+class RemovedDeepSpeedFeature(DeepSpeedRule):
+    """## What it does
+    Flags config blocks that DeepSpeed 0.19 removed (`amp`, `elasticity`, `nebula`,
+    `compression_training`, `quantize_training`, `sparse_gradients`, `eigenvalue`,
+    `sparse_attention`, `graph_harvesting`, `curriculum_learning`,
+    `progressive_layer_drop`, and `mics_*` / `zeropp_loco_param` under
+    `zero_optimization`) when the project uses DeepSpeed 0.19 or newer.
+
+    ## Why is this bad?
+    DeepSpeed 0.19 raises `DeepSpeedConfigError` for them ("NVIDIA Apex AMP integration has
+    been removed. Use DeepSpeed 'fp16', 'bf16', or 'torch_autocast' instead."). Older
+    versions accept them, so the rule only speaks when the project's pinned or installed
+    DeepSpeed is known to be 0.19 or newer.
+
+    ## Example
+    ```json
+    {"amp": {"enabled": true, "opt_level": "O1"}, "train_batch_size": 8}
+    ```
+    with `deepspeed>=0.19` in requirements.txt.
+
+    ## Use instead
+    ```json
+    {"bf16": {"enabled": true}, "train_batch_size": 8}
+    ```
+
+    ## Fix safety
+    No fix: the replacement (bf16, fp16, torch_autocast, the new data-efficiency library)
+    is a choice.
+
+    ## References
+    - facts.md C12; DeepSpeed 0.19 `runtime/config.py` (removed features)
+    """
+
+    code = "CFX509"
+    name = "removed-deepspeed-feature"
+    severity = Severity.ERROR
+    triggers = DeepSpeedRule.triggers + ((b"amp", b"elasticity", b"nebula", b"compression_training",
+                                          b"quantize_training", b"sparse_", b"eigenvalue", b"graph_harvesting",
+                                          b"curriculum_learning", b"progressive_layer_drop", b"mics_",
+                                          b"zeropp_loco_param"),)
+
+    def check_config(self, ctx, root):
+        if ctx.versions.get("deepspeed").at_least("0.19") is not True:
+            return  # older or unknown: these keys still work
+        hits = [(key, keys.REMOVED_IN_019[key.value]) for key, _ in root.entries if key.value in keys.REMOVED_IN_019]
+        zero = _zero(root)
+        if zero is not None:
+            hits += [(key, f"{key.value} (MiCS / ZeRO++ LoCo) has been removed") for key, _ in zero.entries
+                     if isinstance(key.value, str)
+                     and (key.value.startswith(keys.REMOVED_ZERO_PREFIXES) or key.value in keys.REMOVED_ZERO_KEYS)]
+        for key, why in hits:
+            yield self.finding(ctx.span(key), f"{key.value}: {why} in DeepSpeed 0.19, which raises "
+                                              f"DeepSpeedConfigError for it")
+
+    _REQ = {"requirements.txt": "deepspeed==0.19.8\n"}
+    VALID = [
+        Example('{"amp": {"enabled": true}, "train_batch_size": 8}', "DeepSpeed 0.16: still supported",
+                path=DS, files={"requirements.txt": "deepspeed==0.16.9\n"}),
+        Example('{"amp": {"enabled": true}, "train_batch_size": 8}', "version unknown: silent", path=DS),
+        Example('{"bf16": {"enabled": true}, "train_batch_size": 8}', "the replacement", path=DS, files=_REQ),
+    ]
+    INVALID = [
+        Example('{\n  "amp": {"enabled": true},\n  "train_batch_size": 8\n}\n', "apex amp", path=DS, line=2,
+                files=_REQ),
+        Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
+                '    "mics_shard_size": 8\n  }\n}\n', "MiCS", path=DS, line=5, files=_REQ),
+    ]
+
+
+@register
+class DuplicateKey(DeepSpeedRule):
+    """## What it does
+    Flags a key written twice in one object of a DeepSpeed config.
+
+    ## Why is this bad?
+    DeepSpeed refuses the file ("Duplicate keys in DeepSpeed config: [...]"), and other
+    readers (the HF Trainer, `json.load`, PyYAML) keep the last value silently, so the
+    author's tools and DeepSpeed disagree about what the config says.
+
+    ## Example
+    ```json
+    {"train_micro_batch_size_per_gpu": 4, "train_micro_batch_size_per_gpu": 8}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_micro_batch_size_per_gpu": 8}
+    ```
+
+    ## Fix safety
+    No fix: which of the two values was meant is the author's call.
+
+    ## References
+    - facts.md C12
+    """
+
+    code = "CFX510"
+    name = "duplicate-key"
+    severity = Severity.ERROR
+
+    def check_config(self, ctx, root):
+        for node in root.walk():
+            if node.kind != "mapping":
+                continue
+            for name, nodes in node.duplicates():
+                for again in nodes[1:]:
+                    yield self.finding(
+                        ctx.span(again),
+                        f"{name} is set twice in this object (first on line "
+                        f"{ctx.span(nodes[0]).line}): DeepSpeed refuses duplicate keys, other readers keep "
+                        f"the last one",
+                        related=[Related(ctx.span(nodes[0]), "first set here")],
+                    )
+
+    VALID = [
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 2}, "fp16": {"enabled": true}}',
+                "the same key name in different objects is fine", path=DS),
+    ]
+    INVALID = [
+        Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2},\n'
+                '  "train_micro_batch_size_per_gpu": 8\n}\n', "top level", path=DS, line=4),
+    ]

@@ -1,0 +1,78 @@
+"""The position-keeping config reader, its limits, and the engine's handling of configs."""
+
+import json
+
+import pytest
+import yaml
+
+from cfgfix.documents.config import ConfigError, config_kinds, parse_config
+from cfgfix.documents.config_edits import delete_entry
+from cfgfix.documents.text import SourceText
+from conftest import lint_project, write_project
+
+
+def parse(text, fmt="json"):
+    return parse_config(SourceText("x." + fmt, text), fmt)
+
+
+def test_json_spans_and_duplicates():
+    text = '{\n  "a": 1,\n  "b": {"c": "x"},\n  "a": 2\n}\n'
+    doc = parse(text)
+    root = doc.root
+    assert root.get("a").value == 2 and doc.span(root.get("b").get("c")).line == 3
+    assert [(k, [doc.span(n).line for n in ns]) for k, ns in root.duplicates()] == [("a", [2, 4])]
+    assert root.to_python() == json.loads(text)
+
+
+def test_yaml_spans_and_kinds():
+    doc = parse("compute_environment: LOCAL_MACHINE\ndistributed_type: 'DEEPSPEED'\n", "yaml")
+    node = doc.root.get("distributed_type")
+    assert doc.source.text[node.start:node.end] == "'DEEPSPEED'" and node.style == "'"
+    assert config_kinds(doc) == {"accelerate"}
+
+
+def test_hostile_input_is_refused():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+    with pytest.raises(ConfigError, match="aliases"):
+        parse(bomb, "yaml")
+    with pytest.raises(ConfigError, match="nested"):
+        parse("[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="nested"):
+        parse("a: " + "[" * 5000 + "]" * 5000, "yaml")
+    with pytest.raises(ConfigError, match="MB"):
+        parse('{"a": "' + "x" * (11 * 1024 * 1024) + '"}')
+
+
+@pytest.mark.parametrize("text", ['{"a": 1, "b": 2, "c": 3}', '{\n  "a": 1,\n  "b": 2,\n  "c": 3\n}\n'])
+def test_delete_entry_keeps_json_valid(text):
+    for name in "abc":
+        doc = parse(text)
+        key, value = doc.root.entry(name)
+        edit = delete_entry(doc, doc.root, key, value)
+        new = text[:edit.start] + edit.content + text[edit.end:]
+        expected = {k: v for k, v in json.loads(text).items() if k != name}
+        assert json.loads(new) == expected
+
+
+def test_delete_entry_yaml_line():
+    text = "a: 1  # keep\nb: 2\nc: 3\n"
+    doc = parse(text, "yaml")
+    key, value = doc.root.entry("b")
+    edit = delete_entry(doc, doc.root, key, value)
+    new = text[:edit.start] + edit.content + text[edit.end:]
+    assert new == "a: 1  # keep\nc: 3\n" and yaml.safe_load(new) == {"a": 1, "c": 3}
+
+
+def test_engine_reports_broken_config_but_never_unrecognised_files(tmp_path):
+    write_project(tmp_path, {
+        "ds_config.json": '{"train_micro_batch_size_per_gpu": 2,\n "zero_optimization": {"stage": 2,}}\n',
+        "templates/deploy.yaml": "replicas: {{ .Values.replicas }}\n  bad: [\n",
+        "data.json": '{"train_batch_size": [1, 2\n',
+        "bomb.yaml": "distributed_type: &a [x, x]\n" + "b: &b [" + ", ".join(["*a"] * 9) + "]\n",
+    })
+    _, _, result = lint_project(tmp_path)
+    got = {(f.code, f.path, f.span.line) for f in result.findings}
+    assert ("CFX901", "ds_config.json", 2) in got
+    assert not [f for f in result.findings if f.path.startswith("templates/")]
+    assert not result.errors
