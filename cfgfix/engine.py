@@ -38,6 +38,7 @@ class FileResult:
     conditional: list[tuple[str, Finding]] = field(default_factory=list)
     launches: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors (bugs), never user errors
+    configs: list[str] = field(default_factory=list)  # config kinds ("accelerate", "deepspeed")
 
     def to_dict(self) -> dict:
         return {
@@ -45,6 +46,7 @@ class FileResult:
             "conditional": [[c, f.to_dict()] for c, f in self.conditional],
             "launches": self.launches,
             "errors": self.errors,
+            "configs": self.configs,
         }
 
     @classmethod
@@ -54,6 +56,7 @@ class FileResult:
             conditional=[(c, Finding.from_dict(f)) for c, f in data["conditional"]],
             launches=data["launches"],
             errors=data["errors"],
+            configs=data.get("configs", []),
         )
 
 
@@ -67,6 +70,10 @@ class Linter:
 
     def __init__(self, codes: frozenset[str], versions: ProjectVersions) -> None:
         self.rules: list[Rule] = [rule() for rule in all_rules() if rule.code in codes and rule.triggers]
+        # Project rules need to know which files are accelerate / DeepSpeed configs.
+        self.wants_config_kinds = any(
+            getattr(rule, "scope", "file") == "project" for rule in all_rules() if rule.code in codes
+        )
         self.versions = versions
         self.report_parse_errors = "CFX901" in codes
 
@@ -137,7 +144,7 @@ class Linter:
         from cfgfix.documents.config import looks_like_config
 
         rules = [r for r in self.rules if sf.kind in r.kinds]
-        if not rules or not looks_like_config(data):
+        if (not rules and not self.wants_config_kinds) or not looks_like_config(data):
             return FileResult()
         from cfgfix.documents.config import ConfigError, config_kinds, parse_config
         from cfgfix.rules.context import ConfigContext
@@ -153,7 +160,7 @@ class Linter:
         if not kinds:
             return FileResult()
         ctx = ConfigContext(document, kinds, self.versions.for_file(sf.path))
-        result = FileResult()
+        result = FileResult(configs=sorted(kinds))
         self._run([r for r in rules if r.may_match(data)], ctx, sf, result)
         return result
 
@@ -210,6 +217,9 @@ class Engine:
             self.cache = Cache(settings.root, self._fingerprint())
         self.project: ProjectModel | None = None
         self._launch_files: list[SourceFile] = []
+        self.project_rules = [
+            rule() for rule in rules if rule.code in self.codes and getattr(rule, "scope", "file") == "project"
+        ]
 
     def _fingerprint(self) -> str:
         from cfgfix import __version__
@@ -246,20 +256,46 @@ class Engine:
                 self.cache.put(sf.relpath, data, self._file_key(sf), result.to_dict())
         if self.cache is not None:
             self.cache.save()
-        if any(r.conditional for r in results.values()):
+        # Cross-file conditions and project rules need the project's launch scripts even when
+        # only some files were named (a pre-commit run passes just the changed ones).
+        added = any(r.conditional for r in results.values())
+        if added:
             self._add_launch_scripts(files, results)
         self.project = ProjectModel.build(self._launch_files, results, self.settings.root)
+        if not added and self.project_rules and self.project.wants_launch_scripts():
+            # A DeepSpeed config of this run that no launch of this run uses: look for the
+            # project's launch scripts (rare in a whole-tree run, usual in a pre-commit run).
+            self._add_launch_scripts(files, results)
+            self.project = ProjectModel.build(self._launch_files, results, self.settings.root)
         findings: list[Finding] = []
         sources: dict[str, SourceText] = {}
         errors: list[str] = []
+        by_file, project_errors = self._project_findings(self.project)
+        errors.extend(project_errors)
         for sf in files:
             result = results.get(sf.display)
             if result is None:
                 continue
             errors.extend(result.errors)
+            extra = by_file.get(sf.display)
+            if extra:
+                result = replace(result, findings=result.findings + extra)
             findings.extend(self.finalize(sf, datas.get(sf.display), result, sources))
         findings.sort(key=Finding.sort_key)
         return RunResult(findings, sources, errors, len(files))
+
+    def _project_findings(self, project: ProjectModel) -> tuple[dict[str, list[Finding]], list[str]]:
+        """The project rules' findings, by the display path of the file they are on. Not
+        cached: they depend on several files, and reading the few linked configs is cheap."""
+        by_file: dict[str, list[Finding]] = {}
+        errors: list[str] = []
+        for rule in self.project_rules:
+            try:
+                for finding in rule.check_project(project):
+                    by_file.setdefault(finding.span.path, []).append(finding)
+            except Exception as exc:  # a bug in a rule must not stop the run
+                errors.append(f"internal error in {rule.code} (project stage): {exc!r}")
+        return by_file, errors
 
     def _add_launch_scripts(self, files: list[SourceFile], results: dict[str, FileResult]) -> None:
         """Cross-file conditions need the project's launch scripts even when only some
@@ -267,10 +303,10 @@ class Engine:
         from cfgfix.workspace import discover
 
         self._launch_files = list(files)
-        named = {sf.path for sf in files}
+        named = {os.path.abspath(sf.path) for sf in files}
         project_files, _ = discover([self.settings.root], self.settings)
         for sf in project_files:
-            if sf.kind not in SHELL_KINDS or sf.path in named:
+            if sf.kind not in SHELL_KINDS or os.path.abspath(sf.path) in named:
                 continue
             try:
                 data = sf.path.read_bytes()
@@ -305,7 +341,13 @@ class Engine:
     def lint_one(self, sf: SourceFile, data: bytes, sources: dict[str, SourceText]) -> list[Finding]:
         """Findings for one file's (possibly edited) bytes, as `run` would report them.
         Used by the fixer after each round of edits."""
-        return self.finalize(sf, data, self.linter.lint(sf, data), sources)
+        result = self.linter.lint(sf, data)
+        if self.project_rules and self.project is not None:
+            by_file, _ = self._project_findings(self.project.with_override(sf.path, data))
+            extra = by_file.get(sf.display)
+            if extra:
+                result = replace(result, findings=result.findings + extra)
+        return self.finalize(sf, data, result, sources)
 
     def finalize(self, sf: SourceFile, data: bytes | None, result: FileResult, sources) -> list[Finding]:
         findings = list(result.findings)

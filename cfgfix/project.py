@@ -1,18 +1,25 @@
-"""The project model: which training script each launch script starts, and with how many
-processes. Built from the per-file launch facts after every file was linted.
+"""The project model: which training script each launch script starts, with how many
+processes, and which accelerate / DeepSpeed configs each launch uses. Built from the
+per-file facts (launches, config kinds) after every file was linted.
 
-This is the first slice of the project model (the config-rules work links accelerate,
-DeepSpeed and training configs the same way); CFX105 reads it through
-`condition_holds("multi-process-launch", script)`.
+CFX105 reads it through `condition_holds("multi-process-launch", script)`; the project
+rules (`ProjectRule`, CFX402/CFX502) read the config links through `accelerate_links()`
+and `deepspeed_uses()`. The model reads only the few config files that launches and
+accelerate configs reference (and the run's recognised configs), each once per run,
+memoised per path; it is rebuilt on every run, so edits to a referenced file are seen even
+when every per-file result came from the cache.
 """
 
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Iterable
 
-from cfgfix.core import Related, Span
+from cfgfix.core import Finding, Related, Span
+from cfgfix.rules.base import Rule
 
 
 @dataclass(frozen=True)
@@ -24,16 +31,37 @@ class LaunchFacts:
     world_size: int | None
     accelerate_config: str | None
     span: Span
+    deepspeed_config: str | None = None  # accelerate --deepspeed_config_file, or --deepspeed F in script args
+    training_config: str | None = None  # the script's --config F
+    grad_accum: int | None = None  # the script's --gradient_accumulation_steps N
+    grad_accum_span: Span | None = None
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
-        config = launch.config_files.get("accelerate")
+        configs = launch.config_files
+        config = configs.get("accelerate")
+        deepspeed = configs.get("deepspeed")
+        deepspeed_text = deepspeed.text if deepspeed is not None else None
+        if deepspeed_text is None:
+            # `--deepspeed ds.json` (HF Trainer) or `--deepspeed_config ds.json` (deepspeed.initialize)
+            deepspeed_text = _option(launch.script_args, ("--deepspeed_config", "--deepspeed"))
+        training = configs.get("config")
+        training_text = training.text if training is not None else _option(launch.script_args, ("--config",))
+        steps_word = _option_word(launch.script_args, "--gradient_accumulation_steps")
+        steps = None
+        if steps_word is not None:
+            text = steps_word.text.split("=", 1)[1] if steps_word.text.startswith("--") else steps_word.text
+            steps = int(text) if text.isdigit() and int(text) > 0 else None
         return cls(
             launcher=launch.launcher,
             script=launch.script.text if launch.script is not None else None,
             world_size=launch.world_size,
             accelerate_config=config.text if config is not None else None,
             span=launch.command.span,
+            deepspeed_config=deepspeed_text,
+            training_config=training_text,
+            grad_accum=steps,
+            grad_accum_span=steps_word.span if steps is not None else None,
         )
 
     def to_dict(self) -> dict:
@@ -43,44 +71,119 @@ class LaunchFacts:
             "world_size": self.world_size,
             "accelerate_config": self.accelerate_config,
             "span": self.span.to_dict(),
+            "deepspeed_config": self.deepspeed_config,
+            "training_config": self.training_config,
+            "grad_accum": self.grad_accum,
+            "grad_accum_span": self.grad_accum_span.to_dict() if self.grad_accum_span else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> "LaunchFacts":
         return cls(
             data["launcher"], data["script"], data["world_size"], data["accelerate_config"],
-            Span.from_dict(data["span"]),
+            Span.from_dict(data["span"]), data.get("deepspeed_config"), data.get("training_config"),
+            data.get("grad_accum"),
+            Span.from_dict(data["grad_accum_span"]) if data.get("grad_accum_span") else None,
         )
 
 
-def _resolve(written: str, launch_file: Path, root: Path) -> Path | None:
-    """A path as a launch script wrote it: relative to the script's folder, the project
-    root, or the current folder (launch scripts are run from any of these)."""
-    if "$" in written:
+def _option(words, names: tuple[str, ...]) -> str | None:
+    """The value of the first of `names` among script arguments (`--name V` or `--name=V`);
+    a following option (`--deepspeed --deepspeed_config F`) is not a value."""
+    texts = [w.text for w in words]
+    for name in names:
+        for i, text in enumerate(texts):
+            if text == name and i + 1 < len(texts) and not texts[i + 1].startswith("-"):
+                return texts[i + 1]
+            if text.startswith(name + "="):
+                return text[len(name) + 1:] or None
+    return None
+
+
+def _option_word(words, name: str):
+    """The word that holds the value of `name` (`--name V`: V; `--name=V`: the whole word)."""
+    for i, word in enumerate(words):
+        if word.text == name and i + 1 < len(words):
+            return words[i + 1]
+        if word.text.startswith(name + "="):
+            return word
+    return None
+
+
+def _resolve_in(written: str, bases: Iterable[Path]) -> Path | None:
+    """`written` as a file under the first base that has it; None for `$VAR` paths."""
+    if not written or "$" in written or written.lstrip().startswith(("{", "[")):
         return None
     candidate = Path(written)
-    bases = [Path()] if candidate.is_absolute() else [launch_file.parent, root, Path.cwd()]
+    if candidate.is_absolute():
+        return Path(os.path.realpath(candidate)) if candidate.is_file() else None
     for base in bases:
-        path = (base / candidate) if not candidate.is_absolute() else candidate
+        path = base / candidate
         if path.is_file():
             return Path(os.path.realpath(path))
     return None
 
 
+def _resolve(written: str, launch_file: Path, root: Path) -> Path | None:
+    """A path as a launch script wrote it: relative to the script's folder, the project
+    root, or the current folder (launch scripts are run from any of these)."""
+    return _resolve_in(written, [launch_file.parent, root, Path.cwd()])
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+@dataclass
+class DeepSpeedUse:
+    """One way a DeepSpeed config is used: by a launch directly (`--deepspeed F`) or through
+    an accelerate config; `world_size` None when nothing states it."""
+
+    world_size: int | None
+    related: list[Related] = field(default_factory=list)
+    via_accelerate: Path | None = None
+
+
+@dataclass
+class AccelerateLink:
+    """An accelerate config and the DeepSpeed config its `deepspeed_config_file` names."""
+
+    path: Path
+    doc: object  # ConfigDocument
+    deepspeed_path: Path | None
+    deepspeed_node: object | None  # the deepspeed_config_file value node
+    launches: list[LaunchFacts] = field(default_factory=list)
+
+
 class ProjectModel:
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else Path.cwd()
         # training script (real path) -> launches with more than one process
         self.multi_process: dict[Path, list[tuple[LaunchFacts, int]]] = {}
+        self.launches: list[tuple[LaunchFacts, Path]] = []  # with the launch script's real path
+        self.configs: dict[Path, frozenset[str]] = {}  # recognised configs of this run (real path)
+        self.displays: dict[Path, str] = {}  # real path -> display path of this run's configs and launch scripts
+        self._docs: dict[Path, object] = {}
+        self._overrides: dict[Path, bytes] = {}
+        self._links: tuple | None = None
 
     @classmethod
     def build(cls, files, results, root: Path) -> "ProjectModel":
-        model = cls()
+        model = cls(root)
         for sf in files:
             result = results.get(sf.display)
             if result is None:
                 continue
+            kinds = getattr(result, "configs", None)
+            if not kinds and not result.launches:
+                continue  # only configs and launch scripts take part (realpath costs a syscall)
+            real = _real(sf.path)
+            model.displays.setdefault(real, sf.display)
+            if kinds:
+                model.configs[real] = frozenset(kinds)
             for data in result.launches:
                 launch = LaunchFacts.from_dict(data)
+                model.launches.append((launch, real))
                 if launch.script is None:
                     continue
                 script = _resolve(launch.script, sf.path, root)
@@ -99,6 +202,169 @@ class ProjectModel:
         if not launches:
             return None
         return [Related(launch.span, f"launched here with {world} processes") for launch, world in launches]
+
+    # -- reading configs (memoised per path; overrides hold a file's unsaved edits) -----------
+    def with_override(self, path: Path, data: bytes) -> "ProjectModel":
+        """The same project with one file's bytes replaced (the fixer's edited text)."""
+        other = copy.copy(self)
+        other._overrides = {**self._overrides, _real(path): data}
+        other._docs = {}
+        other._links = None
+        return other
+
+    def display(self, path: Path) -> str:
+        shown = self.displays.get(path)
+        if shown is not None:
+            return shown
+        try:
+            return Path(os.path.relpath(path, Path.cwd())).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def read(self, path: Path):
+        """The parsed config at `path` (a real path), or None when it cannot be read."""
+        if path in self._docs:
+            return self._docs[path]
+        from cfgfix.documents.config import ConfigError, parse_config
+        from cfgfix.documents.text import DecodeError, SourceText
+
+        doc = None
+        try:
+            data = self._overrides.get(path)
+            if data is None:
+                data = path.read_bytes()
+            fmt = "json" if path.suffix.lower() == ".json" else "yaml"
+            doc = parse_config(SourceText.from_bytes(self.display(path), data), fmt)
+            if doc.root is None or doc.root.kind != "mapping":
+                doc = None
+        except (OSError, DecodeError, ConfigError, RecursionError, MemoryError):
+            doc = None
+        self._docs[path] = doc
+        return doc
+
+    # -- links ------------------------------------------------------------------------------
+    def wants_launch_scripts(self) -> bool:
+        """True when a DeepSpeed config of this run has no use with a known world size: the
+        launch that gives one may be in a launch script the run did not name."""
+        uses = self.deepspeed_uses()
+        for path, kinds in self.configs.items():
+            if "deepspeed" in kinds and not any(use.world_size for use in uses.get(path, ())):
+                return True
+        return False
+
+    def accelerate_links(self) -> list[AccelerateLink]:
+        return self._linked()[0]
+
+    def deepspeed_uses(self) -> dict[Path, list[DeepSpeedUse]]:
+        return self._linked()[1]
+
+    def _linked(self):
+        if self._links is None:
+            self._links = self._link()
+        return self._links
+
+    def _link(self):
+        by_yaml: dict[Path, list[LaunchFacts]] = {}
+        uses: dict[Path, list[DeepSpeedUse]] = {}
+        script_dirs: dict[Path, list[Path]] = {}
+        for launch, launch_file in self.launches:
+            folder = launch_file.parent
+            script = _resolve(launch.script, launch_file, self.root) if launch.script else None
+            if launch.accelerate_config:
+                path = _resolve(launch.accelerate_config, launch_file, self.root)
+                if path is not None:
+                    by_yaml.setdefault(path, []).append(launch)
+                    if script is not None:
+                        script_dirs.setdefault(path, []).append(script.parent)
+            if launch.deepspeed_config:
+                bases = [folder, self.root, Path.cwd()] + ([script.parent] if script is not None else [])
+                path = _resolve_in(launch.deepspeed_config, bases)
+                if path is not None:
+                    world = launch.world_size
+                    related = [Related(launch.span, _launched(world))]
+                    if world is None and launch.accelerate_config:
+                        yaml_path = _resolve(launch.accelerate_config, launch_file, self.root)
+                        doc = self.read(yaml_path) if yaml_path is not None else None
+                        world, node = accelerate_world_size(doc) if doc is not None else (None, None)
+                        if node is not None:
+                            related.append(Related(doc.span(node), f"num_processes {world}"))
+                    uses.setdefault(path, []).append(DeepSpeedUse(world, related))
+        links: list[AccelerateLink] = []
+        candidates = [p for p, kinds in self.configs.items() if "accelerate" in kinds]
+        candidates += [p for p in by_yaml if p not in self.configs]
+        for path in candidates:
+            doc = self.read(path)
+            if doc is None:
+                continue
+            block = doc.root.get("deepspeed_config")
+            node = block.get("deepspeed_config_file") if block is not None and block.kind == "mapping" else None
+            ds_path = None
+            kind = doc.root.get("distributed_type")
+            if kind is not None and kind.value != "DEEPSPEED":
+                node = None  # accelerate reads deepspeed_config only for DEEPSPEED runs
+            if node is not None and node.kind == "scalar" and isinstance(node.value, str):
+                # accelerate opens the path as written (from the launch's folder); a path
+                # relative to the YAML itself is tried first, then the project root.
+                bases = [path.parent, self.root] + script_dirs.get(path, []) + [Path.cwd()]
+                ds_path = _resolve_in(node.value, bases)
+            launches = by_yaml.get(path, [])
+            links.append(AccelerateLink(path, doc, ds_path, node if ds_path else None, launches))
+            if ds_path is None:
+                continue
+            ref = Related(doc.span(node), f"used by {self.display(path)}")
+            yaml_world, world_node = accelerate_world_size(doc)
+            if not launches:
+                related = [ref] + ([Related(doc.span(world_node), f"num_processes {yaml_world}")] if world_node else [])
+                uses.setdefault(ds_path, []).append(DeepSpeedUse(yaml_world, related, path))
+            for launch in launches:
+                related = [ref]
+                world = launch.world_size
+                if world is not None:
+                    related.append(Related(launch.span, _launched(world)))
+                else:
+                    world = yaml_world
+                    if world_node is not None:
+                        related.append(Related(doc.span(world_node), f"num_processes {world}"))
+                    related.append(Related(launch.span, "launched here"))
+                uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path))
+        return links, uses
+
+
+def _launched(world: int | None) -> str:
+    return f"launched here with {world} processes" if world is not None else "launched here"
+
+
+def accelerate_world_size(doc):
+    """(world size, the node that states it) from an accelerate config document:
+    `num_processes` counts every machine; `distributed_type: NO` runs one process."""
+    root = doc.root
+    kind = root.get("distributed_type")
+    if kind is not None and kind.value == "NO":
+        return 1, kind
+    node = root.get("num_processes")
+    if node is None or node.kind != "scalar":
+        return None, None
+    value = node.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None, None
+    return value, node
+
+
+class ProjectRule(Rule):
+    """A rule over the project model (several files at once). It runs after the per-file
+    stage on every run (never cached: its inputs are other files), so it must stay cheap:
+    it reads configs only through `project.read`, which parses each file once per run.
+    Findings may be on any file of the run; the engine keeps those on files it checks."""
+
+    scope: ClassVar[str] = "project"
+    kinds = ("yaml", "json")
+    triggers = ()
+
+    def check(self, ctx):  # per-file stage: nothing to do
+        return ()
+
+    def check_project(self, project: ProjectModel) -> Iterable[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 def _accelerate_world_size(written: str, launch_file: Path, root: Path) -> int | None:

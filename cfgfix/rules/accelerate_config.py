@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from cfgfix.analysis import accelerate_keys as keys
 from cfgfix.core import Finding, Fix, Related, Severity
 from cfgfix.documents.config_edits import close_match, rename_key, replace_scalar
+from cfgfix.project import ProjectRule
 from cfgfix.rules.base import Example, Rule, register
 
 ACC = "accelerate.yaml"
@@ -107,6 +108,218 @@ class DeepSpeedFileWithInlineKeys(AccelerateRule):
                 "inline zero_stage", path=ACC, line=5),
         Example(HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\nmixed_precision: 'no'\n",
                 "even mixed_precision 'no'", path=ACC, line=5),
+    ]
+
+
+@register
+class PrecisionConflictWithDeepSpeed(ProjectRule):
+    """## What it does
+    Flags an accelerate config whose `mixed_precision` (`fp16` or `bf16`) contradicts the
+    DeepSpeed JSON its `deepspeed_config.deepspeed_config_file` points at, where that JSON
+    enables the other format with `"enabled": true`.
+
+    ## Why is this bad?
+    accelerate refuses the pair at launch: "`--mixed_precision` arg cannot be set to `fp16`
+    when `bf16` is set in the DeepSpeed config file." (`DeepSpeedPlugin.set_mixed_precision`).
+    The DeepSpeed JSON is what decides the training precision, so the YAML's value is the
+    wrong one. `"enabled": "auto"` in the JSON is not a conflict: accelerate fills it from
+    `mixed_precision`. The DeepSpeed file is found relative to the accelerate config's
+    folder, then the project root, then the launched script's folder.
+
+    ## Example
+    ```yaml
+    # accelerate.yaml, with ds.json saying "bf16": {"enabled": true}
+    deepspeed_config:
+      deepspeed_config_file: ds.json
+    distributed_type: DEEPSPEED
+    mixed_precision: fp16
+    ```
+
+    ## Use instead
+    ```yaml
+    deepspeed_config:
+      deepspeed_config_file: ds.json
+    distributed_type: DEEPSPEED
+    ```
+    (accelerate also rejects `mixed_precision` next to `deepspeed_config_file` even when it
+    agrees, CFX403: the precision lives in the JSON.)
+
+    ## Fix safety
+    Safe: the fix writes the JSON's format into `mixed_precision`, which is what the run
+    trains with once it starts; removing the key (CFX403) is the next step.
+
+    ## References
+    - facts.md B10 (rejected combination 2); accelerate `utils/dataclasses.py`
+      (`DeepSpeedPlugin.set_mixed_precision`)
+    """
+
+    code = "CFX402"
+    name = "precision-conflict-with-deepspeed"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+
+    def check_project(self, project):
+        for link in project.accelerate_links():
+            if link.deepspeed_path is None or link.path not in project.displays:
+                continue
+            doc = link.doc
+            precision = doc.root.get("mixed_precision")
+            if precision is None or precision.kind != "scalar" or precision.value not in ("fp16", "bf16"):
+                continue
+            ds = project.read(link.deepspeed_path)
+            if ds is None:
+                continue
+            other = "bf16" if precision.value == "fp16" else "fp16"
+            block = ds.root.get(other)
+            enabled = block.get("enabled") if block is not None and block.kind == "mapping" else None
+            if enabled is None or enabled.truthy() is not True:
+                continue  # absent, false or "auto": accelerate fills or agrees
+            ds_name = project.display(link.deepspeed_path)
+            yield self.finding(
+                doc.span(precision),
+                f"mixed_precision {precision.value} contradicts {other}.enabled=true in {ds_name}: "
+                f"accelerate stops at launch ('--mixed_precision arg cannot be set to {precision.value} when "
+                f"{other} is set in the DeepSpeed config file'); the DeepSpeed file decides the precision, "
+                f"so this run trains in {other}",
+                fix=Fix((replace_scalar(doc, precision, other),), f"Set mixed_precision to {other} (as {ds_name})"),
+                related=[Related(ds.span(enabled), f"{other} is enabled here"),
+                         Related(doc.span(link.deepspeed_node), "the DeepSpeed file is named here")],
+            )
+
+    _BF16 = '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "train_batch_size": "auto"}\n'
+    _FILE = HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\n"
+    VALID = [
+        Example(_FILE + "mixed_precision: bf16\n", "the same format as the JSON (CFX403 still asks to remove it)",
+                path=ACC, files={"ds.json": _BF16}),
+        Example(_FILE + "mixed_precision: fp16\n", "JSON \"auto\": accelerate fills it from mixed_precision",
+                path=ACC, files={"ds.json": '{"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},'
+                                            ' "zero_optimization": {"stage": 2}}\n'}),
+        Example(_FILE + "mixed_precision: fp16\n", "JSON bf16 disabled: no conflict",
+                path=ACC, files={"ds.json": '{"bf16": {"enabled": false}, "zero_optimization": {"stage": 2}}\n'}),
+        Example(_FILE + "mixed_precision: fp16\n", "the DeepSpeed file does not exist here: nothing to compare",
+                path=ACC),
+        Example(_FILE + "mixed_precision: 'no'\n", "'no' is CFX403's (rejected next to the file), not a format clash",
+                path=ACC, files={"ds.json": _BF16}),
+        Example(HEAD + "deepspeed_config:\n  zero_stage: 2\nmixed_precision: fp16\n",
+                "no deepspeed_config_file: accelerate builds the DeepSpeed config from the YAML",
+                path=ACC, files={"ds.json": _BF16}),
+    ]
+    INVALID = [
+        Example(_FILE + "mixed_precision: fp16  # from the old box\n", "fp16 against a bf16 JSON", path=ACC, line=5,
+                files={"ds.json": _BF16},
+                fixed=_FILE + "mixed_precision: bf16  # from the old box\n"),
+        Example(HEAD + "deepspeed_config:\n  deepspeed_config_file: configs/ds.json\nmixed_precision: 'bf16'\n",
+                "bf16 against an fp16 JSON, the path relative to the project root",
+                path="configs/accelerate.yaml", line=5,
+                files={"configs/ds.json": '{\n  "fp16": {"enabled": "true"},\n  "train_batch_size": "auto",\n'
+                                          '  "zero_optimization": {"stage": 1}\n}\n',
+                       "train.sh": "accelerate launch --config_file configs/accelerate.yaml train.py\n"},
+                fixed=HEAD + "deepspeed_config:\n  deepspeed_config_file: configs/ds.json\nmixed_precision: 'fp16'\n"),
+    ]
+
+
+@register
+class GradientAccumulationConflict(ProjectRule):
+    """## What it does
+    Flags an `accelerate launch` whose script is given `--gradient_accumulation_steps N`
+    while the DeepSpeed settings the launch uses (the JSON named by the accelerate config's
+    `deepspeed_config_file`, or the config's inline `deepspeed_config.gradient_accumulation_steps`)
+    say a different number.
+
+    ## Why is this bad?
+    With DeepSpeed, accelerate takes the accumulation from the DeepSpeed config and
+    overrides the script's: it only logs "Gradient accumulation steps mismatch:
+    GradientAccumulationPlugin has 8, DeepSpeed config has 4. Using DeepSpeed's value."
+    (`Accelerator._prepare_deepspeed`). The effective batch, the learning-rate schedule and
+    the number of optimizer steps are then not what the command line says. `"auto"` in the
+    DeepSpeed config is filled from the script's value and is not flagged.
+
+    ## Example
+    ```sh
+    accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 8
+    ```
+    with `"gradient_accumulation_steps": 4` in the DeepSpeed JSON that `accelerate.yaml` names.
+
+    ## Use instead
+    ```sh
+    accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 4
+    ```
+    or `"gradient_accumulation_steps": "auto"` in the JSON, so the command line decides.
+
+    ## Fix safety
+    No fix: which of the two numbers the run was meant to use is the author's call.
+
+    ## References
+    - facts.md B10 (silent override); accelerate `accelerator.py` (`_prepare_deepspeed`)
+    """
+
+    code = "CFX404"
+    name = "gradient-accumulation-conflict"
+    severity = Severity.WARNING
+
+    def check_project(self, project):
+        for link in project.accelerate_links():
+            for launch in link.launches:
+                if launch.launcher != "accelerate" or launch.grad_accum is None or launch.grad_accum_span is None:
+                    continue
+                if launch.grad_accum_span.path not in project.displays.values():
+                    continue
+                where, node, doc = self._deepspeed_steps(project, link)
+                if node is None or node.kind != "scalar":
+                    continue
+                value = node.value
+                if isinstance(value, bool) or not isinstance(value, int) or value == launch.grad_accum:
+                    continue  # "auto" (filled from the script), or the same number
+                yield self.finding(
+                    launch.grad_accum_span,
+                    f"--gradient_accumulation_steps {launch.grad_accum} is overridden: {where} says {value}, and "
+                    f"accelerate uses DeepSpeed's value ('Gradient accumulation steps mismatch ... Using "
+                    f"DeepSpeed's value'), so the run accumulates {value} steps",
+                    related=[Related(doc.span(node), f"gradient_accumulation_steps {value} here")],
+                )
+
+    @staticmethod
+    def _deepspeed_steps(project, link):
+        if link.deepspeed_path is not None:
+            ds = project.read(link.deepspeed_path)
+            if ds is None:
+                return "", None, None
+            return project.display(link.deepspeed_path), ds.root.get("gradient_accumulation_steps"), ds
+        block = link.doc.root.get("deepspeed_config")
+        kind = link.doc.root.get("distributed_type")
+        if kind is None or kind.value != "DEEPSPEED":
+            return "", None, None  # deepspeed_config is read for DEEPSPEED runs only
+        if block is None or block.kind != "mapping" or "deepspeed_config_file" in block:
+            return "", None, None  # a file that cannot be found: nothing to compare
+        return f"{project.display(link.path)} (deepspeed_config)", block.get("gradient_accumulation_steps"), link.doc
+
+    _DS = '{"gradient_accumulation_steps": %s, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}\n'
+    _YAML = HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: 2\n"
+    VALID = [
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 4\n",
+                "the same number in both", path="train.sh", files={"accelerate.yaml": _YAML, "ds.json": _DS % 4}),
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 8\n",
+                "\"auto\": accelerate fills it from the script", path="train.sh",
+                files={"accelerate.yaml": _YAML, "ds.json": _DS % '"auto"'}),
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps $GA\n",
+                "a variable: not known", path="train.sh", files={"accelerate.yaml": _YAML, "ds.json": _DS % 4}),
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 8\n",
+                "an accelerate config without DeepSpeed", path="train.sh",
+                files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                                          "num_processes: 2\n"}),
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps 8\n",
+                "a leftover deepspeed_config block in a MULTI_GPU config is not read", path="train.sh",
+                files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                                          "deepspeed_config:\n  gradient_accumulation_steps: 4\nnum_processes: 2\n"}),
+    ]
+    INVALID = [
+        Example("accelerate launch --config_file accelerate.yaml \\\n  train.py --gradient_accumulation_steps 8\n",
+                "the DeepSpeed JSON says 4", path="train.sh", line=2,
+                files={"accelerate.yaml": _YAML, "ds.json": _DS % 4}),
+        Example("accelerate launch --config_file accelerate.yaml train.py --gradient_accumulation_steps=2\n",
+                "the accelerate config's inline DeepSpeed settings", path="train.sh", line=1,
+                files={"accelerate.yaml": HEAD + "deepspeed_config:\n  zero_stage: 2\n  gradient_accumulation_steps: 4\n"
+                                              "num_processes: 2\n"}),
     ]
 
 

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from cfgfix.analysis import deepspeed_keys as keys
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
-from cfgfix.documents.config_edits import close_match, rename_key, replace_text
+from cfgfix.documents.config_edits import close_match, rename_key, replace_scalar, replace_text
+from cfgfix.project import ProjectRule
 from cfgfix.rules.base import Example, Rule, register
 
 DS = "ds_config.json"
@@ -106,6 +107,128 @@ class Fp16AndBf16Enabled(DeepSpeedRule):
 def _enabled(root, block: str):
     node = root.get(block)
     return node.get("enabled") if node is not None and node.kind == "mapping" else None
+
+
+def _count(node) -> int | None:
+    """A positive integer as written; None for "auto", strings, booleans and floats."""
+    if node is None or node.kind != "scalar":
+        return None
+    value = node.value
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@register
+class BatchSizeArithmetic(ProjectRule):
+    """## What it does
+    Flags a DeepSpeed config whose `train_batch_size` is not
+    `train_micro_batch_size_per_gpu` × `gradient_accumulation_steps` × the world size, where
+    all three numbers are known: the two keys are integers in the file and the world size
+    comes from the launches that use it (`--num_processes`, `--nproc_per_node` × nodes,
+    `--num_gpus`, or the accelerate config's `num_processes`).
+
+    ## Why is this bad?
+    DeepSpeed asserts before the first step: "Check batch related parameters.
+    train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size
+    16 != 2 * 4 * 4". The numbers are usually right for the machine the config was written
+    on and wrong for the one it runs on. Nothing is reported when any of the three is
+    `"auto"` (the HF Trainer or accelerate fills it) or unknown, or when the launches that
+    use the file disagree about the world size.
+
+    ## Example
+    ```json
+    {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    ```
+    launched with `accelerate launch --num_processes 4` (2 × 4 × 4 = 32).
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    ```
+    or `"train_batch_size": "auto"` under the HF Trainer or accelerate, or leave it out:
+    DeepSpeed derives it from the other two.
+
+    ## Fix safety
+    Safe: the fix writes the product, the only value DeepSpeed accepts for this launch; the
+    per-GPU batch and the accumulation, which decide memory and the optimizer step, stay.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/config.py` (`_batch_assertion`)
+    """
+
+    code = "CFX502"
+    name = "batch-size-arithmetic"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+
+    def check_project(self, project):
+        for path, uses in project.deepspeed_uses().items():
+            if path not in project.displays:
+                continue  # not a file of this run: reported when it is checked
+            worlds = {use.world_size for use in uses}
+            if len(worlds) != 1 or None in worlds:
+                continue  # unknown, or launches that disagree: no single right number
+            world = worlds.pop()
+            doc = project.read(path)
+            if doc is None:
+                continue
+            root = doc.root
+            total, micro, steps = (root.get(k) for k in
+                                   ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+            numbers = [_count(total), _count(micro), _count(steps)]
+            if None in numbers:
+                continue
+            total_n, micro_n, steps_n = numbers
+            product = micro_n * steps_n * world
+            if total_n == product:
+                continue
+            related = [Related(doc.span(micro), f"micro batch {micro_n}"),
+                       Related(doc.span(steps), f"gradient accumulation {steps_n}")]
+            related += [r for use in uses for r in use.related]
+            yield self.finding(
+                doc.span(total),
+                f"train_batch_size {total_n} != train_micro_batch_size_per_gpu {micro_n} x "
+                f"gradient_accumulation_steps {steps_n} x {world} processes = {product}: DeepSpeed asserts "
+                f"'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size' "
+                f"before the first step",
+                fix=Fix((replace_scalar(doc, total, product),), f"Set train_batch_size to {product}"),
+                related=related,
+            )
+
+    _DS = '{{\n  "train_batch_size": {total},\n  "train_micro_batch_size_per_gpu": {micro},\n' \
+          '  "gradient_accumulation_steps": 4,\n  "zero_optimization": {{"stage": 2}}\n}}\n'
+    _ACC = HEAD_ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                       "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: {n}\n")
+    VALID = [
+        Example(_DS.format(total=32, micro=2), "2 x 4 x 4 processes = 32", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 4 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "no launch uses the file: the world size is unknown", path="ds.json"),
+        Example(_DS.format(total='"auto"', micro=2), "\"auto\": the HF Trainer fills it", path="ds.json",
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro='"auto"'), "micro batch \"auto\": not known from the files", path="ds.json",
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "two launches with different world sizes: no single right value",
+                path="ds.json", files={"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.json\n"
+                                            "deepspeed --num_gpus 4 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "the world size is a variable: unknown", path="ds.json",
+                files={"train.sh": "torchrun --nproc_per_node $NGPU train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "accelerate config with 2 processes: 2 x 4 x 2 = 16", path="ds.json",
+                files={"accelerate.yaml": _ACC.format(n=2)}),
+    ]
+    INVALID = [
+        Example(_DS.format(total=16, micro=2), "torchrun on 8 GPUs with an HF --deepspeed file", path="ds.json", line=2,
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed=ds.json\n"},
+                fixed=_DS.format(total=64, micro=2)),
+        Example(_DS.format(total=16, micro=2), "world size from the accelerate config the launch uses", path="ds.json",
+                line=2, files={"accelerate.yaml": _ACC.format(n=4),
+                               "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n"},
+                fixed=_DS.format(total=32, micro=2)),
+        Example("train_batch_size: 8\ntrain_micro_batch_size_per_gpu: 1\ngradient_accumulation_steps: 4\n"
+                "zero_optimization:\n  stage: 3\n", "a YAML DeepSpeed config, deepspeed.initialize launch",
+                path="ds.yaml", line=1,
+                files={"run.sh": "deepspeed --num_gpus 1 train.py --deepspeed --deepspeed_config ds.yaml\n"},
+                fixed="train_batch_size: 4\ntrain_micro_batch_size_per_gpu: 1\ngradient_accumulation_steps: 4\n"
+                      "zero_optimization:\n  stage: 3\n"),
+    ]
 
 
 @register
@@ -303,7 +426,9 @@ def _ignorable(key: str) -> bool:
 class UnknownDeepSpeedKey(DeepSpeedRule):
     """## What it does
     Flags a top-level key that no DeepSpeed version reads, such as `zero_optimisation` or
-    `train_micro_batch_size`.
+    `train_micro_batch_size`, and a key DeepSpeed rejects inside `zero_optimization`, its
+    `offload_optimizer` / `offload_param` blocks, or (DeepSpeed 0.19 and newer) `fp16` /
+    `bf16`.
 
     ## Why is this bad?
     DeepSpeed reads top-level keys one by one and silently ignores the rest. A misspelt
@@ -312,6 +437,14 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
     runs out of memory with nothing in the logs pointing at the typo. (accelerate's
     DeepSpeed plugin stops with "Please specify the ZeRO optimization config".) Keys
     that start with `_` or mention `comment` are treated as comments.
+
+    The nested blocks are pydantic models that forbid extra keys: `"overlap_com": true`
+    under `zero_optimization` stops the run with "Extra inputs are not permitted". Before
+    DeepSpeed 0.19, `fp16` and `bf16` were plain dicts whose unknown keys were ignored, so
+    those are flagged only when the project's DeepSpeed is known to be 0.19 or newer; the
+    ZeRO blocks are checked unless the project's DeepSpeed is known to be older than 0.19
+    (the key lists follow 0.19.8 and newer). A key whose value is `"auto"` is dropped by
+    DeepSpeed before validation and is not flagged.
 
     ## Example
     ```json
@@ -328,7 +461,9 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
     the fix renames the key, so the block is read as the author meant. No fix otherwise.
 
     ## References
-    - facts.md C12; DeepSpeed `runtime/config.py` (`get_scalar_param`)
+    - facts.md C12; DeepSpeed `runtime/config.py` (`get_scalar_param`), `runtime/config_utils.py`
+      (`DeepSpeedConfigModel`, `extra="forbid"`), `runtime/zero/config.py`,
+      `runtime/zero/offload_config.py`, `runtime/precision_config.py`
     """
 
     code = "CFX507"
@@ -355,6 +490,46 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                 f"silently,{consequence}",
                 fix=fix,
             )
+        yield from self._nested(ctx, root)
+
+    def _nested(self, ctx, root):
+        from cfgfix.analysis import deepspeed_nested_keys as nested
+
+        blocks = []
+        recent = ctx.versions.get("deepspeed").at_least("0.19")
+        if recent is False:
+            return  # the key lists are checked against 0.19+; older versions had other keys
+        zero = _zero(root)
+        if zero is not None:
+            blocks.append(("zero_optimization", zero, nested.ZERO))
+            for name, known in (("offload_optimizer", nested.OFFLOAD_OPTIMIZER), ("offload_param", nested.OFFLOAD_PARAM)):
+                block = zero.get(name)
+                if block is not None and block.kind == "mapping":
+                    blocks.append((f"zero_optimization.{name}", block, known))
+        if recent is True:  # fp16/bf16 were plain dicts before 0.19: unknown keys ignored
+            for name, known in (("fp16", nested.FP16), ("bf16", nested.BF16), ("bfloat16", nested.BF16)):
+                block = root.get(name)
+                if block is not None and block.kind == "mapping":
+                    blocks.append((name, block, known))
+        for where, block, known in blocks:
+            for key, value in block.entries:
+                name = key.value
+                if not isinstance(name, str) or name in known or _ignorable(name):
+                    continue
+                if value.kind == "scalar" and value.value == "auto":
+                    continue  # DeepSpeed drops "auto" values before validating the block
+                match = close_match(name, known)
+                fix = None
+                hint = ""
+                if match and match not in block:
+                    fix = Fix((rename_key(ctx.document, key, match),), f"Rename to {match}")
+                    hint = f" (did you mean {match}?)"
+                yield self.finding(
+                    ctx.span(key),
+                    f"unknown key {name} in {where}{hint}: DeepSpeed validates this block strictly and "
+                    f"refuses the config ('Extra inputs are not permitted')",
+                    fix=fix,
+                )
 
     VALID = [
         Example('{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto",'
@@ -363,6 +538,21 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                 ' "zero_optimization": {"stage": 1}}', "all known", path=DS),
         Example('{"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4, "learning_rate": 1e-4}',
                 "a training config, not DeepSpeed's", path="train_config.json"),
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 3, "overlap_comm": true,'
+                ' "stage3_max_live_parameters": 1e9, "stage3_gather_16bit_weights_on_model_save": true,'
+                ' "offload_optimizer": {"device": "cpu", "pin_memory": true},'
+                ' "offload_param": {"device": "cpu", "buffer_count": 5}}}',
+                "nested keys, stage3_* aliases included, all known", path=DS),
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_bucket_sise": "auto"}}',
+                "an \"auto\" value is dropped before validation", path=DS),
+        Example('{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale_windw": 1000}}',
+                "fp16 was a plain dict before DeepSpeed 0.19", path=DS,
+                files={"requirements.txt": "deepspeed==0.16.9\n"}),
+        Example('{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale_windw": 1000}}',
+                "fp16 with the DeepSpeed version unknown", path=DS),
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 2, "some_old_key": true}}',
+                "DeepSpeed older than 0.19: its ZeRO keys are not the lists cfgfix checks", path=DS,
+                files={"requirements.txt": "deepspeed==0.14.4\n"}),
     ]
     INVALID = [
         Example('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimisation": {"stage": 3}\n}\n',
@@ -371,6 +561,18 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
         Example("train_micro_batch_size_per_gpu: 2\nzero_optimization:\n  stage: 2\ngradient_acumulation_steps: 4\n",
                 "YAML, a letter missing", path="ds_config.yaml", line=4,
                 fixed="train_micro_batch_size_per_gpu: 2\nzero_optimization:\n  stage: 2\ngradient_accumulation_steps: 4\n"),
+        Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 2,\n    "overlap_com": true\n'
+                '  }\n}\n', "a typo inside zero_optimization", path=DS, line=5,
+                fixed='{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 2,\n    "overlap_comm": true\n'
+                      '  }\n}\n'),
+        Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
+                '    "offload_param": {"device": "cpu", "pin_memory": true, "nvme": "/local"}\n  }\n}\n',
+                "an unknown key in offload_param, no close match", path=DS, line=5),
+        Example('{\n  "train_batch_size": 8,\n  "bf16": {\n    "enabled": true,\n    "immediate_grad_updates": true\n'
+                '  }\n}\n', "bf16 is strict from DeepSpeed 0.19", path=DS, line=5,
+                files={"requirements.txt": "deepspeed==0.19.8\n"},
+                fixed='{\n  "train_batch_size": 8,\n  "bf16": {\n    "enabled": true,\n    "immediate_grad_update": true\n'
+                      '  }\n}\n'),
     ]
 
 
