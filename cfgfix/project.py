@@ -142,6 +142,7 @@ class DeepSpeedUse:
     world_size: int | None
     related: list[Related] = field(default_factory=list)
     via_accelerate: Path | None = None
+    script: Path | None = None  # the training script the launch runs (real path), when found
 
 
 @dataclass
@@ -164,6 +165,7 @@ class ProjectModel:
         self.configs: dict[Path, frozenset[str]] = {}  # recognised configs of this run (real path)
         self.displays: dict[Path, str] = {}  # real path -> display path of this run's configs and launch scripts
         self._docs: dict[Path, object] = {}
+        self._scripts: dict[Path, object] = {}
         self._overrides: dict[Path, bytes] = {}
         self._links: tuple | None = None
 
@@ -209,6 +211,7 @@ class ProjectModel:
         other = copy.copy(self)
         other._overrides = {**self._overrides, _real(path): data}
         other._docs = {}
+        other._scripts = {}
         other._links = None
         return other
 
@@ -242,6 +245,47 @@ class ProjectModel:
         self._docs[path] = doc
         return doc
 
+    def script(self, path: Path):
+        """The training script at `path` (a real path) as (SourceText, ast.Module), or None
+        when it is not Python or cannot be read; parsed once per run."""
+        if path in self._scripts:
+            return self._scripts[path]
+        import ast
+
+        from cfgfix.documents.text import DecodeError, SourceText
+
+        found = None
+        if path.suffix == ".py":
+            try:
+                data = self._overrides.get(path)
+                if data is None:
+                    data = path.read_bytes()
+                if len(data) <= 2_000_000:
+                    source = SourceText.from_bytes(self.display(path), data)
+                    found = (source, ast.parse(source.text))
+            except (OSError, DecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+                found = None
+        self._scripts[path] = found
+        return found
+
+    def launch_text(self, launch: LaunchFacts) -> str | None:
+        """The command text of `launch` as its launch script wrote it (continuations
+        included), or None when the script cannot be read."""
+        for known, launch_file in self.launches:
+            if known is not launch:
+                continue
+            key = ("launch-text", launch_file)
+            if key not in self._scripts:
+                try:
+                    data = self._overrides.get(launch_file)
+                    self._scripts[key] = (data if data is not None else launch_file.read_bytes()).decode(
+                        "utf-8", "replace")
+                except OSError:
+                    self._scripts[key] = None
+            text = self._scripts[key]
+            return text[launch.span.start:launch.span.end] if text is not None else None
+        return None
+
     # -- links ------------------------------------------------------------------------------
     def wants_launch_scripts(self) -> bool:
         """True when a DeepSpeed config of this run has no use with a known world size: the
@@ -267,9 +311,12 @@ class ProjectModel:
         by_yaml: dict[Path, list[LaunchFacts]] = {}
         uses: dict[Path, list[DeepSpeedUse]] = {}
         script_dirs: dict[Path, list[Path]] = {}
+        scripts: dict[int, Path] = {}  # id(launch) -> its training script
         for launch, launch_file in self.launches:
             folder = launch_file.parent
             script = _resolve(launch.script, launch_file, self.root) if launch.script else None
+            if script is not None:
+                scripts[id(launch)] = script
             if launch.accelerate_config:
                 path = _resolve(launch.accelerate_config, launch_file, self.root)
                 if path is not None:
@@ -288,7 +335,7 @@ class ProjectModel:
                         world, node = accelerate_world_size(doc) if doc is not None else (None, None)
                         if node is not None:
                             related.append(Related(doc.span(node), f"num_processes {world}"))
-                    uses.setdefault(path, []).append(DeepSpeedUse(world, related))
+                    uses.setdefault(path, []).append(DeepSpeedUse(world, related, script=script))
         links: list[AccelerateLink] = []
         candidates = [p for p, kinds in self.configs.items() if "accelerate" in kinds]
         candidates += [p for p in by_yaml if p not in self.configs]
@@ -326,7 +373,7 @@ class ProjectModel:
                     if world_node is not None:
                         related.append(Related(doc.span(world_node), f"num_processes {world}"))
                     related.append(Related(launch.span, "launched here"))
-                uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path))
+                uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path, scripts.get(id(launch))))
         return links, uses
 
 

@@ -699,3 +699,421 @@ class DuplicateKey(DeepSpeedRule):
         Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2},\n'
                 '  "train_micro_batch_size_per_gpu": 8\n}\n', "top level", path=DS, line=4),
     ]
+
+
+# -- rules that read the training script a launch runs with the config ----------------------------
+GATHER = "stage3_gather_16bit_weights_on_model_save"
+OLD_GATHER = "stage3_gather_fp16_weights_on_model_save"
+
+
+def _script_uses(project, uses):
+    """(use, source, facts) for each use whose training script is a readable Python file."""
+    from cfgfix.analysis.training_script import script_facts
+
+    for use in uses:
+        if use.script is None:
+            continue
+        found = script_facts(project, use.script)
+        if found is not None:
+            yield use, found[0], found[1]
+
+
+def _checked_docs(project):
+    """(path, uses, document) for each DeepSpeed config of this run that launches use."""
+    for path, uses in project.deepspeed_uses().items():
+        if path not in project.displays:
+            continue  # not a file of this run: reported when it is checked
+        doc = project.read(path)
+        if doc is not None:
+            yield path, uses, doc
+
+
+def _insert_true(doc, mapping, key: str):
+    """An edit that adds `key: true` as the last entry of `mapping`, in its style; None when
+    the layout is not one this writer knows."""
+    from cfgfix.documents.config_edits import _line_end
+
+    text = doc.source.text
+    if mapping.kind != "mapping" or not mapping.entries:
+        return None
+    last_key, last_value = mapping.entries[-1]
+    line_start = text.rfind("\n", 0, last_key.start) + 1
+    indent = text[line_start:last_key.start]
+    if doc.fmt == "json":
+        entry = f'"{key}": true'
+        if not indent.strip() and "\n" in text[mapping.start:last_key.start]:
+            return replace_text(doc, last_value.end, last_value.end, ",\n" + indent + entry)
+        return replace_text(doc, last_value.end, last_value.end, ", " + entry)
+    if text[mapping.start:mapping.start + 1] == "{":  # YAML flow mapping
+        return replace_text(doc, last_value.end, last_value.end, f", {key}: true")
+    if indent.strip():
+        return None
+    end = _line_end(text, max(last_value.end - 1, last_key.end))
+    return replace_text(doc, end, end, "\n" + indent + f"{key}: true")
+
+
+@register
+class Zero3SaveWithoutGather(ProjectRule):
+    """## What it does
+    Flags a ZeRO-3 DeepSpeed config without `"stage3_gather_16bit_weights_on_model_save":
+    true` when a launch runs it with a training script that saves the model through the HF
+    Trainer (`trainer.save_model`, or `save_pretrained` on the model in a script that builds
+    a `Trainer`) or accelerate (`accelerator.save_model`, `accelerator.get_state_dict`).
+
+    ## Why is this bad?
+    Under ZeRO-3 every GPU holds a shard of each weight; a weights file needs them gathered
+    first, and DeepSpeed gathers only when this key is true (its default is false, and
+    accelerate's generated configs write false). accelerate's `get_state_dict` (and so
+    `accelerator.save_model`) raises "Cannot get 16bit model weights because
+    `stage3_gather_16bit_weights_on_model_save` in DeepSpeed config is False". The HF
+    Trainer catches that error, logs it and writes a DeepSpeed checkpoint instead: the run
+    finishes, and the output folder has no usable weights file, only shards to recover
+    with `zero_to_fp32.py`.
+
+    Nothing is reported when the key is `"auto"` (what fills it depends on the integration),
+    when the script saves with `engine.save_checkpoint` (the full ZeRO checkpoint, on
+    purpose), or when no launch links the config to a script that saves this way.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3, "overlap_comm": true}, "bf16": {"enabled": "auto"}}
+    ```
+    used by `deepspeed train.py --deepspeed ds.json`, where `train.py` ends with
+    `trainer.save_model(out)`.
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "overlap_comm": true,
+                           "stage3_gather_16bit_weights_on_model_save": true},
+     "bf16": {"enabled": "auto"}}
+    ```
+
+    ## Fix safety
+    Safe: the fix sets the key to true (or adds it to `zero_optimization`). Training is
+    unchanged; saving gathers the 16-bit weights onto one process, as the save call expects.
+
+    ## References
+    - facts.md C12 (Saving with ZeRO-3); accelerate `Accelerator.get_state_dict`;
+      transformers `Trainer.save_model`
+    """
+
+    code = "CFX506"
+    name = "zero3-save-without-gather"
+    severity = Severity.WARNING
+    fix_availability = "safe"
+
+    def check_project(self, project):
+        for path, uses, doc in _checked_docs(project):
+            zero = _zero(doc.root)
+            if zero is None or zero.get("stage") is None or _stage(zero) != 3:
+                continue
+            gather = zero.entry(GATHER) or zero.entry(OLD_GATHER)
+            if gather is not None and gather[1].truthy() is not False:
+                continue  # true, "auto" or something unknown: stay silent
+            saves = [(use, source, facts.hf_saves[0]) for use, source, facts in _script_uses(project, uses)
+                     if facts.hf_saves and not facts.save_checkpoint]
+            if not saves:
+                continue
+            use, source, (call, how) = saves[0]
+            where = f"{source.path}:{call.lineno}"
+            saved = ast_name(call)
+            if how == "trainer":
+                what = ("the HF Trainer catches accelerate's 'Cannot get 16bit model weights' error and writes a "
+                        "DeepSpeed checkpoint instead: no usable weights file, only shards for zero_to_fp32.py")
+            else:
+                what = ("accelerate's get_state_dict raises 'Cannot get 16bit model weights because "
+                        "stage3_gather_16bit_weights_on_model_save in DeepSpeed config is False'")
+            related = [Related(source.span_of_node(call), f"saved here through {'the HF Trainer' if how == 'trainer' else 'accelerate'}")]
+            related += [r for use, _, _ in saves for r in use.related]
+            if gather is not None:
+                span = doc.span(gather[1])
+                state = f"{gather[0].value} is false"
+                edit = replace_scalar(doc, gather[1], True)
+            else:
+                span = doc.span(zero.entry("stage")[0])
+                state = f"ZeRO-3 without {GATHER}: true (the default is false)"
+                edit = _insert_true(doc, zero, GATHER)
+            yield self.finding(
+                span,
+                f"{state}, and {where} saves the model with {saved}: {what}",
+                fix=Fix((edit,), f"Set {GATHER} to true", Applicability.SAFE) if edit is not None else None,
+                related=related,
+            )
+
+    _DS3 = '{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimization": {\n    "stage": 3,\n' \
+           '    "overlap_comm": true%s\n  }\n}\n'
+    _TRAINER = ("from transformers import Trainer\n\ntrainer = Trainer(model=model, args=args)\ntrainer.train()\n"
+                "trainer.save_model(args.output_dir)\n")
+    _ACCEL = ("from accelerate import Accelerator\n\naccelerator = Accelerator()\nmodel = accelerator.prepare(model)\n"
+              "accelerator.save_model(model, 'out')\n")
+    _LAUNCH = {"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.json\n"}
+    VALID = [
+        Example(_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": true', "the key is true", path="ds.json",
+                files={**_LAUNCH, "train.py": _TRAINER}),
+        Example(_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": "auto"',
+                "\"auto\": filled by the integration, not known from the files", path="ds.json",
+                files={**_LAUNCH, "train.py": _TRAINER}),
+        Example(_DS3.replace('"stage": 3', '"stage": 2') % "", "ZeRO-2 keeps whole weights on every GPU",
+                path="ds.json", files={**_LAUNCH, "train.py": _TRAINER}),
+        Example(_DS3 % "", "no launch links the config to a script", path="ds.json"),
+        Example(_DS3 % "", "the script saves the full ZeRO checkpoint with save_checkpoint", path="ds.json",
+                files={**_LAUNCH, "train.py": _TRAINER + "trainer.model_wrapped.save_checkpoint('ckpt')\n"}),
+        Example(_DS3 % "", "the script never saves the model (tokenizer.save_pretrained only)", path="ds.json",
+                files={**_LAUNCH, "train.py": "from transformers import Trainer\n\ntrainer = Trainer(model=model)\n"
+                                              "trainer.train()\ntokenizer.save_pretrained('out')\n"}),
+        Example(_DS3 % "", "a bare deepspeed.initialize script, not the HF Trainer or accelerate", path="ds.json",
+                files={**_LAUNCH, "train.py": "import deepspeed\n\nengine, _, _, _ = deepspeed.initialize(model=model)\n"
+                                              "engine.save_16bit_model('out')\n"}),
+    ]
+    INVALID = [
+        Example(_DS3 % "", "HF Trainer saving, key absent: inserted", path="ds.json", line=4,
+                files={**_LAUNCH, "train.py": _TRAINER},
+                fixed=_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": true'),
+        Example(_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": false', "accelerate saving, key false",
+                path="ds.json", line=6,
+                files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                          "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: 2\n",
+                       "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                       "train.py": _ACCEL},
+                fixed=_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": true'),
+        Example("zero_optimization:\n  stage: 3\n  overlap_comm: true  # keep\ntrain_micro_batch_size_per_gpu: 1\n",
+                "a YAML config: the key is added with the block's indentation", path="ds.yaml", line=2,
+                files={"run.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.yaml\n", "train.py": _TRAINER},
+                fixed="zero_optimization:\n  stage: 3\n  overlap_comm: true  # keep\n"
+                      "  stage3_gather_16bit_weights_on_model_save: true\ntrain_micro_batch_size_per_gpu: 1\n"),
+    ]
+
+
+def ast_name(call) -> str:
+    """`trainer.save_model(...)` as written, arguments elided."""
+    import ast
+
+    return ast.unparse(call.func) + "(...)"
+
+
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+_STRICT_BLOCKS = ("zero_optimization", "activation_checkpointing", "comms_logger", "flops_profiler",
+                  "aio", "tensorboard", "wandb", "csv_monitor", "comet", "data_types", "checkpoint")
+
+
+def _autos(node, where=""):
+    """(dotted key, value node) for every "auto" value in a mapping, depth first."""
+    for key, value in node.entries:
+        name = f"{where}.{key.value}" if where else str(key.value)
+        if value.kind == "scalar" and value.value == "auto":
+            yield name, value
+        elif value.kind == "mapping":
+            yield from _autos(value, name)
+
+
+def _auto_consequence(where: str) -> str:
+    if where == "zero_optimization.stage":
+        return ("DeepSpeed drops \"auto\" inside zero_optimization, so the stage falls back to 0: ZeRO is off "
+                "and every GPU holds the whole model, gradients and optimizer states")
+    if where in _BATCH_KEYS:
+        return "DeepSpeed compares it with integers and stops at start-up with a TypeError"
+    if where in ("fp16.enabled", "bf16.enabled", "bfloat16.enabled"):
+        return ("DeepSpeed 0.19 drops it and the run trains without fp16/bf16; older versions read the "
+                "string as enabled")
+    if where.split(".")[0] in _STRICT_BLOCKS:
+        return "DeepSpeed drops \"auto\" values in this block and silently uses its default"
+    return "nothing replaces it: DeepSpeed drops the value or keeps the string \"auto\""
+
+
+@register
+class AutoWithoutIntegration(ProjectRule):
+    """## What it does
+    Flags `"auto"` values in a DeepSpeed config that a launch hands to a training script
+    calling `deepspeed.initialize` itself (`deepspeed train.py --deepspeed_config ds.json`
+    read by `deepspeed.add_config_arguments`, or `config=`), with neither the HF Trainer
+    nor accelerate in the script.
+
+    ## Why is this bad?
+    `"auto"` is not a DeepSpeed value: the HF Trainer and accelerate replace it from their
+    own arguments before DeepSpeed sees the config. A bare `deepspeed.initialize` does not.
+    DeepSpeed drops `"auto"` inside its validated blocks and uses the default, so
+    `"stage": "auto"` means ZeRO stage 0 (ZeRO off, every GPU holds everything) and
+    `"enabled": "auto"` under `bf16` means no bf16 in DeepSpeed 0.19; `"auto"` batch sizes
+    stop the run with a TypeError. Nothing is reported when the script mentions the string
+    `"auto"` itself (it may fill the values), or when the config reaches the script through
+    accelerate.
+
+    ## Example
+    ```json
+    {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": "auto"}}
+    ```
+    with `deepspeed --num_gpus 8 train.py --deepspeed --deepspeed_config ds.json` and
+    `deepspeed.initialize(args=args, model=model, ...)` in `train.py`.
+
+    ## Use instead
+    ```json
+    {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}
+    ```
+
+    ## Fix safety
+    No fix: the right number (stage, batch size, precision) is the author's choice.
+
+    ## References
+    - facts.md C12 (`"auto"` outside HF/accelerate); DeepSpeed `runtime/config_utils.py`
+      (`DeepSpeedConfigModel.__init__` drops "auto")
+    """
+
+    code = "CFX505"
+    name = "auto-without-integration"
+    severity = Severity.ERROR
+
+    def check_project(self, project):
+        for path, uses, doc in _checked_docs(project):
+            bare = [(use, source, facts) for use, source, facts in _script_uses(project, uses)
+                    if use.via_accelerate is None and facts.initialize and not facts.integrated
+                    and not facts.fills_auto]
+            if not bare:
+                continue
+            use, source, facts = bare[0]
+            call = facts.initialize[0]
+            related = [Related(source.span_of_node(call), "deepspeed.initialize reads the config here")]
+            related += [r for use, _, _ in bare for r in use.related]
+            for where, value in _autos(doc.root):
+                yield self.finding(
+                    doc.span(value),
+                    f'"{where}": "auto" is filled only by the HF Trainer or accelerate, but '
+                    f"{source.path}:{call.lineno} passes this config to deepspeed.initialize directly: "
+                    f"{_auto_consequence(where)}",
+                    related=related,
+                )
+
+    _BARE = ("import deepspeed\n\nargs = parser.parse_args()\n"
+             "engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model,"
+             " model_parameters=model.parameters())\n")
+    _LAUNCH = {"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed --deepspeed_config ds.json\n"}
+    _DS = '{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {\n    "stage": %s\n  }\n}\n'
+    VALID = [
+        Example(_DS % '"auto"', "the HF Trainer fills \"auto\"", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n",
+                       "train.py": "from transformers import Trainer\n\ntrainer = Trainer(model=model, args=args)\n"}),
+        Example(_DS % '"auto"', "accelerate fills \"auto\"", path="ds.json",
+                files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                          "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: 8\n",
+                       "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                       "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"}),
+        Example(_DS % "2", "no \"auto\" values", path="ds.json", files={**_LAUNCH, "train.py": _BARE}),
+        Example(_DS % '"auto"', "no launch links the config to a script", path="ds.json"),
+        Example(_DS % '"auto"', "the script fills \"auto\" values itself", path="ds.json",
+                files={**_LAUNCH, "train.py": _BARE.replace("args = parser.parse_args()\n",
+                                                            "args = parser.parse_args()\nfill(cfg, 'auto')\n")}),
+    ]
+    INVALID = [
+        Example(_DS % '"auto"', "stage \"auto\": ZeRO off", path="ds.json", line=4,
+                files={**_LAUNCH, "train.py": _BARE}),
+        Example('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimization": {"stage": 2}\n}\n',
+                "an \"auto\" batch size: TypeError", path="ds.json", line=2,
+                files={"run.sh": "deepspeed train.py --deepspeed_config=ds.json\n",
+                       "train.py": "import deepspeed as ds\n\nengine, *_ = ds.initialize(args=args, model=net)\n"}),
+    ]
+
+
+@register
+class OffloadWithTorchOptimizer(ProjectRule):
+    """## What it does
+    Flags optimizer offload (`zero_optimization.offload_optimizer.device` `cpu` or `nvme`)
+    in a DeepSpeed config whose training script builds a torch optimizer
+    (`torch.optim.AdamW(...)`) and passes it to `deepspeed.initialize(optimizer=...)`,
+    while the config has no `optimizer` block and does not set
+    `"zero_force_ds_cpu_optimizer": false`.
+
+    ## Why is this bad?
+    ZeRO-Offload steps the optimizer on the CPU; a torch optimizer there is slow, so
+    DeepSpeed refuses it: `ZeRORuntimeException` "You are using ZeRO-Offload with a client
+    provided optimizer (...) which in most cases will yield poor performance". The run
+    stops during `deepspeed.initialize`, after the model was loaded. Not reported when
+    accelerate or the HF Trainer runs the script (accelerate swaps in `DeepSpeedCPUAdam`
+    for a torch Adam), or when the config has its own `optimizer` block.
+
+    ## Example
+    ```json
+    {"train_batch_size": 16, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    ```
+    with `optimizer = torch.optim.AdamW(model.parameters())` and
+    `deepspeed.initialize(model=model, optimizer=optimizer, ...)`.
+
+    ## Use instead
+    `deepspeed.ops.adam.DeepSpeedCPUAdam(model.parameters())` in the script, or an
+    `"optimizer": {"type": "AdamW", "params": {...}}` block in the config (and no
+    `optimizer=`), or `"zero_force_ds_cpu_optimizer": false` to accept the slow step.
+
+    ## Fix safety
+    No fix: the choice between DeepSpeed's CPU Adam, a config optimizer and the slow torch
+    step is the author's.
+
+    ## References
+    - facts.md C12 (Runtime-only checks); DeepSpeed `runtime/engine.py` (`_configure_optimizer`)
+    """
+
+    code = "CFX508"
+    name = "offload-with-torch-optimizer"
+    severity = Severity.ERROR
+
+    def check_project(self, project):
+        for path, uses, doc in _checked_docs(project):
+            root = doc.root
+            zero = _zero(root)
+            offload = zero.get("offload_optimizer") if zero is not None else None
+            device = offload.get("device") if offload is not None and offload.kind == "mapping" else None
+            if device is None or device.value not in ("cpu", "nvme") or "optimizer" in root:
+                continue
+            force = root.get("zero_force_ds_cpu_optimizer")
+            if force is not None and force.truthy() is not True:
+                continue  # false (the documented opt-out) or not known
+            for use, source, facts in _script_uses(project, uses):
+                if use.via_accelerate is not None or facts.integrated:
+                    continue  # accelerate swaps in DeepSpeedCPUAdam
+                hit = next(((call, opt) for call in facts.initialize
+                            if (opt := facts.torch_optimizer_passed(call)) is not None), None)
+                if hit is None:
+                    continue
+                call, optimizer = hit
+                kind = ast_name(optimizer).removesuffix("(...)")
+                yield self.finding(
+                    doc.span(device),
+                    f"optimizer offload to {device.value} with the torch optimizer {kind} built at "
+                    f"{source.path}:{optimizer.lineno} and passed to deepspeed.initialize: DeepSpeed raises "
+                    f"ZeRORuntimeException 'You are using ZeRO-Offload with a client provided optimizer'; use "
+                    f"deepspeed.ops.adam.DeepSpeedCPUAdam, an \"optimizer\" block in the config, or "
+                    f"\"zero_force_ds_cpu_optimizer\": false",
+                    related=[Related(source.span_of_node(optimizer), "torch optimizer built here"),
+                             Related(source.span_of_node(call), "passed to deepspeed.initialize here")]
+                    + use.related,
+                )
+                break
+
+    _DS = ('{\n  "train_batch_size": 16,\n  "zero_optimization": {\n    "stage": 2,\n'
+           '    "offload_optimizer": {"device": "cpu"}\n  }%s\n}\n')
+    _SCRIPT = ("import torch\nimport deepspeed\n\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+               "engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)\n")
+    _LAUNCH = {"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed --deepspeed_config ds.json\n"}
+    VALID = [
+        Example(_DS % ',\n  "zero_force_ds_cpu_optimizer": false', "the documented opt-out", path="ds.json",
+                files={**_LAUNCH, "train.py": _SCRIPT}),
+        Example(_DS % ',\n  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}', "the config has an optimizer",
+                path="ds.json", files={**_LAUNCH, "train.py": _SCRIPT}),
+        Example(_DS % "", "DeepSpeedCPUAdam passed", path="ds.json",
+                files={**_LAUNCH, "train.py": _SCRIPT.replace("torch.optim.AdamW", "deepspeed.ops.adam.DeepSpeedCPUAdam")}),
+        Example(_DS % "", "accelerate swaps in DeepSpeedCPUAdam for a torch AdamW", path="ds.json",
+                files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                          "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: 2\n",
+                       "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                       "train.py": "import torch\nfrom accelerate import Accelerator\n\naccelerator = Accelerator()\n"
+                                   "optimizer = torch.optim.AdamW(model.parameters())\n"
+                                   "model, optimizer = accelerator.prepare(model, optimizer)\n"}),
+        Example(_DS.replace('"cpu"', '"none"') % "", "offload device none", path="ds.json",
+                files={**_LAUNCH, "train.py": _SCRIPT}),
+        Example(_DS % "", "no optimizer passed: DeepSpeed builds none, nothing to refuse here", path="ds.json",
+                files={**_LAUNCH, "train.py": "import deepspeed\n\nengine, *_ = deepspeed.initialize(args=args, model=model)\n"}),
+    ]
+    INVALID = [
+        Example(_DS % "", "torch AdamW passed to deepspeed.initialize with CPU offload", path="ds.json", line=5,
+                files={**_LAUNCH, "train.py": _SCRIPT}),
+        Example(_DS.replace('"cpu"', '"nvme"') % "", "from torch.optim import, passed inline", path="ds.json", line=5,
+                files={**_LAUNCH, "train.py": "from torch.optim import SGD\nimport deepspeed\n\n"
+                                               "engine, *_ = deepspeed.initialize(model=model, optimizer=SGD(model.parameters(), lr=0.1))\n"}),
+    ]

@@ -1,0 +1,131 @@
+"""What a training script does with DeepSpeed, read once per script per run for the
+project rules (CFX505, CFX506, CFX508): which integration runs it (HF Trainer, accelerate,
+or a bare `deepspeed.initialize`), how it saves, and which optimizer it hands to DeepSpeed.
+Names are resolved through the script's imports (`import deepspeed as ds`)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ScriptFacts:
+    trainer: list[ast.Call] = field(default_factory=list)  # HF / TRL `...Trainer(...)` constructions
+    accelerator: list[ast.Call] = field(default_factory=list)  # `Accelerator(...)`
+    initialize: list[ast.Call] = field(default_factory=list)  # `deepspeed.initialize(...)`
+    hf_saves: list[tuple[ast.Call, str]] = field(default_factory=list)  # (call, "trainer" | "accelerate")
+    save_checkpoint: bool = False  # `engine.save_checkpoint(...)`: the full ZeRO checkpoint
+    fills_auto: bool = False  # the script compares or writes the string "auto" itself
+    torch_optimizers: dict[str, ast.Call] = field(default_factory=dict)  # variable -> torch.optim.X(...)
+
+    @property
+    def integrated(self) -> bool:
+        """HF Trainer or accelerate runs DeepSpeed: they fill "auto" and adapt the optimizer."""
+        return bool(self.trainer or self.accelerator)
+
+    def torch_optimizer_passed(self, call: ast.Call) -> ast.Call | None:
+        """The torch optimizer construction passed as `optimizer=` to this initialize call."""
+        for kw in call.keywords:
+            if kw.arg != "optimizer":
+                continue
+            value = kw.value
+            if isinstance(value, ast.Call) and _is_torch_optim(value, self._imports):
+                return value
+            if isinstance(value, ast.Name):
+                return self.torch_optimizers.get(value.id)
+        return None
+
+    _imports: dict[str, str] = field(default_factory=dict)
+
+
+def _dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _qualified(node, imports: dict[str, str]) -> str | None:
+    name = _dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    base = imports.get(head)
+    if base is None:
+        return name
+    return f"{base}.{rest}" if rest else base
+
+
+def _is_torch_optim(call: ast.Call, imports) -> bool:
+    name = _qualified(call.func, imports) or ""
+    return name.startswith("torch.optim.") and name.count(".") == 2 and name.split(".")[2][:1].isupper()
+
+
+def analyse(tree: ast.Module) -> ScriptFacts:
+    imports: dict[str, str] = {}
+    facts = ScriptFacts()
+    facts._imports = imports
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imports[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    libraries = {value.split(".")[0] for value in imports.values()}
+    hf = bool(libraries & {"transformers", "trl"})
+    assigned: list[tuple[ast.expr, ast.Call]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "auto":
+            facts.fills_auto = True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+            assigned.append((node.targets[0], node.value))
+        if not isinstance(node, ast.Call):
+            continue
+        name = _qualified(node.func, imports) or ""
+        last = name.rsplit(".", 1)[-1]
+        if name == "deepspeed.initialize":
+            facts.initialize.append(node)
+        elif last.endswith("Trainer") and hf:
+            facts.trainer.append(node)
+        elif name == "accelerate.Accelerator" or (last == "Accelerator" and "accelerate" in libraries):
+            facts.accelerator.append(node)
+        if isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method == "save_checkpoint":
+                facts.save_checkpoint = True
+            elif method in ("save_model", "get_state_dict", "save_pretrained"):
+                facts.hf_saves.append((node, method))
+    for target, call in assigned:
+        if isinstance(target, ast.Name) and _is_torch_optim(call, imports):
+            facts.torch_optimizers[target.id] = call
+    # keep only the saves that go through the Trainer or accelerate
+    kept = []
+    for call, method in facts.hf_saves:
+        receiver = ast.unparse(call.func.value).lower()
+        if method == "save_model" and (facts.trainer or facts.accelerator):
+            kept.append((call, "trainer" if facts.trainer and "accelerator" not in receiver else "accelerate"))
+        elif method == "get_state_dict" and facts.accelerator:
+            kept.append((call, "accelerate"))
+        elif (method == "save_pretrained" and facts.trainer and "model" in receiver
+              and not receiver.endswith(("config", "tokenizer", "processor"))
+              and not any(kw.arg == "state_dict" for kw in call.keywords)):
+            # an explicit state_dict was gathered by the script itself (LLaVA's *_maybe_zero_3)
+            kept.append((call, "trainer"))
+    facts.hf_saves = kept
+    return facts
+
+
+def script_facts(project, path):
+    """(SourceText, ScriptFacts) for the training script at `path`, memoised on the project."""
+    key = ("facts", path)
+    cache = project._scripts  # reset with the model's other per-run reads (with_override)
+    if key not in cache:
+        parsed = project.script(path)
+        cache[key] = (parsed[0], analyse(parsed[1])) if parsed is not None else None
+    return cache[key]
