@@ -1094,6 +1094,15 @@ class EvalWithoutNoGrad(Rule):
             "    def val_loop(self, batches):\n        for b in batches:\n            self.model(b)\n",
             why="Lightning runs its hooks under no_grad",
         ),
+        Example(
+            "import torch\n"
+            "def profile(model, x):\n"
+            "    model.eval()\n"
+            "    for _ in range(3):\n"
+            "        _ = model(x)\n"
+            "    return measure(model, x)\n",
+            why="a warm-up loop that drops each output at once (a profiler may want autograd on)",
+        ),
     ]
     INVALID = [
         Example(
@@ -1190,8 +1199,8 @@ class EvalWithoutNoGrad(Rule):
                 for site in analysis.calls_within(loop)
                 if self._is_forward(analysis, site, receivers, named) and not analysis.with_guarded(site.context)
             ]
-            if not forwards:
-                continue
+            if not forwards or (_repeats(loop) and all(_discarded(site) for site in forwards)):
+                continue  # a warm-up / timing loop (`for _ in range(n)`) drops each output at once
             first = min(forwards, key=lambda s: (s.node.lineno, s.node.col_offset))
             flagged.add(id(loop))
             yield self._report(ctx, loop, first, receivers, func)
@@ -1227,6 +1236,27 @@ class EvalWithoutNoGrad(Rule):
             fix=_wrap_in_no_grad(ctx, loop),
             related=related,
         )
+
+
+def _repeats(loop: ast.stmt) -> bool:
+    """`for _ in range(n)`: a loop that repeats a call, not one that walks data."""
+    return (
+        isinstance(loop, (ast.For, ast.AsyncFor))
+        and isinstance(loop.iter, ast.Call)
+        and isinstance(loop.iter.func, ast.Name)
+        and loop.iter.func.id == "range"
+    )
+
+
+def _discarded(site) -> bool:
+    """`model(x)` as a statement, or `_ = model(x)`: the output is dropped right away."""
+    stmt = site.context.stmt
+    if isinstance(stmt, ast.Expr):
+        return stmt.value is site.node
+    if isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        return isinstance(target, ast.Name) and target.id == "_"
+    return False
 
 
 def _may_evaluate(tree: ast.Module) -> bool:
