@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from cfgfix.analysis.names import ImportMap
+
 
 @dataclass
 class ScriptFacts:
@@ -30,54 +32,25 @@ class ScriptFacts:
             if kw.arg != "optimizer":
                 continue
             value = kw.value
-            if isinstance(value, ast.Call) and _is_torch_optim(value, self._imports):
+            if isinstance(value, ast.Call) and self._imports is not None and _is_torch_optim(value, self._imports):
                 return value
             if isinstance(value, ast.Name):
                 return self.torch_optimizers.get(value.id)
         return None
 
-    _imports: dict[str, str] = field(default_factory=dict)
+    _imports: ImportMap | None = None
 
 
-def _dotted(node) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def _qualified(node, imports: dict[str, str]) -> str | None:
-    name = _dotted(node)
-    if name is None:
-        return None
-    head, _, rest = name.partition(".")
-    base = imports.get(head)
-    if base is None:
-        return name
-    return f"{base}.{rest}" if rest else base
-
-
-def _is_torch_optim(call: ast.Call, imports) -> bool:
-    name = _qualified(call.func, imports) or ""
+def _is_torch_optim(call: ast.Call, imports: ImportMap) -> bool:
+    name = imports.qualify(call.func) or ""
     return name.startswith("torch.optim.") and name.count(".") == 2 and name.split(".")[2][:1].isupper()
 
 
 def analyse(tree: ast.Module) -> ScriptFacts:
-    imports: dict[str, str] = {}
+    imports = ImportMap(tree)
     facts = ScriptFacts()
     facts._imports = imports
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                imports[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    libraries = {value.split(".")[0] for value in imports.values()}
+    libraries = {value.split(".")[0] for value in imports.aliases.values()}
     hf = bool(libraries & {"transformers", "trl"})
     assigned: list[tuple[ast.expr, ast.Call]] = []
     for node in ast.walk(tree):
@@ -87,7 +60,7 @@ def analyse(tree: ast.Module) -> ScriptFacts:
             assigned.append((node.targets[0], node.value))
         if not isinstance(node, ast.Call):
             continue
-        name = _qualified(node.func, imports) or ""
+        name = imports.qualify(node.func) or ""
         last = name.rsplit(".", 1)[-1]
         if name == "deepspeed.initialize":
             facts.initialize.append(node)
