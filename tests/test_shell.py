@@ -609,3 +609,30 @@ def test_launch_names_are_reexported_from_shell():
     from cfgfix.documents import shell
 
     assert shell.find_launches is find_launches and shell.Launch is Launch
+
+
+def test_launcher_options_held_in_a_variable_are_word_split():
+    """Qwen's finetune scripts: `torchrun $DISTRIBUTED_ARGS finetune.py ...`."""
+    (launch,) = launches(
+        'GPUS_PER_NODE=8\nNNODES=2\n'
+        'DISTRIBUTED_ARGS="\n    --nproc_per_node $GPUS_PER_NODE \\\n    --nnodes $NNODES \\\n    --master_port 6001\n"\n'
+        "torchrun $DISTRIBUTED_ARGS finetune.py --deepspeed ds.json\n"
+    )
+    assert launch.script.text == "finetune.py"
+    assert (launch.num_processes, launch.num_machines, launch.world_size) == (8, 2, 16)
+    assert launch.config_files["deepspeed"].text == "ds.json"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'torchrun "$ARGS" train.py\n',  # quoted: one word, no splitting
+        "torchrun ${ARGS:-} train.py\n",  # a default that may be what runs
+        "if x; then ARGS='--nproc_per_node 4'; fi\ntorchrun $ARGS train.py\n",  # maybe not set
+        "ARGS=$(cat args)\ntorchrun $ARGS train.py\n",  # computed
+    ],
+)
+def test_unsure_argument_variables_stay_as_written(script):
+    text = script if script.startswith(("if", "ARGS=$(")) else "ARGS='--nproc_per_node 4'\n" + script
+    (launch,) = launches(text)
+    assert launch.world_size is None

@@ -247,6 +247,11 @@ class _Variables:
     def launch(self, command: Command, found: _Found) -> Launch:
         self._replay_until(command.span.start)
         self._enter(self.doc.scopes.get(command.span.start, ()))
+        expanded = self._expand(command)
+        if expanded is not command:  # `torchrun $DISTRIBUTED_ARGS train.py`
+            refound = _recognise(expanded)
+            if refound is not None:
+                command, found = expanded, refound
         processes = self.number(found.processes)
         machines = self.nodes(found.machines) if found.machines_stated else found.machines_default
         if found.counting in ("single", "unknown"):
@@ -307,6 +312,44 @@ class _Variables:
                     self.values[name] = old
             else:  # a block that may not have run: the name is unknown (a `source` stays)
                 self._set(name, self.values[name] if name == "*" else None, old, known=True)
+
+    def _expand(self, command: Command) -> Command:
+        """Word-split unquoted `$NAME` words whose value is certainly a literal string, as
+        the shell does (`ARGS="--nproc_per_node 8 --nnodes 1"; torchrun $ARGS x.py`). The new
+        words point at the variable's token. Anything unsure stays as written."""
+        words: list[Word] = []
+        changed = False
+        for word in command.words:
+            match = _VARIABLE.fullmatch(word.raw) if word.raw.startswith("$") else None
+            assignment = self.values.get(match.group(1) or match.group(2)) if match else None
+            sourced = self.values.get("*")
+            if (
+                not isinstance(assignment, Assignment)
+                or (isinstance(sourced, int) and sourced > assignment.span.start)
+                or any(mark in assignment.value.raw for mark in ("$(", "`"))
+                or ":" in word.raw  # `${X:-default}`: the default may be what runs
+            ):
+                words.append(word)
+                continue
+            pieces = [p for p in assignment.value.text.split() if p != "\\"]
+            if len(pieces) < 2 or not self._settled(pieces, assignment):
+                words.append(word)  # one word needs no splitting: `number()` reads it as assigned
+                continue
+            words.extend(Word(piece, piece, word.span) for piece in pieces)
+            changed = True
+        return replace(command, words=tuple(words)) if changed else command
+
+    def _settled(self, pieces: list[str], assignment: Assignment) -> bool:
+        """The shell expanded `$N` inside ARGS when ARGS was assigned; reading N now is the
+        same only if N was not assigned again since."""
+        for piece in pieces:
+            match = _VARIABLE.fullmatch(piece)
+            if match is None:
+                continue
+            current = self.values.get(match.group(1) or match.group(2))
+            if not isinstance(current, Assignment) or current.span.start > assignment.span.start:
+                return False
+        return True
 
     # -- queries
     def number(self, word: Word | None) -> int | None:
