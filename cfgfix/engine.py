@@ -26,7 +26,7 @@ from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile
 
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python")
-SHELL_KINDS = ("shell", "dockerfile", "makefile", "env")
+SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
 POOL_MIN_FILES = 200  # below this a process pool costs more than it saves
 
 
@@ -126,9 +126,13 @@ class Linter:
             source = SourceText.from_bytes(sf.display, data)
         except DecodeError:
             return FileResult()  # not a script we can read; launch scripts are optional input
+        if sf.kind == "markdown":  # a README: only its fenced shell blocks, read for launches
+            from cfgfix.documents.markdown import shell_blocks_only
+
+            source = shell_blocks_only(source)
         result = FileResult()
         try:
-            document = parse_shell(source, {"shell": "sh"}.get(sf.kind, sf.kind))
+            document = parse_shell(source, {"shell": "sh", "markdown": "sh"}.get(sf.kind, sf.kind))
             ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path))
             if wants_launches:
                 result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]

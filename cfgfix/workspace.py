@@ -23,7 +23,7 @@ class SourceFile:
     path: Path  # absolute
     display: str  # posix, relative to the cwd when under it, else absolute
     relpath: str  # posix, relative to settings.root (for per-file-ignores), else display
-    kind: str  # "python" | "shell" | "yaml" | "json" | "dockerfile" | "makefile" | "env"
+    kind: str  # "python" | "shell" | "yaml" | "json" | "dockerfile" | "makefile" | "env" | "markdown"
 
 
 # ---------------------------------------------------------------------- classification
@@ -72,6 +72,8 @@ def _kind_from_name(name: str) -> str | None:
         return "dockerfile"
     if name.startswith(".env."):
         return "env"
+    if name.lower().startswith("readme") and name.lower().endswith((".md", ".markdown")):
+        return "markdown"  # read only for the launch commands in its fenced shell blocks
     return None
 
 

@@ -63,7 +63,8 @@ def in_tmp(tmp_path, monkeypatch):
         (".env", b"", "env"),
         ("prod.env", b"", "env"),
         (".env.local", b"", "env"),
-        ("README.md", b"", None),
+        ("README.md", b"", "markdown"),  # read for the launches in its shell blocks
+        ("notes.md", b"", None),
         ("setup.cfg", b"", None),
         ("weights.safetensors", b"", None),
     ],
@@ -82,6 +83,7 @@ def test_walk_finds_kinds_sorted_with_paths(tmp_path):
     assert warnings == []
     assert [(f.display, f.kind) for f in files] == [
         ("Dockerfile", "dockerfile"),
+        ("README.md", "markdown"),
         ("a.yaml", "yaml"),
         ("configs/ds.json", "json"),
         ("scripts/launch", "shell"),
