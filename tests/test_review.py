@@ -351,3 +351,32 @@ def test_post_without_token_fails_cleanly(env, monkeypatch):
     monkeypatch.delenv("GITHUB_TOKEN")
     result = CliRunner().invoke(cli, ["review", "--no-cache", "--base", "main", "--post"])
     assert result.exit_code == 2 and "GITHUB_TOKEN is not set" in result.output
+
+
+def test_a_conflicting_config_value_is_reviewed_with_its_fix(tmp_path, monkeypatch):
+    """The issue's config case: a pull request changes `train_batch_size` in a DeepSpeed
+    JSON that a launch script runs on 2 GPUs; the comment sits on the changed value with a
+    suggestion that writes the product, and applying it gives what `cfgfix fix` writes."""
+    root = tmp_path / "cfg"
+    root.mkdir()
+    _git(root, "init", "-q", "-b", "main")
+    base = '{\n  "train_batch_size": 16,\n  "train_micro_batch_size_per_gpu": 4,\n  "gradient_accumulation_steps": 2\n}\n'
+    (root / "ds.json").write_text(base)
+    (root / "train.py").write_text("import deepspeed\n")
+    (root / "run.sh").write_text("deepspeed --num_gpus 2 train.py --deepspeed ds.json\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    _git(root, "checkout", "-qb", "feature")
+    (root / "ds.json").write_text(base.replace('"train_batch_size": 16', '"train_batch_size": 32'))
+    _git(root, "commit", "-qam", "pr")
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    result = _review("--output-format", "github-review")
+    assert result.exit_code == 1, result.output
+    (comment,) = json.loads(result.output)["comments"]
+    assert (comment["path"], comment["line"]) == ("ds.json", 2)
+    assert "**[CFX502]" in comment["body"]
+    assert '```suggestion\n  "train_batch_size": 16,\n```' in comment["body"]
+    fixed = CliRunner().invoke(cli, ["fix", "--no-cache", "ds.json"], catch_exceptions=False)
+    assert fixed.exit_code == 0, fixed.output
+    assert (root / "ds.json").read_text() == base
