@@ -37,14 +37,11 @@ class ImportMap:
 
     def qualify(self, node: ast.AST) -> str | None:
         """Dotted qualified name of a Name/Attribute chain, or None for anything else."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        name = dotted(node)
+        if name is None:
             return None
-        parts.append(self.aliases.get(node.id, node.id))
-        return ".".join(reversed(parts))
+        root, dot, rest = name.partition(".")
+        return self.aliases.get(root, root) + dot + rest
 
     def local_name_for(self, qualified: str) -> str | None:
         """How this module can spell a module such as `torch` (`th` after `import torch as th`)."""

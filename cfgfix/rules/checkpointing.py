@@ -583,6 +583,15 @@ class _Peft:
                 )
         return None
 
+    def _fix_edit(self, wrapped, call: ast.Call, keyword: str, value, literal):
+        """`use_reentrant: False`: a new kwargs keyword on `call`, or the key set in the dict
+        literal already passed; none for remote code or kwargs held in a variable."""
+        if wrapped.remote_code:
+            return None
+        if value is None:
+            return python_edits.add_keyword(self.src, call, f'{keyword}={{"use_reentrant": False}}') if self.tf_kwargs else None
+        return set_reentrant_false(self.src, literal) if literal is not None else None
+
     def _kwargs_state(self, scope: _Scope, value, pos) -> tuple[str, ast.AST | None, ast.AST | None]:
         """(use_reentrant state, the node it was read from, the literal node a fix may edit)."""
         if isinstance(value, (ast.Name, ast.Attribute)):
@@ -603,14 +612,7 @@ class _Peft:
         if why is None:
             return
         src, wrap = self.src, wrapped.call
-        edit = None
-        if wrapped.remote_code:
-            pass
-        elif value is None:
-            if self.tf_kwargs:
-                edit = python_edits.add_keyword(src, call, f'{keyword}={{"use_reentrant": False}}')
-        elif literal is not None:
-            edit = set_reentrant_false(src, literal)
+        edit = self._fix_edit(wrapped, call, keyword, value, literal)
         receiver = src.node_text(call.func.value)  # type: ignore[attr-defined]
         method = call.func.attr  # type: ignore[attr-defined]
         if before_wrap:
@@ -656,14 +658,7 @@ class _Peft:
         if why is None:
             return
         src, wrap = self.src, wrapped.call
-        edit = None
-        if wrapped.remote_code:
-            pass
-        elif value is None:
-            if self.tf_kwargs:
-                edit = python_edits.add_keyword(src, args_call, f'{keyword}={{"use_reentrant": False}}')
-        elif literal is not None:
-            edit = set_reentrant_false(src, literal)
+        edit = self._fix_edit(wrapped, args_call, keyword, value, literal)
         message = (
             f"`{flag.arg}=True` makes the HF `Trainer` turn on reentrant checkpointing ({why}) for "
             f"the PEFT model that `get_peft_model` built on line {wrap.lineno} with frozen "
