@@ -13,8 +13,15 @@ $(BIN)/cfgfix: pyproject.toml
 	$(BIN)/python -m pip install --quiet --quiet -e .
 	@touch $@
 
+# The tests also run real (tiny) training steps, so the dev environment gets the `verify`
+# extra. TORCH pins the build: torch==2.13.0 is the CPU wheel on this project's machines;
+# an unpinned torch may download a multi-GB CUDA build. If it cannot be installed, the
+# tests that need torch are skipped and the rest still run.
+TORCH ?= torch==2.13.0
 $(VENV)/.dev: $(BIN)/cfgfix
 	$(BIN)/python -m pip install --quiet --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --quiet '$(TORCH)' && $(BIN)/python -m pip install --quiet --quiet -e '.[verify]' \
+		|| echo "note: torch/transformers not installed; the tests that need them will be skipped"
 	@touch $@
 
 # cfgfix's main job on the bundled sample projects: the findings, then the diff `fix` would make.
