@@ -97,6 +97,33 @@ def rule(code, show_all, output_format) -> None:
         click.echo(rule_page(found))
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", help="What to print [default: text].")
+@click.option("--gpu", metavar="NAME", help="The target GPU (overrides [tool.cfgfix] gpu).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml.")
+def explain(paths, output_format, gpu, config_file) -> None:
+    """Show each launch's resolved training setup and where every value comes from."""
+    from dataclasses import replace
+
+    from cfgfix.training.explain import render_json, render_text
+    from cfgfix.training.resolve import training_setups
+
+    engine, files, settings = _prepare(paths, None, None, None, config_file, False)
+    if gpu:
+        engine.settings = replace(engine.settings, gpu=gpu)
+    result = engine.run(files)
+    for error in result.errors:
+        click.echo(f"cfgfix: {error}", err=True)
+    project = engine.project
+    setups = training_setups(project)
+    if paths:  # launch scripts outside the named paths were read only to link files
+        roots = [Path(os.path.realpath(p)) for p in paths]
+        setups = [s for s in setups if any(s.launch_file == r or r in s.launch_file.parents for r in roots)]
+    render = render_json if output_format == "json" else render_text
+    click.echo(render(setups, project.display), nl=False)
+
+
 def _rule_json(rule) -> dict:
     return {
         "code": rule.code,

@@ -25,6 +25,10 @@ from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
 from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile
 
+# Bumped whenever FileResult's cached shape changes (a new LaunchFacts field), so that a
+# development checkout never reads results written by older code of the same version.
+RESULT_SCHEMA = "3"
+
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
 POOL_MIN_FILES = 200  # below this a process pool costs more than it saves
@@ -228,7 +232,7 @@ class Engine:
     def _fingerprint(self) -> str:
         from cfgfix import __version__
 
-        return "|".join([__version__, self.settings.fingerprint(), ",".join(sorted(self.codes))])
+        return "|".join([__version__, RESULT_SCHEMA, self.settings.fingerprint(), ",".join(sorted(self.codes))])
 
     def _file_key(self, sf: SourceFile) -> str:
         """What besides its bytes a file's result depends on: its project's versions."""
@@ -265,12 +269,12 @@ class Engine:
         added = any(r.conditional for r in results.values())
         if added:
             self._add_launch_scripts(files, results)
-        self.project = ProjectModel.build(self._launch_files, results, self.settings.root)
+        self.project = ProjectModel.build(self._launch_files, results, self.settings.root, self.settings)
         if not added and self.project_rules and self.project.wants_launch_scripts():
             # A DeepSpeed config of this run that no launch of this run uses: look for the
             # project's launch scripts (rare in a whole-tree run, usual in a pre-commit run).
             self._add_launch_scripts(files, results)
-            self.project = ProjectModel.build(self._launch_files, results, self.settings.root)
+            self.project = ProjectModel.build(self._launch_files, results, self.settings.root, self.settings)
         findings: list[Finding] = []
         sources: dict[str, SourceText] = {}
         errors: list[str] = []

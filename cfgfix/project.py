@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Iterable
@@ -35,6 +36,8 @@ class LaunchFacts:
     training_config: str | None = None  # the script's --config F
     grad_accum: int | None = None  # the script's --gradient_accumulation_steps N
     grad_accum_span: Span | None = None
+    args: tuple[tuple[str, Span], ...] = ()  # the script's arguments as written, with spans
+    cuda_devices: str | None = None  # CUDA_VISIBLE_DEVICES in the launch's environment
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
@@ -62,6 +65,8 @@ class LaunchFacts:
             training_config=training_text,
             grad_accum=steps,
             grad_accum_span=steps_word.span if steps is not None else None,
+            args=tuple((_expand(w.text, launch.env), w.span) for w in launch.script_args),
+            cuda_devices=launch.env.get("CUDA_VISIBLE_DEVICES"),
         )
 
     def to_dict(self) -> dict:
@@ -75,6 +80,8 @@ class LaunchFacts:
             "training_config": self.training_config,
             "grad_accum": self.grad_accum,
             "grad_accum_span": self.grad_accum_span.to_dict() if self.grad_accum_span else None,
+            "args": [[text, span.to_dict()] for text, span in self.args],
+            "cuda_devices": self.cuda_devices,
         }
 
     @classmethod
@@ -84,7 +91,20 @@ class LaunchFacts:
             Span.from_dict(data["span"]), data.get("deepspeed_config"), data.get("training_config"),
             data.get("grad_accum"),
             Span.from_dict(data["grad_accum_span"]) if data.get("grad_accum_span") else None,
+            tuple((text, Span.from_dict(span)) for text, span in data.get("args", ())),
+            data.get("cuda_devices"),
         )
+
+
+_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """`--model=$MODEL_NAME` with the value the launch script assigned; a variable it did
+    not assign stays as written (and the setting stays unknown)."""
+    if "$" not in text:
+        return text
+    return _VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
 
 
 def _option(words, names: tuple[str, ...]) -> str | None:
@@ -125,9 +145,25 @@ def _resolve_in(written: str, bases: Iterable[Path]) -> Path | None:
 
 
 def _resolve(written: str, launch_file: Path, root: Path) -> Path | None:
-    """A path as a launch script wrote it: relative to the script's folder, the project
-    root, or the current folder (launch scripts are run from any of these)."""
-    return _resolve_in(written, [launch_file.parent, root, Path.cwd()])
+    """A path as a launch script wrote it: relative to the script's folder, a folder above
+    it inside the project (`scripts/train.sh` is usually run from the repository's top),
+    the project root, or the current folder (launch scripts are run from any of these)."""
+    return _resolve_in(written, [*_launch_folders(launch_file, root), root, Path.cwd()])
+
+
+def _launch_folders(launch_file: Path, root: Path) -> list[Path]:
+    """The launch script's folder and its parents up to (not including) the project root."""
+    folders = [launch_file.parent]
+    try:
+        real_root = Path(os.path.realpath(root))
+        current = Path(os.path.realpath(launch_file.parent))
+        while current != real_root and real_root in current.parents and len(folders) < 8:
+            current = current.parent
+            if current != real_root:
+                folders.append(current)
+    except OSError:
+        pass
+    return folders
 
 
 def _real(path: Path) -> Path:
@@ -168,10 +204,14 @@ class ProjectModel:
         self._scripts: dict[Path, object] = {}
         self._overrides: dict[Path, bytes] = {}
         self._links: tuple | None = None
+        self.target_gpu: str | None = None  # [tool.cfgfix] gpu / --gpu
+        self.target_gpus: int | None = None
 
     @classmethod
-    def build(cls, files, results, root: Path) -> "ProjectModel":
+    def build(cls, files, results, root: Path, settings=None) -> "ProjectModel":
         model = cls(root)
+        if settings is not None:
+            model.target_gpu, model.target_gpus = settings.gpu, settings.gpus
         for sf in files:
             result = results.get(sf.display)
             if result is None:
@@ -324,7 +364,7 @@ class ProjectModel:
                     if script is not None:
                         script_dirs.setdefault(path, []).append(script.parent)
             if launch.deepspeed_config:
-                bases = [folder, self.root, Path.cwd()] + ([script.parent] if script is not None else [])
+                bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script is not None else [])
                 path = _resolve_in(launch.deepspeed_config, bases)
                 if path is not None:
                     world = launch.world_size

@@ -31,7 +31,7 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
-_KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores",)
+_KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores", "gpu", "gpus")
 _SELECTOR_KEYS = ("select", "ignore", "extend-select")
 # A code (CFX103), a prefix of one (CFX1, CFX), or ALL.
 _SELECTOR_RE = re.compile(r"ALL|[A-Z]+[0-9]*")
@@ -51,6 +51,8 @@ class Settings:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, selectors)
     exclude: tuple[str, ...] | None = None  # None = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
+    gpu: str | None = None  # the target GPU ("RTX 4090"): CFX602, CFX701, `estimate`, `fix --fit`
+    gpus: int | None = None  # GPUs per run, when no launch says
     # Selectors given on the command line, only so errors blame the flag, not the file.
     cli_selectors: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
@@ -59,7 +61,7 @@ class Settings:
         data = [
             self.select, self.ignore, self.extend_select,
             [[g, list(c)] for g, c in self.per_file_ignores],
-            self.exclude, self.extend_exclude,
+            self.exclude, self.extend_exclude, self.gpu, self.gpus,
         ]
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
@@ -118,6 +120,14 @@ def _from_table(table: dict, path: Path) -> Settings:
             raise SettingsError(f"{path}: unknown key '{key}' in {where}{hint}")
         if key == "per-file-ignores":
             values[key] = _per_file_ignores(value, path)
+        elif key == "gpu":
+            if not isinstance(value, str) or not value.strip():
+                raise SettingsError(f"{path}: 'gpu' must be a GPU name such as \"RTX 4090\", got {value!r}")
+            values[key] = value.strip()
+        elif key == "gpus":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SettingsError(f"{path}: 'gpus' must be a positive integer, got {value!r}")
+            values[key] = value
         else:
             values[key] = _str_list(value, f"{path}: '{key}'")
             if key in _SELECTOR_KEYS:
@@ -131,6 +141,8 @@ def _from_table(table: dict, path: Path) -> Settings:
         per_file_ignores=values.get("per-file-ignores", ()),
         exclude=values.get("exclude"),
         extend_exclude=values.get("extend-exclude", ()),
+        gpu=values.get("gpu"),
+        gpus=values.get("gpus"),
     )
 
 

@@ -11,4 +11,5 @@ from cfgfix.rules import (  # noqa: F401  (imported for registration)
     loading,
     loops,
     tool,
+    training_setup,
 )

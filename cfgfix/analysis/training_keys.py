@@ -1,0 +1,63 @@
+"""The names training settings go by, as data: in training configs (YAML/JSON at any
+depth, Python config modules), in HF `TrainingArguments` keywords, and as script flags
+(`--per_device_train_batch_size 4`).
+
+Only names whose meaning is not in doubt are listed. `train_batch_size` is left out on
+purpose: DeepSpeed means the global batch, diffusers' scripts the per-device one, so a
+training config's `train_batch_size` says nothing certain. `batch_size` alone is left out
+too (evaluation, data loading and inference use it as often as training).
+"""
+
+from __future__ import annotations
+
+# canonical setting -> the names it goes by (matched exactly; case as written by the tools)
+SETTING_NAMES: dict[str, tuple[str, ...]] = {
+    "model": ("model_name_or_path", "pretrained_model_name_or_path", "base_model", "model_name", "model_id"),
+    "micro_batch": ("per_device_train_batch_size", "micro_batch_size", "train_micro_batch_size_per_gpu"),
+    "grad_accum": ("gradient_accumulation_steps",),
+    "mixed_precision": ("mixed_precision",),
+    "bf16": ("bf16",),
+    "fp16": ("fp16",),
+    "seq_len": ("max_seq_length", "max_seq_len", "model_max_length", "sequence_len", "cutoff_len",
+                "max_source_length", "seq_length", "block_size", "max_length"),
+    "resolution": ("resolution",),
+    "gradient_checkpointing": ("gradient_checkpointing",),
+    "optimizer": ("optim", "optimizer"),
+    "use_8bit_adam": ("use_8bit_adam",),
+    "lora_rank": ("lora_r", "lora_rank"),
+    "load_in_4bit": ("load_in_4bit",),
+    "load_in_8bit": ("load_in_8bit",),
+    "deepspeed": ("deepspeed",),
+    "learning_rate": ("learning_rate",),
+    "max_grad_norm": ("max_grad_norm",),
+    "weight_decay": ("weight_decay",),
+    "num_train_epochs": ("num_train_epochs",),
+    "global_batch": ("global_batch_size", "total_batch_size", "effective_batch_size", "total_train_batch_size"),
+}
+
+NAME_TO_SETTING: dict[str, str] = {name: setting for setting, names in SETTING_NAMES.items() for name in names}
+
+# Mappings whose `r` is a LoRA rank (`lora: {r: 16}`, `LORA_CONFIG = {"r": 16}`).
+LORA_BLOCKS = frozenset({"lora", "lora_config", "peft", "peft_config", "adapter"})
+
+# Settings that mark a file as a training config: two different ones must appear.
+TRAINING_MARKERS = frozenset({
+    "micro_batch", "grad_accum", "mixed_precision", "bf16", "fp16", "gradient_checkpointing",
+    "learning_rate", "num_train_epochs", "lora_rank", "optimizer",
+})
+
+# HF `TrainingArguments` defaults for the values CFX511 compares (transformers 4.x-5.x):
+# a launch whose script parses TrainingArguments from the command line gets these for
+# every flag it does not pass.
+TRAINING_ARGUMENT_DEFAULTS: dict[str, object] = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "fp16": False,
+    "bf16": False,
+    "learning_rate": 5e-5,
+    "max_grad_norm": 1.0,
+    "weight_decay": 0.0,
+}
+
+# HF optimizer names (`optim`) by what they keep per parameter.
+EIGHT_BIT_OPTIMIZERS = ("8bit",)  # adamw_bnb_8bit, paged_adamw_8bit, adamw_8bit, ...

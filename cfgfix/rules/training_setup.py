@@ -1,0 +1,544 @@
+"""Rules over a launch's resolved training setup: CFX511 (DeepSpeed values that the HF
+Trainer rejects), CFX601-CFX603 (training configs) [B10, C12].
+
+They read `training_setups(project)`: one setup per launch, with every value's origin, so a
+finding points at the line that sets the wrong value and lists the others as related."""
+
+from __future__ import annotations
+
+from cfgfix.analysis.training_keys import TRAINING_ARGUMENT_DEFAULTS
+from cfgfix.core import Applicability, Edit, Fix, Related, Severity
+from cfgfix.documents.config_edits import replace_scalar
+from cfgfix.project import ProjectRule
+from cfgfix.rules.base import Example, register
+
+# (DeepSpeed key path, TrainingArguments name(s) whose value HF compares it with) — HF's
+# `HfTrainerDeepSpeedConfig.trainer_config_process` (transformers integrations/deepspeed.py).
+_HF_CHECKS = (
+    (("train_micro_batch_size_per_gpu",), "per_device_train_batch_size"),
+    (("gradient_accumulation_steps",), "gradient_accumulation_steps"),
+    (("gradient_clipping",), "max_grad_norm"),
+    (("optimizer", "params", "lr"), "learning_rate"),
+    (("optimizer", "params", "weight_decay"), "weight_decay"),
+    (("fp16", "enabled"), "fp16"),
+    (("bf16", "enabled"), "bf16"),
+)
+HF_SCRIPT = (
+    "from transformers import HfArgumentParser, Trainer, TrainingArguments\n\n"
+    "args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+    "trainer = Trainer(model=model, args=args)\ntrainer.train()\n"
+)
+
+
+def _node_at(root, path):
+    node = root
+    for key in path:
+        if node is None or node.kind != "mapping":
+            return None
+        node = node.get(key)
+    return node
+
+
+class _HfArguments:
+    """The TrainingArguments values of one launch, where they are all visible: the flags of a
+    launch whose script parses them from the command line, or the script's one literal
+    `TrainingArguments(...)` call. Defaults fill in what neither states."""
+
+    def __init__(self, setup, script) -> None:
+        self.values: dict[str, object] = {}
+        self.origins: dict[str, object] = {}  # name -> Value (None for a default)
+        self.complete = False
+        flags = setup.sources.get("flags", {})
+        if setup.parses_training_arguments and setup.launch.args and not any(
+                "$" in text for text, _ in setup.launch.args):
+            written = [text for text, _ in setup.launch.args]
+            # a lone YAML/JSON argument is HfArgumentParser.parse_yaml_file/json_file: not flags
+            if not (len(written) == 1 and written[0].endswith((".yaml", ".yml", ".json"))) and any(
+                    text.startswith("--") for text in written):
+                self.complete = True
+                for value in flags.values():
+                    self.values[value.name] = value.value
+                    self.origins[value.name] = value
+        elif script is not None and script.arguments_complete:
+            self.complete = True
+            for name, value in script.argument_values.items():
+                self.values[name] = value.value
+                self.origins[name] = value
+
+    def get(self, name: str):
+        if name in self.values:
+            return self.values[name], self.origins[name]
+        if self.complete and name in TRAINING_ARGUMENT_DEFAULTS:
+            return TRAINING_ARGUMENT_DEFAULTS[name], None
+        return None, None
+
+
+@register
+class TrainerDeepSpeedMismatch(ProjectRule):
+    """## What it does
+    Flags a value in a DeepSpeed config that is not `"auto"` and differs from the
+    `TrainingArguments` of the HF Trainer launch that uses the file: the micro batch, the
+    gradient accumulation, `train_batch_size` (micro × accumulation × processes), gradient
+    clipping, the optimizer's learning rate and weight decay, and `fp16`/`bf16` `enabled`.
+
+    The TrainingArguments side must be fully visible: the script parses them from the
+    command line (`HfArgumentParser`) and the launch passes its flags literally, or the
+    script builds one literal `TrainingArguments(...)`; then the defaults (micro batch 8,
+    accumulation 1, fp16/bf16 off, learning rate 5e-5, `max_grad_norm` 1.0) count too.
+
+    ## Why is this bad?
+    The HF Trainer fills `"auto"` values from TrainingArguments and refuses any other value
+    that disagrees: "Please correct the following DeepSpeed config values that mismatch
+    TrainingArguments values: - ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False".
+    The run dies before the first step, often after minutes of model loading.
+
+    ## Example
+    ```json
+    {"fp16": {"enabled": true}, "train_micro_batch_size_per_gpu": "auto"}
+    ```
+    with `deepspeed train.py --deepspeed ds.json --bf16 True`.
+
+    ## Use instead
+    ```json
+    {"fp16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}
+    ```
+
+    ## Fix safety
+    Safe: `"auto"` makes the Trainer write the value the launch already asks for, which is
+    the only value it accepts.
+
+    ## References
+    - facts.md C12 ("HF Trainer and DeepSpeed"); transformers `integrations/deepspeed.py`
+      (`HfTrainerDeepSpeedConfig.trainer_config_process`, `fill_match`)
+    """
+
+    code = "CFX511"
+    name = "trainer-deepspeed-mismatch"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+
+    def check_project(self, project):
+        from cfgfix.analysis.training_script import script_facts
+        from cfgfix.training.resolve import training_setups
+        from cfgfix.training.script import script_setup
+
+        reported: set[tuple] = set()
+        for setup in training_setups(project):
+            path = setup.files.get("deepspeed")
+            if path is None or not setup.trainer or setup.script is None:
+                continue
+            facts = script_facts(project, setup.script)
+            if facts is None or facts[1].fills_auto:
+                continue  # the script edits the DeepSpeed dict itself
+            hf = _HfArguments(setup, script_setup(project, setup.script))
+            doc = project.read(path)
+            if doc is None:
+                continue
+            for keys, name in _HF_CHECKS:
+                node = _node_at(doc.root, keys)
+                if node is None or node.kind != "scalar" or node.value == "auto" or node.value is None:
+                    continue
+                hf_value, origin = hf.get(name)
+                if hf_value is None or not _comparable(node.value, hf_value):
+                    continue
+                if node.value == hf_value:
+                    continue
+                key = (path, node.start)
+                if key in reported:
+                    continue
+                reported.add(key)
+                yield self._finding(doc, node, ".".join(keys), name, hf_value, origin, setup)
+            yield from self._total(doc, hf, setup, reported, path)
+
+    def _total(self, doc, hf, setup, reported, path):
+        node = doc.root.get("train_batch_size")
+        micro, micro_origin = hf.get("per_device_train_batch_size")
+        accum, accum_origin = hf.get("gradient_accumulation_steps")
+        world = setup.values.get("world_size")
+        if (node is None or node.kind != "scalar" or not _is_int(node.value) or world is None
+                or not _is_int(micro) or not _is_int(accum) or not _is_int(world.value)):
+            return
+        total = micro * accum * world.value
+        if node.value == total or (path, node.start) in reported:
+            return
+        reported.add((path, node.start))
+        related = [Related(v.span, v.origin) for v in (micro_origin, accum_origin, world) if v is not None and v.span]
+        yield self.finding(
+            doc.span(node),
+            f"train_batch_size {node.value} != {micro} x {accum} x {world.value} processes = {total} from the "
+            f"launch's TrainingArguments; the HF Trainer raises 'Please correct the following DeepSpeed config "
+            f"values that mismatch TrainingArguments values'. Use \"auto\"",
+            fix=Fix((replace_scalar(doc, node, "auto"),), "Set train_batch_size to \"auto\""),
+            related=related + [Related(setup.launch.span, "launched here")],
+        )
+
+    def _finding(self, doc, node, ds_key, name, hf_value, origin, setup):
+        shown = _show(node.value)
+        if origin is None:
+            where = f"{name}={_show(hf_value)}, the TrainingArguments default"
+            related = [Related(setup.launch.span, f"launched here without --{name}")]
+        else:
+            where = f"{name}={_show(hf_value)} ({origin.origin})"
+            related = [Related(origin.span, origin.origin)] if origin.span else []
+            related.append(Related(setup.launch.span, "launched here"))
+        return self.finding(
+            doc.span(node),
+            f"{ds_key}={shown} disagrees with the launch's TrainingArguments: {where}; the HF Trainer raises "
+            f"'Please correct the following DeepSpeed config values that mismatch TrainingArguments values'. "
+            f"Use \"auto\" and let the Trainer fill it",
+            fix=Fix((replace_scalar(doc, node, "auto"),), f"Set {ds_key} to \"auto\""),
+            related=related,
+        )
+
+    _DS = '{{\n  "fp16": {{"enabled": {fp16}}},\n  "bf16": {{"enabled": "auto"}},\n' \
+          '  "train_micro_batch_size_per_gpu": {micro},\n  "zero_optimization": {{"stage": 2}}\n}}\n'
+    _LAUNCH = "deepspeed --num_gpus 2 train.py --deepspeed ds.json --output_dir out {flags}\n"
+    VALID = [
+        Example(_DS.format(fp16='"auto"', micro='"auto"'), "everything \"auto\"", path="ds.json",
+                files={"train.sh": _LAUNCH.format(flags="--bf16 True"), "train.py": HF_SCRIPT}),
+        Example(_DS.format(fp16="false", micro=4), "values that agree with the flags", path="ds.json",
+                files={"train.sh": _LAUNCH.format(flags="--bf16 True --per_device_train_batch_size 4"),
+                       "train.py": HF_SCRIPT}),
+        Example(_DS.format(fp16="true", micro='"auto"'), "a script without the HF Trainer (deepspeed.initialize)",
+                path="ds.json", files={"train.sh": _LAUNCH.format(flags="--bf16 True"),
+                                       "train.py": "import deepspeed\n\nengine, *_ = deepspeed.initialize(model=m, config='ds.json')\n"}),
+        Example(_DS.format(fp16="true", micro='"auto"'), "flags from a variable: TrainingArguments not all visible",
+                path="ds.json", files={"train.sh": _LAUNCH.format(flags="$EXTRA_ARGS"), "train.py": HF_SCRIPT}),
+        Example(_DS.format(fp16="true", micro='"auto"'), "the script builds its own arguments (not from flags)",
+                path="ds.json", files={"train.sh": _LAUNCH.format(flags=""),
+                                       "train.py": "from transformers import Trainer, TrainingArguments\n\n"
+                                                   "args = TrainingArguments(output_dir='o', **options)\n"
+                                                   "Trainer(model=m, args=args).train()\n"}),
+        Example(_DS.format(fp16="true", micro=8), "literal TrainingArguments that agree", path="ds.json",
+                files={"train.sh": "deepspeed train.py\n",
+                       "train.py": "from transformers import Trainer, TrainingArguments\n\n"
+                                   "args = TrainingArguments(output_dir='o', fp16=True, deepspeed='ds.json')\n"
+                                   "Trainer(model=m, args=args).train()\n"}),
+    ]
+    INVALID = [
+        Example(_DS.format(fp16="true", micro='"auto"'), "fp16 on in the JSON, --bf16 on the command line",
+                path="ds.json", line=2, files={"train.sh": _LAUNCH.format(flags="--bf16 True"), "train.py": HF_SCRIPT},
+                fixed=_DS.format(fp16='"auto"', micro='"auto"')),
+        Example(_DS.format(fp16='"auto"', micro=4), "micro batch 4 vs the TrainingArguments default 8",
+                path="ds.json", line=4, files={"train.sh": _LAUNCH.format(flags="--bf16 True"), "train.py": HF_SCRIPT},
+                fixed=_DS.format(fp16='"auto"', micro='"auto"')),
+        Example(_DS.format(fp16='"auto"', micro=4), "literal TrainingArguments(per_device_train_batch_size=2)",
+                path="ds.json", line=4,
+                files={"train.sh": "deepspeed train.py\n",
+                       "train.py": "from transformers import Trainer, TrainingArguments\n\n"
+                                   "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2,"
+                                   " deepspeed='ds.json')\nTrainer(model=m, args=args).train()\n"},
+                fixed=_DS.format(fp16='"auto"', micro='"auto"')),
+    ]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _comparable(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool)
+    return isinstance(a, (int, float)) and isinstance(b, (int, float))
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    return repr(value)
+
+
+# -- CFX6xx: training configs ---------------------------------------------------------------
+_CONFIG_SOURCES = ("training config", "config module")
+
+
+def _on_gpu(setup) -> bool:
+    """The launch certainly trains on GPUs: several processes under a distributed launcher,
+    CUDA_VISIBLE_DEVICES set, or a target GPU in the settings."""
+    launch = setup.launch
+    if launch.cuda_devices and launch.cuda_devices.strip() not in ("", "-1"):
+        return True
+    world = setup.values.get("world_size")
+    if launch.launcher in ("torchrun", "deepspeed", "accelerate") and world is not None and _is_int(world.value) and world.value > 1:
+        return True
+    return "gpu" in setup.values
+
+
+def _flip_edit(project, value, new) -> Edit | None:
+    """An edit that writes `new` (a bool or a string) where `value` is set, in the style of its
+    file: a YAML/JSON scalar, or a Python literal."""
+    from pathlib import Path
+
+    span = value.span
+    if span is None:
+        return None
+    path = Path(span.path)
+    if span.path.endswith(".py"):
+        text = (project.script(_real(project, path)) or (None,))[0]
+        if text is None:
+            return None
+        old = text.text[span.start:span.end]
+        if isinstance(new, bool):
+            content = "True" if new else "False"
+        else:
+            quote = old[0] if old[:1] in ("'", '"') else '"'
+            content = f"{quote}{new}{quote}"
+        return Edit(span.path, span.start, span.end, content)
+    doc = project.read(_real(project, path))
+    if doc is None:
+        return None
+    node = next((n for n in doc.root.walk() if n.start == span.start and n.end == span.end and n.kind == "scalar"), None)
+    return replace_scalar(doc, node, new) if node is not None else None
+
+
+def _real(project, path):
+    import os
+    from pathlib import Path
+
+    for real, shown in project.displays.items():
+        if shown == path.as_posix():
+            return real
+    return Path(os.path.realpath(path))
+
+
+@register
+class Fp32Training(ProjectRule):
+    """## What it does
+    Flags a training config (YAML/JSON, or a Python config module the script imports) that
+    makes a GPU launch train in full fp32: `mixed_precision: "no"`, or `bf16` and `fp16` both
+    `false`, where nothing else gives the run a 16-bit precision (no 16-bit weights loaded or
+    cast in the script, no DeepSpeed `fp16`/`bf16` block enabled, no quantized base).
+
+    A launch counts as a GPU launch when it starts several processes under torchrun,
+    deepspeed or accelerate, sets `CUDA_VISIBLE_DEVICES`, or when the settings name a target
+    GPU. A config that no launch uses is not reported: nothing says where it runs.
+
+    ## Why is this bad?
+    fp32 activations take twice the memory of bf16/fp16 autocast, and fp32 matmuls run at a
+    fraction of the tensor-core throughput of every GPU since Volta. Mixed precision keeps
+    fp32 weights and optimizer states, so the model's numerics barely change.
+
+    ## Example
+    ```yaml
+    per_device_train_batch_size: 4
+    bf16: false
+    fp16: false
+    ```
+
+    ## Use instead
+    ```yaml
+    per_device_train_batch_size: 4
+    bf16: true
+    fp16: false
+    ```
+
+    ## Fix safety
+    Unsafe: mixed precision changes numerics, and bf16 needs an Ampere or newer GPU (the fix
+    writes fp16 when the target GPU lacks bf16).
+
+    ## References
+    - facts.md A5, C15(a); HF "Model memory anatomy"; accelerate `mixed_precision`
+    """
+
+    code = "CFX601"
+    name = "fp32-training"
+    severity = Severity.WARNING
+    fix_availability = "unsafe"
+
+    def check_project(self, project):
+        from cfgfix.training.resolve import training_setups
+
+        seen: set[tuple] = set()
+        for setup in training_setups(project):
+            precision = setup.values.get("precision")
+            mixed = setup.values.get("mixed_precision")
+            if precision is None or precision.value != "fp32" or mixed is None or mixed.span is None:
+                continue
+            source = next((name for name in _CONFIG_SOURCES
+                           if any(v.span == mixed.span for v in setup.sources.get(name, {}).values())), None)
+            if source is None or "quantization" in setup.values or not _on_gpu(setup):
+                continue
+            if any(setup.values.get(k) is not None and setup.values[k].value is True for k in ("offload_param",)):
+                continue
+            key = (mixed.span.path, mixed.span.start)
+            if key in seen:
+                continue
+            seen.add(key)
+            target = _half_for(setup)
+            found = setup.sources[source]
+            if mixed.name == "mixed_precision":
+                edit = _flip_edit(project, found["mixed_precision"], target)
+                change = f"mixed_precision {target}"
+            else:
+                edit = _flip_edit(project, found[target], True) if target in found else None
+                change = f"{target} true"
+            yield self.finding(
+                mixed.span,
+                f"{mixed.origin} makes this GPU launch train in full fp32: twice the activation memory of "
+                f"{target} autocast and a fraction of the tensor-core speed; mixed precision keeps fp32 weights "
+                f"and optimizer states",
+                fix=Fix((edit,), f"Set {change}", Applicability.UNSAFE) if edit is not None else None,
+                related=[Related(setup.launch.span, "launched here")],
+            )
+
+    _CONFIG = "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\nbf16: {bf16}\nfp16: false\n"
+    _SCRIPT = "from transformers import AutoModelForCausalLM\n\nmodel = AutoModelForCausalLM.from_pretrained('org/m'{dtype})\n"
+    _TORCHRUN = "torchrun --nproc_per_node 4 train.py --config train.yaml\n"
+    VALID = [
+        Example(_CONFIG.format(bf16="true"), "bf16 on", path="train.yaml",
+                files={"train.sh": _TORCHRUN, "train.py": _SCRIPT.format(dtype="")}),
+        Example(_CONFIG.format(bf16="false"), "a single CPU-or-GPU python launch: where it runs is unknown",
+                path="train.yaml", files={"train.sh": "python train.py --config train.yaml\n",
+                                          "train.py": _SCRIPT.format(dtype="")}),
+        Example(_CONFIG.format(bf16="false"), "the script loads bf16 weights: pure bf16 training, not fp32",
+                path="train.yaml", files={"train.sh": _TORCHRUN,
+                                          "train.py": "import torch\n" + _SCRIPT.format(dtype=", torch_dtype=torch.bfloat16")}),
+        Example(_CONFIG.format(bf16="false"), "no launch uses the config", path="train.yaml"),
+        Example("per_device_train_batch_size: 4\nlearning_rate: 1.0e-4\n", "precision not stated", path="train.yaml",
+                files={"train.sh": _TORCHRUN, "train.py": _SCRIPT.format(dtype="")}),
+        Example(_CONFIG.format(bf16="false"), "the launch's DeepSpeed config enables bf16", path="train.yaml",
+                files={"train.sh": "deepspeed --num_gpus 4 train.py --config train.yaml --deepspeed ds.json\n",
+                       "ds.json": '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}\n',
+                       "train.py": _SCRIPT.format(dtype="")}),
+    ]
+    INVALID = [
+        Example(_CONFIG.format(bf16="false"), "bf16 and fp16 off, 4 GPUs", path="train.yaml", line=3,
+                files={"train.sh": _TORCHRUN, "train.py": _SCRIPT.format(dtype="")},
+                fixed=_CONFIG.format(bf16="true")),
+        Example("TRAINING = {\n    'per_device_train_batch_size': 4,\n    'mixed_precision': 'no',\n}\n",
+                "a Python config module", path="config.py", line=3,
+                files={"run.sh": "CUDA_VISIBLE_DEVICES=0 python train.py\n",
+                       "train.py": "from config import TRAINING\n" + _SCRIPT.format(dtype="")},
+                fixed="TRAINING = {\n    'per_device_train_batch_size': 4,\n    'mixed_precision': 'bf16',\n}\n"),
+    ]
+
+
+def _half_for(setup) -> str:
+    """bf16 unless the target GPU is known to lack it."""
+    gpu = setup.values.get("gpu")
+    if gpu is not None:
+        supports = _gpu_bf16(gpu.value)
+        if supports is False:
+            return "fp16"
+    return "bf16"
+
+
+def _gpu_bf16(name: str) -> bool | None:
+    """Whether the named GPU computes in bf16 (None: not in the catalog)."""
+    try:
+        from cfgfix.memory.gpus import find_gpu
+    except ImportError:
+        return None
+    gpu = find_gpu(name)
+    return getattr(gpu, "bf16", None) if gpu is not None else None
+
+
+@register
+class EffectiveBatchMismatch(ProjectRule):
+    """## What it does
+    Flags a launch whose configs imply different effective batch sizes: a per-GPU batch that
+    one file sets and another file of the same launch silently overrides (a DeepSpeed
+    `train_micro_batch_size_per_gpu` against the training config's), or a stated global batch
+    (`global_batch_size`, `total_batch_size`, `effective_batch_size`) that is not micro batch ×
+    accumulation × processes.
+
+    Differences in gradient accumulation alone are CFX404's; a DeepSpeed value that the HF
+    Trainer checks against TrainingArguments is CFX511's.
+
+    ## Why is this bad?
+    The learning rate, warm-up and schedule were tuned for one effective batch; the run
+    trains with another, and the log or the config that people read says something else
+    than what happens. When a DeepSpeed micro batch disagrees with the data loader's, the
+    DeepSpeed throughput and sample counts are wrong too.
+
+    ## Example
+    ```yaml
+    # train.yaml, launched on 8 GPUs
+    per_device_train_batch_size: 4
+    gradient_accumulation_steps: 4
+    global_batch_size: 64
+    ```
+
+    ## Use instead
+    ```yaml
+    per_device_train_batch_size: 4
+    gradient_accumulation_steps: 2
+    global_batch_size: 64
+    ```
+
+    ## Fix safety
+    No fix: which number is the intended one is the author's call.
+
+    ## References
+    - facts.md B10, C12 (batch arithmetic)
+    """
+
+    code = "CFX603"
+    name = "effective-batch-mismatch"
+    severity = Severity.WARNING
+
+    def check_project(self, project):
+        from cfgfix.training.resolve import training_setups
+
+        seen: set[tuple] = set()
+        for setup in training_setups(project):
+            for finding in self._stated_global(setup) + self._overridden_micro(setup):
+                key = (finding.span.path, finding.span.start)
+                if key not in seen:
+                    seen.add(key)
+                    yield finding
+
+    def _stated_global(self, setup) -> list:
+        micro, accum, world = (setup.values.get(k) for k in ("micro_batch", "grad_accum", "world_size"))
+        effective = setup.values.get("effective_batch")
+        if effective is None or micro.span is None or accum.span is None:
+            return []  # a default in the product: the stated total may be what the author meant
+        out = []
+        for source in ("flags",) + _CONFIG_SOURCES:
+            stated = setup.sources.get(source, {}).get("global_batch")
+            if stated is None or not _is_int(stated.value) or stated.value == effective.value:
+                continue
+            out.append(self.finding(
+                stated.span,
+                f"{stated.origin} says {stated.value}, but this launch trains with an effective batch of "
+                f"{effective.value} ({micro.value} per GPU x {accum.value} accumulation x {world.value} processes)",
+                related=[Related(v.span, v.origin) for v in (micro, accum, world) if v.span is not None],
+            ))
+        return out
+
+    def _overridden_micro(self, setup) -> list:
+        deepspeed = setup.sources.get("deepspeed config", {}).get("micro_batch")
+        if deepspeed is None or setup.trainer:
+            return []  # with the HF Trainer a disagreement raises (CFX511)
+        for source in ("flags",) + _CONFIG_SOURCES:
+            other = setup.sources.get(source, {}).get("micro_batch")
+            if other is None or not _is_int(other.value) or other.value == deepspeed.value:
+                continue
+            return [self.finding(
+                deepspeed.span,
+                f"{deepspeed.origin} is {deepspeed.value} while {other.origin} is {other.value}: the two files of "
+                f"this launch disagree on the per-GPU batch, so the effective batch is not what one of them says",
+                related=[Related(other.span, other.origin), Related(setup.launch.span, "launched here")],
+            )]
+        return []
+
+    _YAML = "per_device_train_batch_size: 4\ngradient_accumulation_steps: {accum}\nglobal_batch_size: 64\nbf16: true\n"
+    VALID = [
+        Example(_YAML.format(accum=2), "4 x 2 x 8 = 64", path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
+        Example(_YAML.format(accum=4), "world size unknown", path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node $NGPU train.py --config train.yaml\n"}),
+        Example(_YAML.format(accum=4), "no launch", path="train.yaml"),
+    ]
+    INVALID = [
+        Example(_YAML.format(accum=4), "4 x 4 x 8 = 128, not 64", path="train.yaml", line=3,
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
+        Example('{\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 2,\n'
+                '  "zero_optimization": {"stage": 2}\n}\n',
+                "the DeepSpeed micro batch vs the training config's (accelerate script)", path="ds.json", line=2,
+                files={"train.sh": "accelerate launch --config_file acc.yaml train.py --config train.yaml\n",
+                       "acc.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                   "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: 2\n",
+                       "train.yaml": "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\nbf16: true\n",
+                       "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"}),
+    ]

@@ -1,0 +1,377 @@
+"""One resolved training setup per launch, every value with its origin.
+
+Sources, read through the project model (each file parsed once per run):
+- the launch's script flags (`--per_device_train_batch_size 4 --bf16 True`);
+- a training config the flags name (`--config configs/x.yaml`, any YAML/JSON argument that
+  holds training keys), and the local Python config modules the script imports;
+- the script itself (literal `TrainingArguments(...)` keywords, load dtype, LoRA rank, ...);
+- the accelerate config (`--config_file`), and the DeepSpeed config (`--deepspeed F`, the
+  accelerate config's `deepspeed_config_file`, `TrainingArguments(deepspeed=...)`, or a
+  training config's `deepspeed:` key).
+
+Which source wins follows the tools: a DeepSpeed value that is not "auto" is what trains
+(for the batch sizes, HF raises when it disagrees with TrainingArguments, CFX511; accelerate
+silently takes the JSON's, CFX404); otherwise flags beat config files beat literals in the
+script beat the accelerate config; `TrainingArguments` defaults fill in only for a script
+that parses them from the command line. Anything else is "unknown".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.analysis.training_keys import TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
+from cfgfix.training.values import Value, from_args, from_config, from_python
+
+# The order `cfgfix explain` shows, and the settings the memory model reads.
+SETTINGS = (
+    "model", "weights", "mixed_precision", "precision", "micro_batch", "grad_accum", "world_size",
+    "effective_batch", "seq_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
+    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "gpu",
+)
+LABELS = {
+    "model": "model", "weights": "weights dtype", "mixed_precision": "autocast (mixed precision)",
+    "precision": "precision", "micro_batch": "micro batch per GPU", "grad_accum": "gradient accumulation",
+    "world_size": "processes (GPUs)", "effective_batch": "effective batch", "seq_len": "sequence length",
+    "resolution": "resolution", "gradient_checkpointing": "gradient checkpointing", "optimizer": "optimizer",
+    "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
+    "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
+}
+_SHARDING = {"FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "2": "grad-op",
+             "_HYBRID_SHARD_ZERO2": "grad-op", "NO_SHARD": "none", "3": "none"}
+
+
+@dataclass
+class TrainingSetup:
+    launch: object  # LaunchFacts
+    launch_file: Path
+    script: Path | None
+    files: dict[str, Path] = field(default_factory=dict)  # role -> real path
+    values: dict[str, Value] = field(default_factory=dict)
+    sources: dict[str, dict[str, Value]] = field(default_factory=dict)  # source name -> its values
+    trainer: bool = False  # the script trains with an HF / TRL Trainer
+    parses_training_arguments: bool = False
+
+    def get(self, setting: str):
+        value = self.values.get(setting)
+        return value.value if value is not None else None
+
+    def to_dict(self, display) -> dict:
+        return {
+            "launch": {"path": display(self.launch_file), "line": self.launch.span.line,
+                       "launcher": self.launch.launcher, "script": self.launch.script},
+            "files": {role: display(path) for role, path in self.files.items()},
+            "settings": {s: (self.values[s].to_dict() if s in self.values else None) for s in SETTINGS},
+        }
+
+
+def training_setups(project) -> list[TrainingSetup]:
+    """The setups of every launch of the project, memoised per run."""
+    key = ("training-setups",)
+    if key not in project._scripts:
+        project._scripts[key] = [_Resolver(project, launch, launch_file).resolve()
+                                 for launch, launch_file in project.launches if launch.script]
+    return project._scripts[key]
+
+
+def is_training_config(doc) -> bool:
+    """A YAML/JSON mapping with at least two different training settings (at any depth)."""
+    if doc is None or doc.root is None or doc.root.kind != "mapping":
+        return False
+    return len(set(from_config(doc, "").keys()) & TRAINING_MARKERS) >= 2
+
+
+class _Resolver:
+    def __init__(self, project, launch, launch_file: Path) -> None:
+        from cfgfix.project import _resolve
+
+        self.project = project
+        self.launch = launch
+        self.launch_file = launch_file
+        script = _resolve(launch.script, launch_file, project.root) if launch.script else None
+        self.setup = TrainingSetup(launch, launch_file, script)
+
+    def display(self, path: Path) -> str:
+        return self.project.display(path)
+
+    def resolve(self) -> TrainingSetup:
+        from cfgfix.training.script import script_setup
+
+        setup, project, launch = self.setup, self.project, self.launch
+        launch_name = self.display(self.launch_file)
+        sources = setup.sources
+        sources["flags"] = from_args(launch.args, launch_name)
+        script = script_setup(project, setup.script) if setup.script is not None else None
+        if script is not None:
+            setup.trainer = script.trainer
+            setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
+        self._training_config()
+        if script is not None:
+            for module in script.config_modules:
+                parsed = project.script(module)
+                if parsed is None:
+                    continue
+                found = from_python(parsed[0], parsed[1], self.display(module))
+                if set(found) & TRAINING_MARKERS or "lora_rank" in found:
+                    setup.files.setdefault("config module", module)
+                    for setting, value in found.items():
+                        sources.setdefault("config module", {}).setdefault(setting, value)
+            sources["script"] = dict(script.values)
+        self._accelerate()
+        self._deepspeed(script)
+        self._combine()
+        return setup
+
+    # -- files ----------------------------------------------------------------------------
+    def _training_config(self) -> None:
+        from cfgfix.project import _resolve
+
+        candidates = []
+        if self.launch.training_config:
+            candidates.append(self.launch.training_config)
+        candidates += [text for text, _ in self.launch.args
+                       if text.lower().endswith((".yaml", ".yml", ".json")) and text not in candidates]
+        for written in candidates:
+            path = _resolve(written, self.launch_file, self.project.root)
+            if path is None or path == self.setup.files.get("deepspeed"):
+                continue
+            doc = self.project.read(path)
+            if doc is None or not is_training_config(doc) or self.project.configs.get(path):
+                continue  # an accelerate / DeepSpeed config, or not a training config
+            self.setup.files["training config"] = path
+            self.setup.sources["training config"] = from_config(doc, self.display(path))
+            return
+
+    def _accelerate(self) -> None:
+        from cfgfix.project import _resolve, accelerate_world_size
+
+        if not self.launch.accelerate_config:
+            return
+        path = _resolve(self.launch.accelerate_config, self.launch_file, self.project.root)
+        doc = self.project.read(path) if path is not None else None
+        if doc is None:
+            return
+        self.setup.files["accelerate"] = path
+        name = self.display(path)
+        found: dict[str, Value] = {}
+        root = doc.root
+        node = root.get("mixed_precision")
+        if node is not None and node.kind == "scalar":
+            found["mixed_precision"] = Value("mixed_precision", node.value, f"mixed_precision in {name}",
+                                             doc.span(node), "mixed_precision")
+        world, world_node = accelerate_world_size(doc)
+        if world is not None:
+            found["world_size"] = Value("world_size", world, f"{world_node and 'num_processes'} in {name}",
+                                        doc.span(world_node), "num_processes")
+        kind = root.get("distributed_type")
+        block = root.get("deepspeed_config")
+        if kind is not None and kind.value == "DEEPSPEED" and block is not None and block.kind == "mapping":
+            for key, setting in (("gradient_accumulation_steps", "grad_accum"), ("zero_stage", "zero_stage")):
+                value = block.get(key)
+                if value is not None and value.kind == "scalar" and isinstance(value.value, int):
+                    found[setting] = Value(setting, value.value, f"{key} in {name}", doc.span(value), key)
+            for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_param")):
+                value = block.get(key)
+                if value is not None and value.kind == "scalar" and isinstance(value.value, str):
+                    found[setting] = Value(setting, value.value in ("cpu", "nvme"), f"{key} {value.value} in {name}",
+                                           doc.span(value), key)
+        if kind is not None and kind.value == "FSDP":
+            fsdp = root.get("fsdp_config")
+            strategy = fsdp.get("fsdp_sharding_strategy") if fsdp is not None and fsdp.kind == "mapping" else None
+            if strategy is not None and strategy.kind == "scalar" and str(strategy.value) in _SHARDING:
+                found["fsdp"] = Value("fsdp", _SHARDING[str(strategy.value)], f"fsdp_sharding_strategy in {name}",
+                                      doc.span(strategy), "fsdp_sharding_strategy")
+        self.setup.sources["accelerate config"] = found
+
+    def _deepspeed(self, script) -> None:
+        from cfgfix.project import _launch_folders, _resolve_in
+
+        setup, project = self.setup, self.project
+        path = None
+        bases = [*_launch_folders(self.launch_file, project.root), project.root] + (
+            [setup.script.parent] if setup.script else [])
+        if self.launch.deepspeed_config:
+            path = _resolve_in(self.launch.deepspeed_config, bases)
+        if path is None and "accelerate" in setup.files:
+            for link in project.accelerate_links():
+                if link.path == setup.files["accelerate"] and link.deepspeed_path is not None:
+                    path = link.deepspeed_path
+        if path is None:
+            for source in ("training config", "config module", "script"):
+                written = setup.sources.get(source, {}).get("deepspeed")
+                if written is not None and isinstance(written.value, str):
+                    path = _resolve_in(written.value, bases)
+                    if path is not None:
+                        break
+        doc = project.read(path) if path is not None else None
+        if doc is None:
+            return
+        setup.files["deepspeed"] = path
+        name = self.display(path)
+        root = doc.root
+        found: dict[str, Value] = {}
+        for key, setting in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum"),
+                             ("train_batch_size", "train_batch_size")):
+            node = root.get(key)
+            if node is not None and node.kind == "scalar" and isinstance(node.value, int) and not isinstance(node.value, bool):
+                found[setting] = Value(setting, node.value, f"{key} in {name}", doc.span(node), key)
+        for block_name in ("bf16", "fp16"):
+            block = root.get(block_name)
+            enabled = block.get("enabled") if block is not None and block.kind == "mapping" else None
+            if enabled is not None:
+                truth = enabled.truthy()
+                value = truth if truth is not None else ("auto" if enabled.value == "auto" else None)
+                if value is not None:
+                    found[block_name] = Value(block_name, value, f"{block_name}.enabled in {name}", doc.span(enabled), "enabled")
+        zero = root.get("zero_optimization")
+        if zero is None:
+            found["zero_stage"] = Value("zero_stage", 0, f"no zero_optimization block in {name} (ZeRO off)", None)
+        elif zero.kind == "mapping":
+            stage = zero.get("stage")
+            if stage is not None and isinstance(stage.value, int) and not isinstance(stage.value, bool):
+                found["zero_stage"] = Value("zero_stage", stage.value, f"zero_optimization.stage in {name}", doc.span(stage), "stage")
+            elif stage is None:
+                found["zero_stage"] = Value("zero_stage", 0, f"zero_optimization without stage in {name}", doc.span(zero))
+            for key, setting in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
+                block = zero.get(key)
+                device = block.get("device") if block is not None and block.kind == "mapping" else None
+                if device is not None and isinstance(device.value, str) and device.value != "auto":
+                    found[setting] = Value(setting, device.value in ("cpu", "nvme"), f"{key}.device {device.value} in {name}",
+                                           doc.span(device), "device")
+        optimizer = root.get("optimizer")
+        kind = optimizer.get("type") if optimizer is not None and optimizer.kind == "mapping" else None
+        if kind is not None and isinstance(kind.value, str):
+            lowered = kind.value.lower()
+            mapped = "adamw" if "adam" in lowered else "adafactor" if "adafactor" in lowered else "sgd" if "sgd" in lowered else None
+            if mapped:
+                found["optimizer"] = Value("optimizer", mapped, f"optimizer.type in {name}", doc.span(kind), "type")
+        setup.sources["deepspeed config"] = found
+
+    # -- combining ------------------------------------------------------------------------
+    def _first(self, setting: str, order: tuple[str, ...]) -> Value | None:
+        for source in order:
+            value = self.setup.sources.get(source, {}).get(setting)
+            if value is not None and value.value != "auto":
+                return value
+        return None
+
+    def _combine(self) -> None:
+        setup = self.setup
+        values = setup.values
+        general = ("flags", "training config", "config module", "script")
+        for setting in ("model", "seq_len", "resolution", "gradient_checkpointing", "lora_rank"):
+            value = self._first(setting, general)
+            if value is not None:
+                values[setting] = value
+        if "model" in values and not isinstance(values["model"].value, str):
+            del values["model"]
+        self._batch(general)
+        self._precision(general)
+        self._optimizer(general)
+        for setting in ("zero_stage", "offload_optimizer", "offload_param"):
+            value = self._first(setting, ("deepspeed config", "accelerate config"))
+            if value is not None:
+                values[setting] = value
+        value = self._first("fsdp", ("accelerate config",))
+        if value is not None:
+            values["fsdp"] = value
+        quant = self._first("load_in_4bit", general) or self._first("load_in_8bit", general)
+        if quant is not None and quant.value is True:
+            values["quantization"] = Value("quantization", "4bit" if quant.setting == "load_in_4bit" else "8bit",
+                                           quant.origin, quant.span, quant.name)
+        elif (script_quant := self._first("quantization", ("script",))) is not None:
+            values["quantization"] = script_quant
+        gpu = getattr(self.project, "target_gpu", None)
+        if gpu:
+            values["gpu"] = Value("gpu", gpu, "gpu in the cfgfix settings")
+
+    def _batch(self, general) -> None:
+        setup, values = self.setup, self.setup.values
+        defaults = setup.trainer and setup.parses_training_arguments
+        micro = self._first("micro_batch", ("deepspeed config",) + general)
+        if micro is None and defaults:
+            micro = Value("micro_batch", TRAINING_ARGUMENT_DEFAULTS["per_device_train_batch_size"],
+                          "TrainingArguments default (per_device_train_batch_size)")
+        accum = self._first("grad_accum", ("deepspeed config",) + general + ("accelerate config",))
+        if accum is None and defaults:
+            accum = Value("grad_accum", 1, "TrainingArguments default (gradient_accumulation_steps)")
+        world = None
+        if self.launch.world_size is not None:
+            world = Value("world_size", self.launch.world_size, f"{self.launch.launcher} launch in {self.display(self.launch_file)}",
+                          self.launch.span)
+        else:
+            world = self._first("world_size", ("accelerate config",))
+        if world is None and getattr(self.project, "target_gpus", None):
+            world = Value("world_size", self.project.target_gpus, "gpus in the cfgfix settings")
+        for setting, value in (("micro_batch", micro), ("grad_accum", accum), ("world_size", world)):
+            if value is not None:
+                values[setting] = value
+        if micro is not None and accum is not None and world is not None and all(
+                isinstance(v.value, int) and not isinstance(v.value, bool) for v in (micro, accum, world)):
+            total = micro.value * accum.value * world.value
+            values["effective_batch"] = Value("effective_batch", total,
+                                              f"{micro.value} × {accum.value} × {world.value} (micro × accumulation × processes)")
+
+    def _precision(self, general) -> None:
+        values = self.setup.values
+        deepspeed = self.setup.sources.get("deepspeed config", {})
+        weights = self._first("weights_cast", ("script",)) or self._first("weights", ("script",))
+        if weights is not None:
+            values["weights"] = Value("weights", weights.value, weights.origin, weights.span, weights.name)
+        mixed = self._mixed(general)
+        if mixed is None and self.setup.trainer and self.setup.parses_training_arguments:
+            mixed = Value("mixed_precision", "no", "TrainingArguments default (bf16 and fp16 off)")
+        if mixed is not None:
+            values["mixed_precision"] = mixed
+        engine = next((deepspeed[k] for k in ("bf16", "fp16") if k in deepspeed and deepspeed[k].value is True), None)
+        if engine is None and "deepspeed" in self.setup.files and mixed is not None and mixed.value in ("bf16", "fp16"):
+            # "auto" blocks (or none) under HF / accelerate: the engine takes the launch's precision
+            block = deepspeed.get(mixed.value)
+            if block is not None and block.value == "auto":
+                engine = Value(mixed.value, True, f"{block.origin} = \"auto\", filled from {mixed.origin}", block.span)
+        if engine is not None:
+            kind = engine.setting
+            values["precision"] = Value("precision", f"deepspeed-{kind}", f"{engine.origin}: 16-bit weights, fp32 master copy",
+                                        engine.span, engine.name)
+        elif weights is not None and weights.value in ("bf16", "fp16"):
+            values["precision"] = Value("precision", weights.value, f"{weights.origin}: pure 16-bit weights", weights.span)
+        elif mixed is not None and mixed.value in ("bf16", "fp16"):
+            values["precision"] = Value("precision", f"amp-{mixed.value}", f"{mixed.origin}: fp32 weights, 16-bit autocast",
+                                        mixed.span)
+        elif mixed is not None and mixed.value == "no":
+            values["precision"] = Value("precision", "fp32", mixed.origin, mixed.span)
+
+    def _mixed(self, general) -> Value | None:
+        """The autocast dtype the launch asks for: "bf16", "fp16", "no", or None (unknown)."""
+        for source in general + ("accelerate config",):
+            found = self.setup.sources.get(source, {})
+            for setting in ("bf16", "fp16"):
+                value = found.get(setting)
+                if value is not None and value.value is True:
+                    return Value("mixed_precision", setting, value.origin, value.span, value.name)
+            value = found.get("mixed_precision") or found.get("autocast")
+            if value is not None and value.value in ("bf16", "fp16", "fp8"):
+                return Value("mixed_precision", value.value, value.origin, value.span, value.name)
+            if value is not None and value.value in ("no", False):
+                return Value("mixed_precision", "no", value.origin, value.span, value.name)
+            if all(found.get(s) is not None and found[s].value is False for s in ("bf16", "fp16")):
+                return Value("mixed_precision", "no", f"{found['bf16'].origin} and {found['fp16'].origin}",
+                             found["bf16"].span, "bf16")
+        return None
+
+    def _optimizer(self, general) -> None:
+        value = self._first("use_8bit_adam", general)
+        if value is not None and value.value is True:
+            self.setup.values["optimizer"] = Value("optimizer", "adamw-8bit", value.origin, value.span, value.name)
+            return
+        value = self._first("optimizer", ("deepspeed config",) + general)
+        if value is None:
+            if self.setup.trainer:
+                self.setup.values["optimizer"] = Value("optimizer", "adamw", "the HF Trainer's default (adamw_torch)")
+            return
+        if isinstance(value.value, str) and value.setting == "optimizer":
+            lowered = value.value.lower()
+            mapped = ("adamw-8bit" if "8bit" in lowered else "adafactor" if "adafactor" in lowered
+                      else "sgd" if lowered.startswith("sgd") else "adamw" if "adam" in lowered else value.value)
+            self.setup.values["optimizer"] = Value("optimizer", mapped, value.origin, value.span, value.name)

@@ -1,0 +1,212 @@
+"""What a training script itself says about its setup: literal `TrainingArguments(...)`
+keywords, whether it parses `TrainingArguments` from the command line, the dtype and
+quantization of its model loads, gradient checkpointing, LoRA rank, optimizer, autocast,
+and the local config modules it imports (`from config import TRAINING_CONFIG`).
+
+Read once per script per run through the project model (`script_setup`). Only literal
+values count: a value computed at run time leaves the setting unknown.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.analysis.names import ImportMap, single_assignments
+from cfgfix.training.values import Value, from_keywords, literal
+
+_ARGUMENT_CLASSES = re.compile(r"(^|\.)(\w*TrainingArguments|SFTConfig|DPOConfig|ORPOConfig|KTOConfig|GRPOConfig|RewardConfig|\w*TrainerConfig)$")
+_HF_LIBRARIES = ("transformers", "trl")
+_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.half": "fp16", "torch.float32": "fp32",
+           "torch.float": "fp32", "bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+@dataclass
+class ScriptSetup:
+    values: dict[str, Value] = field(default_factory=dict)  # settings stated in the script
+    parses_training_arguments: bool = False  # HfArgumentParser over TrainingArguments: flags land there
+    trainer: bool = False  # builds an HF / TRL *Trainer
+    argument_calls: list[ast.Call] = field(default_factory=list)  # TrainingArguments(...) constructions
+    config_modules: list[Path] = field(default_factory=list)  # local modules it imports, as files
+    mutates_arguments: bool = False  # `training_args.bf16 = ...`: flags may not be final
+    # the keywords of the script's one literal TrainingArguments(...) call (HF names), and
+    # whether that call shows every value (no `**kwargs`, no positional arguments)
+    argument_values: dict[str, Value] = field(default_factory=dict)
+    arguments_complete: bool = False
+
+
+def script_setup(project, path: Path) -> ScriptSetup | None:
+    """The `ScriptSetup` of the training script at `path`, memoised on the project."""
+    key = ("setup", path)
+    cache = project._scripts
+    if key not in cache:
+        parsed = project.script(path)
+        cache[key] = read_script(parsed[0], parsed[1], path) if parsed is not None else None
+    return cache[key]
+
+
+def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
+    imports = ImportMap(tree)
+    consts = single_assignments(tree.body)
+    found = ScriptSetup()
+    origin = source.path
+    libraries = {value.split(".")[0] for value in imports.aliases.values()}
+    hf = bool(libraries & set(_HF_LIBRARIES))
+    argument_names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            _local_modules(node, path, found)
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.attr in ("bf16", "fp16", "per_device_train_batch_size", "gradient_accumulation_steps",
+                                            "deepspeed", "gradient_checkpointing")):
+                    found.mutates_arguments = True
+        if not isinstance(node, ast.Call):
+            continue
+        name = imports.qualify(node.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if hf and _ARGUMENT_CLASSES.search(name):
+            found.argument_calls.append(node)
+            argument_names.add(last)
+        elif hf and last.endswith("Trainer") and last[:1].isupper():
+            found.trainer = True
+        elif last == "HfArgumentParser":
+            text = ast.unparse(node)
+            if "TrainingArguments" in text or "Config" in text or "Arguments" in text:
+                found.parses_training_arguments = True
+        _call_values(node, name, last, source, consts, found.values)
+    _model_casts(tree, source, imports, found.values)
+    for call in found.argument_calls:
+        for setting, value in from_keywords(call, source, f"TrainingArguments in {origin}", consts).items():
+            found.values.setdefault(setting, value)
+    if len(found.argument_calls) == 1:
+        call = found.argument_calls[0]
+        found.argument_values = {v.name: v for v in from_keywords(call, source, f"TrainingArguments in {origin}", consts).values()}
+        found.arguments_complete = not call.args and all(kw.arg is not None for kw in call.keywords)
+    # `HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))` where the class is a
+    # local subclass of TrainingArguments is the LLaVA / FastChat shape.
+    if not found.parses_training_arguments and "HfArgumentParser" in source.text and hf:
+        found.parses_training_arguments = "TrainingArguments" in source.text
+    return found
+
+
+def _local_modules(node, path: Path, found: ScriptSetup) -> None:
+    names = [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level <= 1 else []
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    for name in names:
+        candidate = path.parent.joinpath(*name.split(".")).with_suffix(".py")
+        if candidate.is_file() and candidate != path and candidate not in found.config_modules:
+            found.config_modules.append(candidate)
+
+
+def _call_values(node: ast.Call, name: str, last: str, source, consts, values: dict[str, Value]) -> None:
+    """Settings a single call states: load dtype and quantization, checkpointing, LoRA rank,
+    optimizer, autocast dtype."""
+    where = source.path
+    if last == "from_pretrained":
+        kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        dtype_node = kwargs.get("dtype", kwargs.get("torch_dtype"))
+        dtype = _dtype(dtype_node, consts) if dtype_node is not None else None
+        if dtype is not None:
+            values.setdefault("weights", Value("weights", dtype, f"from_pretrained dtype in {where}",
+                                               source.span_of_node(dtype_node), "dtype"))
+        for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+            if flag in kwargs and _truthy(kwargs[flag], consts):
+                values.setdefault("quantization", Value("quantization", bits, f"{flag}= in {where}",
+                                                        source.span_of_node(kwargs[flag]), flag))
+        if node.args and "model" not in values:
+            try:
+                model = literal(node.args[0], consts)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                model = None
+            if isinstance(model, str) and "/" in model:
+                values["model"] = Value("model", model, f"from_pretrained in {where}", source.span_of_node(node.args[0]))
+    elif last == "BitsAndBytesConfig":
+        for kw in node.keywords:
+            if kw.arg in ("load_in_4bit", "load_in_8bit") and _truthy(kw.value, consts):
+                bits = "4bit" if kw.arg == "load_in_4bit" else "8bit"
+                values.setdefault("quantization", Value("quantization", bits, f"BitsAndBytesConfig in {where}",
+                                                        source.span_of_node(kw.value), kw.arg))
+    elif last == "gradient_checkpointing_enable":
+        values.setdefault("gradient_checkpointing", Value(
+            "gradient_checkpointing", True, f"gradient_checkpointing_enable() in {where}", source.span_of_node(node)))
+    elif last == "LoraConfig":
+        for kw in node.keywords:
+            if kw.arg == "r":
+                try:
+                    rank = literal(kw.value, consts)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                if isinstance(rank, int):
+                    values.setdefault("lora_rank", Value("lora_rank", rank, f"LoraConfig(r=) in {where}",
+                                                         source.span_of_node(kw.value), "r"))
+    elif name.startswith(("torch.optim.", "bitsandbytes.optim.")) or last in ("Adafactor", "AdamW8bit", "PagedAdamW8bit"):
+        kind = _optimizer_kind(name, last, node)
+        if kind is not None:
+            values.setdefault("optimizer", Value("optimizer", kind, f"{last}(...) in {where}", source.span_of_node(node.func)))
+    elif name in ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"):
+        kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        dtype = _dtype(kwargs["dtype"], consts) if "dtype" in kwargs else ("fp16" if name == "torch.cuda.amp.autocast" else None)
+        if dtype in ("bf16", "fp16"):
+            values.setdefault("autocast", Value("autocast", dtype, f"autocast in {where}", source.span_of_node(node)))
+    elif last == "Accelerator":
+        for kw in node.keywords:
+            if kw.arg in ("mixed_precision", "gradient_accumulation_steps"):
+                try:
+                    value = literal(kw.value, consts)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                setting = "mixed_precision" if kw.arg == "mixed_precision" else "grad_accum"
+                values.setdefault(setting, Value(setting, value, f"Accelerator({kw.arg}=) in {where}",
+                                                 source.span_of_node(kw.value), kw.arg))
+
+
+def _model_casts(tree, source, imports, values: dict[str, Value]) -> None:
+    """The last whole-model cast (`model.half()`, `model.to(torch.bfloat16)`) of a model the
+    shared model analysis tracks from its `from_pretrained` load: it beats the load's dtype."""
+    from cfgfix.analysis.models import analyze_models
+
+    canonical = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+    casts = [call for call in analyze_models(tree, source.text, imports).calls
+             if call.target_dtype in canonical]
+    if casts:
+        last = max(casts, key=lambda call: (call.call.lineno, call.call.col_offset))
+        values["weights_cast"] = Value("weights", canonical[last.target_dtype],
+                                       f"{ast.unparse(last.call.func)}() in {source.path}", source.span_of_node(last.call))
+
+
+def _dtype(node: ast.AST, consts) -> str | None:
+    try:
+        value = literal(node, consts)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return _DTYPES.get(value) if isinstance(value, str) else None
+
+
+def _truthy(node: ast.AST, consts) -> bool:
+    try:
+        return literal(node, consts) is True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _optimizer_kind(name: str, last: str, node: ast.Call) -> str | None:
+    lowered = last.lower()
+    if "8bit" in lowered:
+        return "adamw-8bit"
+    if lowered in ("adamw", "adam"):
+        return "adamw"
+    if lowered == "adafactor":
+        return "adafactor"
+    if lowered == "sgd":
+        momentum = next((kw.value for kw in node.keywords if kw.arg == "momentum"), None)
+        if momentum is None:
+            return "sgd"
+        if isinstance(momentum, ast.Constant) and isinstance(momentum.value, (int, float)):
+            return "sgd-momentum" if momentum.value else "sgd"
+        return None
+    return None
