@@ -6,6 +6,7 @@ settings or internal error.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -63,9 +64,30 @@ def check(apply_fix, unsafe_fixes, diff, **options) -> None:
 @_selection_options
 @click.option("--unsafe-fixes", is_flag=True, help="Apply unsafe fixes too (numerics or semantics change).")
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 when it would change something).")
-def fix(unsafe_fixes, diff, **options) -> None:
+@click.option("--fit", is_flag=True, help="Make each launch fit its target GPU: write the cheapest ladder of config changes (mixed precision, checkpointing, micro batch, 8-bit optimizer, ZeRO, offload) that fits.")
+@click.option("--gpu", metavar="NAME", help="With --fit: the target GPU (overrides [tool.cfgfix] gpu).")
+def fix(unsafe_fixes, diff, fit, gpu, **options) -> None:
     """Apply fixes to PATHS (default: the current folder); report what remains."""
+    if fit:
+        _fit(diff, gpu, options["paths"], options["config_file"])
+        return
+    if gpu:
+        _fail("--gpu is used with --fit")
     _fix(unsafe_fixes, diff, **options)
+
+
+def _fit(diff, gpu, paths, config_file) -> None:
+    from cfgfix.memory.gpus import find_gpu
+    from cfgfix.training.fit_command import apply_plans, plan_launches
+
+    if gpu and find_gpu(gpu) is None:
+        _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
+    project, setups, _ = _project_setups(paths, config_file, gpu)
+    if not setups:
+        click.echo("No training launch found.")
+        raise SystemExit(0)
+    plans = plan_launches(project, setups)
+    raise SystemExit(apply_plans(project, plans, diff, click.echo))
 
 
 @cli.command()
@@ -104,12 +126,24 @@ def rule(code, show_all, output_format) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml.")
 def explain(paths, output_format, gpu, config_file) -> None:
     """Show each launch's resolved training setup and where every value comes from."""
+    from cfgfix.training.explain import render_json, render_text
+
+    project, setups, _ = _project_setups(paths, config_file, gpu)
+    render = render_json if output_format == "json" else render_text
+    click.echo(render(setups, project.display), nl=False)
+
+
+def _project_setups(paths, config_file, gpu, select=None, engine_files=None):
+    """Lint `paths` (to build the project model) and return (project, the training setups
+    of the launches inside `paths`, (engine, files, result))."""
     from dataclasses import replace
 
-    from cfgfix.training.explain import render_json, render_text
     from cfgfix.training.resolve import training_setups
 
-    engine, files, settings = _prepare(paths, None, None, None, config_file, False)
+    for path in paths:
+        if not path.exists():
+            _fail(f"{path}: no such file or folder")
+    engine, files, settings = _prepare(paths, select, None, None, config_file, False)
     if gpu:
         engine.settings = replace(engine.settings, gpu=gpu)
     result = engine.run(files)
@@ -120,8 +154,7 @@ def explain(paths, output_format, gpu, config_file) -> None:
     if paths:  # launch scripts outside the named paths were read only to link files
         roots = [Path(os.path.realpath(p)) for p in paths]
         setups = [s for s in setups if any(s.launch_file == r or r in s.launch_file.parents for r in roots)]
-    render = render_json if output_format == "json" else render_text
-    click.echo(render(setups, project.display), nl=False)
+    return project, setups, (engine, files, result)
 
 
 def _rule_json(rule) -> dict:
@@ -341,3 +374,126 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
     threshold = _SEVERITY_RANK.get(fail_on)
     failing = threshold is not None and any(_SEVERITY_RANK[c.finding.severity.value] >= threshold for c in result.comments)
     raise SystemExit(1 if failing else 0)
+
+
+# -- verify -----------------------------------------------------------------------------------
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--steps", type=click.IntRange(min=1), default=2, show_default=True, help="Optimizer steps to run in each copy.")
+@click.option("--fix-unsafe", is_flag=True, help="Apply unsafe fixes too in the patched copy.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=600, show_default=True, help="Seconds each run may take.")
+@click.option("--device", type=click.Choice(("auto", "cuda", "cpu")), default="auto", show_default=True, help="cpu hides the GPUs (CUDA_VISIBLE_DEVICES=''); cuda requires one.")
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("--before", metavar="REF", help="Compare two git revisions instead of applying fixes (with --after).")
+@click.option("--after", metavar="REF", help="The revision to compare against --before.")
+@click.option("--loss-rtol", type=click.FloatRange(min=0), default=0.02, show_default=True, help="Relative loss tolerance when losses need not be identical.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def verify(command, **options) -> None:
+    """Run a launch COMMAND for a few steps as it is and with cfgfix's fixes, and compare.
+
+    Usage: cfgfix verify [OPTIONS] -- python train.py ... Exit 0 when the fix holds (same
+    steps, finite and matching losses, peak memory not higher), 1 when it does not, 2 when
+    it could not run.
+    """
+    from cfgfix.verify.command import Options, run
+
+    raise SystemExit(run(Options(command=list(command), **options)))
+
+
+# -- estimate ---------------------------------------------------------------------------------
+_PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp16")
+
+
+@cli.command()
+@click.option("--model", metavar="ID|PATH", help="A catalog model id or a local folder / config.json.")
+@click.option("--params", type=float, metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
+@click.option("--gpu", metavar="NAME", help='Target GPU ("RTX 4090", "A100-80GB", ...): adds the verdict.')
+@click.option("--num-gpus", type=int, default=1, show_default=True, help="Data-parallel world size.")
+@click.option("--precision", type=click.Choice(_PRECISIONS), default="fp32", show_default=True,
+              help="fp32; amp-*: fp32 weights + autocast; bf16/fp16: pure 16-bit weights; ds-*: DeepSpeed's 16-bit engine.")
+@click.option("--optimizer", type=click.Choice(("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")), default="adamw", show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="DeepSpeed ZeRO stage.")
+@click.option("--fsdp", type=click.Choice(("full", "grad-op")), default=None, help="FSDP sharding instead of ZeRO.")
+@click.option("--offload", type=click.Choice(("none", "optimizer", "optimizer+params")), default="none", show_default=True)
+@click.option("--batch", type=int, default=1, show_default=True, help="Micro batch per GPU.")
+@click.option("--seq", type=int, default=None, help="Tokens per sample (T5: source tokens).")
+@click.option("--target-seq", type=int, default=None, help="T5: target tokens.")
+@click.option("--resolution", type=int, default=None, help="Image side in pixels (diffusion UNets).")
+@click.option("--lora-rank", type=int, default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
+@click.option("--quantize", type=click.Choice(("4bit", "8bit")), default=None, help="QLoRA: the frozen base's storage.")
+@click.option("--checkpointing/--no-checkpointing", default=False, show_default=True, help="Gradient checkpointing.")
+@click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
+@click.option("--list-models", is_flag=True, help="List the catalog's model ids and exit.")
+@click.option("--list-gpus", is_flag=True, help="List the catalog's GPUs and exit.")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, offload, batch, seq, target_seq, resolution,
+             lora_rank, quantize, checkpointing, grad_accum, output_format, simulate, list_models, list_gpus, paths) -> None:
+    """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
+    GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
+    launch found in PATHS (default: the current folder) is estimated from its configs."""
+    from cfgfix.memory.gpus import all_gpus, find_gpu
+    from cfgfix.memory.shapes import ShapeError, catalog_ids, params_only, resolve_shape
+
+    if list_models:
+        click.echo("\n".join(catalog_ids()))
+        return
+    if list_gpus:
+        for g in all_gpus():
+            click.echo(f"{g.name:<16} {g.usable_bytes / 1024**3:7.2f} GiB usable  bf16={'yes' if g.bf16 else 'no'}  fp8={'yes' if g.fp8 else 'no'}")
+        return
+    if not (model or params):  # project mode: every launch of PATHS, from its resolved setup
+        from cfgfix.memory.gpus import find_gpu
+        from cfgfix.training import estimate_project
+
+        if gpu and find_gpu(gpu) is None:
+            _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
+        project, setups, _ = _project_setups(paths, None, gpu)
+        rows = list(estimate_project.project_estimates(setups, gpu))
+        render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
+        click.echo(render(rows, project.display, simulate), nl=False)
+        return
+    from cfgfix.memory.estimator import estimate as run_estimate, verdict as fit_verdict
+    from cfgfix.memory.render import render_json, render_text
+    from cfgfix.memory.setup import MemorySetup
+
+    try:
+        shape = resolve_shape(model) if model else params_only(int(params))
+    except ShapeError as exc:
+        _fail(str(exc))
+    target = None
+    if gpu:
+        target = find_gpu(gpu)
+        if target is None:
+            _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
+    weights, autocast, ds_half = "fp32", None, None
+    if precision.startswith("amp-"):
+        autocast = precision[4:]
+    elif precision.startswith("ds-"):
+        ds_half, weights = precision[3:], precision[3:]
+    elif precision in ("bf16", "fp16"):
+        weights = precision
+    setup = MemorySetup(
+        params=int(params) if params and model else None, model=model, weights=weights, autocast=autocast,
+        deepspeed_half=ds_half, optimizer=optimizer, zero_stage=zero, fsdp=fsdp,
+        offload_optimizer=offload != "none", offload_params=offload == "optimizer+params", num_gpus=num_gpus,
+        micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
+        lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum,
+    )
+    result = run_estimate(setup, shape)
+    decision = fit_verdict(result, target.usable_bytes, target.name) if target else None
+    if output_format == "json":
+        text = render_json(result, target, decision)
+        if simulate:
+            from cfgfix.memory.simulate_report import simulate_json
+
+            data = json.loads(text)
+            data["simulation"] = simulate_json(setup, model)
+            text = json.dumps(data, indent=2) + "\n"
+        click.echo(text, nl=False)
+    else:
+        click.echo(render_text(result, target.name if target else None, target.usable_bytes if target else None, decision), nl=False)
+        if simulate:
+            from cfgfix.memory.simulate_report import simulate_text
+
+            click.echo("\n" + simulate_text(setup, model, result.peak), nl=False)

@@ -12,9 +12,11 @@ per-file result and combined afterwards, so a warm run parses nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
 from cfgfix.core import Finding, Severity, Span
@@ -25,9 +27,24 @@ from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
 from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile
 
+def _code_stamp() -> str:
+    """Size and mtime of cfgfix's own modules: an editable install (or a checkout being
+    developed) never reads results that older code wrote under the same version. ~100
+    stat calls, well under a millisecond."""
+    package = Path(__file__).parent
+    digest = hashlib.blake2b(digest_size=8)
+    for path in sorted(package.rglob("*.py")):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        digest.update(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
 # Bumped whenever FileResult's cached shape changes (a new LaunchFacts field), so that a
 # development checkout never reads results written by older code of the same version.
-RESULT_SCHEMA = "3"
+RESULT_SCHEMA = "4"
 
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
@@ -232,7 +249,7 @@ class Engine:
     def _fingerprint(self) -> str:
         from cfgfix import __version__
 
-        return "|".join([__version__, RESULT_SCHEMA, self.settings.fingerprint(), ",".join(sorted(self.codes))])
+        return "|".join([__version__, RESULT_SCHEMA, _code_stamp(), self.settings.fingerprint(), ",".join(sorted(self.codes))])
 
     def _file_key(self, sf: SourceFile) -> str:
         """What besides its bytes a file's result depends on: its project's versions."""

@@ -173,6 +173,34 @@ def write_atomically(path: Path, data: bytes, root: Path) -> None:
         raise WriteError(f"cannot write {path}: {exc.strerror}") from None
 
 
+def create_atomically(path: Path, data: bytes, root: Path) -> None:
+    """Create a new file (never replacing one): written to a temporary name beside it,
+    then linked into place, so it appears whole or not at all."""
+    real = Path(os.path.realpath(path))
+    if not _inside(real, Path(os.path.realpath(root))):
+        raise WriteError(f"{path} is outside the project; not created")
+    try:
+        handle, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".cfgfix")
+    except OSError as exc:
+        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.link(tmp, real)  # fails when the file appeared meanwhile: never overwrite
+    except FileExistsError:
+        raise WriteError(f"{path} already exists; not overwritten") from None
+    except OSError as exc:
+        raise WriteError(f"cannot create {path}: {exc.strerror}") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def _inside(path: Path, root: Path) -> bool:
     try:
         path.relative_to(root)

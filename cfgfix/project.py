@@ -44,12 +44,14 @@ class LaunchFacts:
         configs = launch.config_files
         config = configs.get("accelerate")
         deepspeed = configs.get("deepspeed")
-        deepspeed_text = deepspeed.text if deepspeed is not None else None
+        deepspeed_text = _expand(deepspeed.text, launch.env) if deepspeed is not None else None
+        # `--deepspeed $DS_CONFIG` with DS_CONFIG assigned in the script: its value
+        expanded = [_Text(_expand(w.text, launch.env)) for w in launch.script_args]
         if deepspeed_text is None:
             # `--deepspeed ds.json` (HF Trainer) or `--deepspeed_config ds.json` (deepspeed.initialize)
-            deepspeed_text = _option(launch.script_args, ("--deepspeed_config", "--deepspeed"))
+            deepspeed_text = _option(expanded, ("--deepspeed_config", "--deepspeed"))
         training = configs.get("config")
-        training_text = training.text if training is not None else _option(launch.script_args, ("--config",))
+        training_text = _expand(training.text, launch.env) if training is not None else _option(expanded, ("--config",))
         steps_word = _option_word(launch.script_args, "--gradient_accumulation_steps")
         steps = None
         if steps_word is not None:
@@ -59,7 +61,7 @@ class LaunchFacts:
             launcher=launch.launcher,
             script=launch.script.text if launch.script is not None else None,
             world_size=launch.world_size,
-            accelerate_config=config.text if config is not None else None,
+            accelerate_config=_expand(config.text, launch.env) if config is not None else None,
             span=launch.command.span,
             deepspeed_config=deepspeed_text,
             training_config=training_text,
@@ -94,6 +96,11 @@ class LaunchFacts:
             tuple((text, Span.from_dict(span)) for text, span in data.get("args", ())),
             data.get("cuda_devices"),
         )
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
 
 
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")

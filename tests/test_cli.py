@@ -37,9 +37,10 @@ def test_check_reports_and_exits_1(in_tmp):
     write_project(in_tmp, {"train.py": BROKEN})
     code, out = run("check", "--no-cache")
     assert code == 1
-    assert "train.py:4:9: CFX101 [*]" in out
+    assert "train.py:4:9: CFX101 `model`" in out  # an unsafe fix: no [*]
     assert "train.py:5:1: CFX103 [*]" in out
-    assert "Found 2 findings (2 fixable with cfgfix fix)." in out
+    assert "Found 2 findings (1 fixable with cfgfix fix)." in out
+    assert "1 hidden fix can be enabled with the --unsafe-fixes option." in out
 
 
 def test_clean_tree_exits_0(in_tmp):
@@ -51,7 +52,7 @@ def test_clean_tree_exits_0(in_tmp):
 
 def test_diff_writes_nothing_and_exits_1(in_tmp):
     write_project(in_tmp, {"train.py": BROKEN})
-    code, out = run("fix", "--diff", "--no-cache")
+    code, out = run("fix", "--diff", "--no-cache", "--unsafe-fixes")
     assert code == 1
     assert "-model = model.to(torch.bfloat16)\n" in out and "-model.to(device)\n" in out
     assert (in_tmp / "train.py").read_text() == BROKEN
@@ -60,10 +61,13 @@ def test_diff_writes_nothing_and_exits_1(in_tmp):
 def test_fix_writes_and_second_fix_changes_nothing(in_tmp):
     write_project(in_tmp, {"train.py": BROKEN})
     code, out = run("fix", "--no-cache")
+    assert code == 1, out  # the unsafe CFX101 fix stays behind --unsafe-fixes
+    assert "Found 2 findings (1 fixed, 1 remaining)." in out
+    code, out = run("fix", "--no-cache", "--unsafe-fixes")
     assert code == 0, out
     assert (in_tmp / "train.py").read_text() == FIXED
-    assert "Found 2 findings (2 fixed, 0 remaining)." in out
-    code, out = run("check", "--fix", "--no-cache")
+    assert "Found 1 finding (1 fixed, 0 remaining)." in out
+    code, out = run("check", "--fix", "--unsafe-fixes", "--no-cache")
     assert code == 0
     assert (in_tmp / "train.py").read_text() == FIXED
 
@@ -73,7 +77,7 @@ def test_fix_keeps_crlf_bom_and_mode(in_tmp):
     path = in_tmp / "train.py"
     path.write_bytes(data)
     path.chmod(0o754)
-    code, _ = run("fix", "--no-cache")
+    code, _ = run("fix", "--no-cache", "--unsafe-fixes")
     assert code == 0
     assert path.read_bytes() == b"\xef\xbb\xbf" + FIXED.replace("\n", "\r\n").encode()
     assert stat.S_IMODE(path.stat().st_mode) == 0o754
@@ -109,7 +113,7 @@ def test_syntax_error_is_a_finding_and_never_written(in_tmp):
     assert code == 1
     assert "bad.py:" in out and "CFX901" in out
     assert "train.py:4:9: CFX101" in out  # the other files go on
-    code, out = run("fix", "--no-cache")
+    code, out = run("fix", "--no-cache", "--unsafe-fixes")
     assert (in_tmp / "bad.py").read_text() == broken
     assert (in_tmp / "train.py").read_text() == FIXED
 
@@ -128,7 +132,7 @@ def test_json_output_shape(in_tmp):
     first = data[0]
     assert first["code"] == "CFX101" and first["name"] == "redundant-dtype-cast"
     assert first["location"] == {"row": 4, "column": 9}
-    assert first["fix"]["applicability"] == "safe"
+    assert first["fix"]["applicability"] == "unsafe"
     assert first["fix"]["edits"][0]["location"] == {"row": 4, "column": 1}
     assert first["url"].endswith("/rules/CFX101.md")
 

@@ -5,6 +5,8 @@ comes from the cache; a run that names only some files still finds their launche
 import os
 from pathlib import Path
 
+import pytest
+
 from cfgfix.engine import Engine
 from cfgfix.fixing import fix_file
 from cfgfix.settings import load_settings
@@ -98,8 +100,11 @@ def test_fixing_the_yaml_reads_the_json_once_more(tmp_path):
         outcome = fix_file(engine, sf, sf.path.read_bytes(), unsafe=False)
     finally:
         os.chdir(cwd)
-    assert "mixed_precision: bf16\n" in outcome.fixed
-    assert not [f for f in outcome.remaining if f.code == "CFX402"]
+    # round 1: CFX402 writes the JSON's bf16; round 2 re-reads the JSON, and CFX403 removes the
+    # key accelerate rejects next to deepspeed_config_file, now that it agrees
+    assert [f.code for f in outcome.applied] == ["CFX402", "CFX403"]
+    assert "mixed_precision" not in outcome.fixed
+    assert not [f for f in outcome.remaining if f.code in ("CFX402", "CFX403")]
 
 
 def test_cfx404_follows_the_json_on_a_warm_run(tmp_path):
@@ -112,3 +117,77 @@ def test_cfx404_follows_the_json_on_a_warm_run(tmp_path):
         '"gradient_accumulation_steps": 4', '"gradient_accumulation_steps": 2'))
     _, _, warm = lint_project(tmp_path, use_cache=True)
     assert _codes(warm, "CFX404") == [("train.sh", 1)]
+
+
+# -- CFX403's fix: remove an inline key only when the DeepSpeed JSON already says the same ---------
+_DS403 = {"gradient_accumulation_steps": 4, "gradient_clipping": 1.0, "bf16": {"enabled": True},
+          "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                "stage3_gather_16bit_weights_on_model_save": True}}
+
+
+@pytest.mark.parametrize("inline, ds_changes, fixable", [
+    ("  zero_stage: 3\n", {}, True),
+    ("  zero_stage: 2\n", {}, False),  # the JSON says 3: which was meant is the author's call
+    ("  gradient_accumulation_steps: 4\n", {}, True),
+    ("  gradient_accumulation_steps: 4\n", {"gradient_accumulation_steps": "auto"}, False),  # filled later
+    ("  gradient_clipping: 1\n", {}, True),  # 1 and 1.0 are the same number
+    ("  gradient_clipping: true\n", {"gradient_clipping": 1}, False),  # a boolean is not a number
+    ("  offload_optimizer_device: none\n", {}, True),  # no offload_optimizer block: nothing offloaded
+    ("  offload_optimizer_device: cpu\n", {}, False),
+    ("  offload_param_device: cpu\n", {}, True),
+    ("  offload_param_nvme_path: none\n", {}, True),
+    ("  offload_param_nvme_path: /nvme\n", {}, False),
+    ("  zero3_save_16bit_model: true\n", {}, True),
+    ("  zero3_save_16bit_model: false\n", {"zero_optimization": {"stage": 3}}, True),  # DeepSpeed's default
+    ("  zero3_save_16bit_model: true\n", {"zero_optimization": {"stage": 3}}, False),
+    ("  zero3_save_16bit_model: true\n", {"zero_optimization": {"stage": 3,
+                                          "stage3_gather_fp16_weights_on_model_save": True}}, True),
+    ("mixed_precision: bf16\n", {}, True),
+    ("mixed_precision: fp16\n", {}, False),  # CFX402's clash; its fix comes first
+    ("mixed_precision: 'no'\n", {"bf16": {"enabled": False}}, True),
+    ("mixed_precision: no\n", {"bf16": {"enabled": False}}, True),  # unquoted: YAML reads False
+    ("mixed_precision: 'no'\n", {"bf16": {"enabled": "auto"}}, False),  # "auto" follows mixed_precision
+    ("mixed_precision: bf16\n", {"fp16": {"enabled": True}}, False),  # both on: CFX501's problem
+])
+def test_cfx403_fix_only_when_the_json_agrees(tmp_path, inline, ds_changes, fixable):
+    import json
+
+    ds = {**_DS403, **ds_changes}
+    block, top = (inline, "") if inline.startswith("  ") else ("", inline)
+    write_project(tmp_path, {
+        "configs/accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                   "deepspeed_config:\n  deepspeed_config_file: configs/ds.json\n" + block
+                                   + top + "num_processes: 2\n",
+        "configs/ds.json": json.dumps(ds, indent=2) + "\n",
+    })
+    _, _, result = lint_project(tmp_path)
+    found = [f for f in result.findings if f.code == "CFX403"]
+    assert [f.span.line for f in found] == [5]
+    assert (found[0].fix is not None) is fixable, found[0].message
+    assert ("already says the same" in found[0].message) is fixable
+
+
+def test_cfx403_no_fix_in_a_yaml_flow_mapping(tmp_path):
+    """Deleting the first entry of `{a: 1, b: 2}` line-wise would leave `{, b: 2}`."""
+    write_project(tmp_path, {
+        "accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                           "deepspeed_config: {zero_stage: 3, deepspeed_config_file: ds.json}\nnum_processes: 2\n",
+        "ds.json": '{"zero_optimization": {"stage": 3}, "train_batch_size": "auto"}\n',
+    })
+    _, _, result = lint_project(tmp_path)
+    found = [f for f in result.findings if f.code == "CFX403"]
+    assert len(found) == 1 and found[0].fix is None
+
+
+def test_cfx403_silent_on_a_deepspeed_block_that_is_never_read(tmp_path):
+    """accelerate's own fixture (tests/test_configs/validate_launch_cmd.yaml): distributed_type
+    NO next to a deepspeed_config block; checked with accelerate 1.15: `accelerate launch`
+    starts, no DeepSpeed plugin is built."""
+    write_project(tmp_path, {
+        "accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndebug: true\nnum_processes: 1\n"
+                           "distributed_type: 'NO'\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
+                           "  zero_stage: 2\nmixed_precision: 'no'\n",
+        "ds.json": '{"zero_optimization": {"stage": 3}, "train_batch_size": "auto"}\n',
+    })
+    _, _, result = lint_project(tmp_path)
+    assert [f for f in result.findings if f.code == "CFX403"] == []

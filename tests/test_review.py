@@ -113,7 +113,8 @@ def test_github_review_payload(repo):
         assert comment["side"] == "RIGHT" and "start_side" not in comment
         assert comment["body"].startswith(MARKER)
     cast, alloc, launch = body["comments"]
-    assert "**[CFX101]" in cast["body"] and "Safe fix: Remove the no-op" in cast["body"]
+    assert "**[CFX101]" in cast["body"] and "Remove the no-op" in cast["body"]
+    assert "changes numerics or semantics" in cast["body"]  # CFX101's fix is unsafe (float32 buffers)
     assert cast["body"].endswith("```suggestion\n```")  # the suggestion deletes line 5
     assert "**[CFX305]" in alloc["body"]
     assert "**[CFX105]" in launch["body"]
@@ -132,7 +133,7 @@ def test_suggestion_matches_cfgfix_fix(repo):
     comment = Comment(Finding.from_dict(cast["finding"]), cast["path"], cast["start_line"], cast["line"],
                       Finding.from_dict(cast["finding"]).span, suggestion=cast["suggestion"])
     suggested = apply_suggestion(PR_TRAIN, comment)
-    CliRunner().invoke(cli, ["fix", "--no-cache", "train.py"], catch_exceptions=False)
+    CliRunner().invoke(cli, ["fix", "--no-cache", "--unsafe-fixes", "--select", "CFX101", "train.py"], catch_exceptions=False)
     assert suggested == (repo / "train.py").read_text() == BASE_TRAIN
 
 

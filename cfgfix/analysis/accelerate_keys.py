@@ -29,6 +29,25 @@ IGNORED_WITH_DS_FILE = (
     "zero3_save_16bit_model",
 )
 
+# Where the DeepSpeed JSON states what each rejected inline key says (key paths, the first
+# one present wins), and the value DeepSpeed uses when the JSON leaves it out (MISSING: none
+# that can agree). CFX403's fix removes a key only when the JSON already says the same [B10, C12].
+MISSING = object()
+_ZERO = "zero_optimization"
+IGNORED_KEY_IN_JSON = {
+    "zero_stage": (((_ZERO, "stage"),), MISSING),
+    "gradient_accumulation_steps": ((("gradient_accumulation_steps",),), MISSING),
+    "gradient_clipping": ((("gradient_clipping",),), MISSING),
+    "offload_optimizer_device": (((_ZERO, "offload_optimizer", "device"),), "none"),
+    "offload_param_device": (((_ZERO, "offload_param", "device"),), "none"),
+    "offload_optimizer_nvme_path": (((_ZERO, "offload_optimizer", "nvme_path"),), "none"),
+    "offload_param_nvme_path": (((_ZERO, "offload_param", "nvme_path"),), "none"),
+    # the current name, its pydantic field name and the deprecated fp16 name (C12); default false
+    "zero3_save_16bit_model": (((_ZERO, "stage3_gather_16bit_weights_on_model_save"),
+                                (_ZERO, "gather_16bit_weights_on_model_save"),
+                                (_ZERO, "stage3_gather_fp16_weights_on_model_save")), False),
+}
+
 # Enum values checked at load (distributed_type, compute_environment) or at launch.
 VALUES = {
     "distributed_type": ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",

@@ -20,6 +20,7 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "fp16": ("fp16",),
     "seq_len": ("max_seq_length", "max_seq_len", "model_max_length", "sequence_len", "cutoff_len",
                 "max_source_length", "seq_length", "block_size", "max_length"),
+    "target_len": ("max_target_length",),
     "resolution": ("resolution",),
     "gradient_checkpointing": ("gradient_checkpointing",),
     "optimizer": ("optim", "optimizer"),
@@ -28,6 +29,7 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "load_in_4bit": ("load_in_4bit",),
     "load_in_8bit": ("load_in_8bit",),
     "deepspeed": ("deepspeed",),
+    "fsdp": ("fsdp",),  # HF TrainingArguments: "full_shard auto_wrap", "shard_grad_op", ...
     "learning_rate": ("learning_rate",),
     "max_grad_norm": ("max_grad_norm",),
     "weight_decay": ("weight_decay",),

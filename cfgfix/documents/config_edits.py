@@ -81,3 +81,30 @@ def close_match(word: str, choices) -> str | None:
         return matches[0]
     lowered = {c.lower().replace("-", "_"): c for c in choices}
     return lowered.get(word.lower().replace("-", "_"))
+
+
+def insert_entry(doc: ConfigDocument, mapping: Node, key: str, value) -> Edit | None:
+    """An edit that adds `key: value` as the last entry of `mapping`, in the mapping's style
+    (JSON or YAML, block or flow, its indentation); `value` is a scalar or a dict (written
+    as a flow mapping). None when the layout is not one this writer knows."""
+    text = doc.source.text
+    if mapping.kind != "mapping" or not mapping.entries:
+        return None
+    written = json.dumps(value) if doc.fmt == "json" or isinstance(value, dict) else scalar_text(doc, value)
+    if doc.fmt == "yaml" and isinstance(value, dict):
+        written = "{" + ", ".join(f"{k}: {scalar_text(doc, v)}" for k, v in value.items()) + "}"
+    last_key, last_value = mapping.entries[-1]
+    line_start = text.rfind("\n", 0, last_key.start) + 1
+    indent = text[line_start:last_key.start]
+    if doc.fmt == "json":
+        entry = f'"{key}": {written}'
+        if not indent.strip() and "\n" in text[mapping.start:last_key.start]:
+            return Edit(doc.source.path, last_value.end, last_value.end, ",\n" + indent + entry)
+        return Edit(doc.source.path, last_value.end, last_value.end, ", " + entry)
+    if text[mapping.start:mapping.start + 1] == "{":  # YAML flow mapping
+        return Edit(doc.source.path, last_value.end, last_value.end, f", {key}: {written}")
+    if indent.strip():
+        return None
+    end = _line_end(text, max(last_value.end - 1, last_key.end))
+    newline = "\r\n" if text[end:end + 2] == "\r\n" else "\n"
+    return Edit(doc.source.path, end, end, newline + indent + f"{key}: {written}")

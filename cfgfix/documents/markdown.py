@@ -36,4 +36,10 @@ def shell_blocks_only(source: SourceText) -> SourceText:
         position = end.end() if end else len(text)
     blanked = "".join(ch if keep[i] or ch in "\r\n" else " " for i, ch in enumerate(text))
     blanked = re.sub(r"(?m)^( *)\$ ", r"\1  ", blanked)  # console prompts: `$ torchrun ...`
+    # documentation placeholders (`--master_port=<your_random_port>`, `<path_to_data>`) are
+    # not redirections: keep them as one unresolved variable of the same length
+    blanked = _PLACEHOLDER.sub(lambda m: "$" + "_" * (len(m.group(0)) - 1), blanked)
     return SourceText(source.path, blanked, source.bom)
+
+
+_PLACEHOLDER = re.compile(r"<[A-Za-z][\w .\-/]*>")

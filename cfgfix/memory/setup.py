@@ -37,6 +37,8 @@ class MemorySetup:
     lora_rank: int | None = None  # None: full fine-tune
     quantization: Literal["4bit", "8bit"] | None = None  # frozen base of a (Q)LoRA run
     gradient_accumulation: int = 1
+    target_len: int | None = None  # decoder tokens of an encoder-decoder model (T5); None: seq_len
+    lora_targets: tuple[str, ...] | None = None  # Linear names LoRA adapts; None: every Linear in the blocks
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

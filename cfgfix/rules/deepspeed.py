@@ -159,6 +159,37 @@ def _count(node) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _data_parallel_world(root, world: int) -> tuple[int, str] | None:
+    """The world size DeepSpeed's batch check multiplies by, and how a message says it: the
+    processes, divided by `sequence_parallel_size` (Ulysses), or `data_parallel_size` when
+    both are set (a device mesh); None when automatic tensor parallelism or a value this
+    cannot read leaves it unknown. DeepSpeed 0.19 `runtime/config.py` (DeepSpeedConfig
+    world_size) and `deepspeed/__init__.py` (initialize builds the mesh)."""
+    tensor = root.get("tensor_parallel")
+    if tensor is not None and tensor.kind == "mapping" and tensor.get("autotp_size") is not None:
+        size = tensor.get("autotp_size")
+        if not (size.kind == "scalar" and size.value in (0, 1) and not isinstance(size.value, bool)):
+            return None
+    if root.get("sequence_parallel_size") is None:
+        return world, f"{world} processes"
+    sequence = _count(root.get("sequence_parallel_size"))
+    if sequence is None:
+        return None
+    if root.get("data_parallel_size") is not None:
+        data = _count(root.get("data_parallel_size"))
+        return (data, f"data_parallel_size {data}") if data is not None else None
+    if world % sequence:
+        return None
+    return world // sequence, f"{world} processes / sequence_parallel_size {sequence}"
+
+
+def _passes_mpu(project, uses) -> bool:
+    """A launched script hands `mpu=` to deepspeed.initialize (Megatron-style model
+    parallelism): DeepSpeed then takes the data-parallel size from it, not the processes."""
+    return any(kw.arg == "mpu" for _, _, facts in _script_uses(project, uses)
+               for call in facts.initialize for kw in call.keywords)
+
+
 @register
 class BatchSizeArithmetic(ProjectRule):
     """## What it does
@@ -174,7 +205,11 @@ class BatchSizeArithmetic(ProjectRule):
     16 != 2 * 4 * 4". The numbers are usually right for the machine the config was written
     on and wrong for the one it runs on. Nothing is reported when any of the three is
     `"auto"` (the HF Trainer or accelerate fills it) or unknown, or when the launches that
-    use the file disagree about the world size.
+    use the file disagree about the world size. With `sequence_parallel_size` DeepSpeed
+    counts data-parallel ranks only (the processes divided by it, or `data_parallel_size`
+    when that is set too), and so does this check; with automatic tensor parallelism
+    (`tensor_parallel.autotp_size` above 1) or an `mpu=` passed to `deepspeed.initialize`
+    the data-parallel size is not known from the files, and nothing is reported.
 
     ## Example
     ```json
@@ -194,7 +229,8 @@ class BatchSizeArithmetic(ProjectRule):
     per-GPU batch and the accumulation, which decide memory and the optimizer step, stay.
 
     ## References
-    - facts.md C12; DeepSpeed `runtime/config.py` (`_batch_assertion`)
+    - facts.md C12; DeepSpeed `runtime/config.py` (`_batch_assertion`, and the world size in
+      `DeepSpeedConfig.__init__`), `deepspeed/__init__.py` (`initialize`: the device mesh)
     """
 
     code = "CFX502"
@@ -220,6 +256,10 @@ class BatchSizeArithmetic(ProjectRule):
             if None in numbers:
                 continue
             total_n, micro_n, steps_n = numbers
+            data_parallel = _data_parallel_world(root, world)
+            if data_parallel is None or _passes_mpu(project, uses):
+                continue  # model/sequence parallel groups this cannot size: no single right number
+            world, processes = data_parallel
             product = micro_n * steps_n * world
             if total_n == product:
                 continue
@@ -229,7 +269,7 @@ class BatchSizeArithmetic(ProjectRule):
             yield self.finding(
                 doc.span(total),
                 f"train_batch_size {total_n} != train_micro_batch_size_per_gpu {micro_n} x "
-                f"gradient_accumulation_steps {steps_n} x {world} processes = {product}: DeepSpeed asserts "
+                f"gradient_accumulation_steps {steps_n} x {processes} = {product}: DeepSpeed asserts "
                 f"'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size' "
                 f"before the first step",
                 fix=Fix((replace_scalar(doc, total, product),), f"Set train_batch_size to {product}"),
@@ -255,11 +295,29 @@ class BatchSizeArithmetic(ProjectRule):
                 files={"train.sh": "torchrun --nproc_per_node $NGPU train.py --deepspeed ds.json\n"}),
         Example(_DS.format(total=16, micro=2), "accelerate config with 2 processes: 2 x 4 x 2 = 16", path="ds.json",
                 files={"accelerate.yaml": _ACC.format(n=2)}),
+        Example(_DS.format(total=8, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                             '"zero_optimization"'),
+                "Ulysses sequence parallelism: 2 processes / sequence_parallel_size 2 = 1 data-parallel rank "
+                "(DeepSpeedExamples benchmarks/autosp)", path="ds.json", files={"accelerate.yaml": _ACC.format(n=2)}),
+        Example(_DS.format(total=16, micro=2).replace('"zero_optimization"', '"tensor_parallel": {"autotp_size": 4},'
+                                                                              '\n  "zero_optimization"'),
+                "automatic tensor parallelism: the data-parallel size is not the process count", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "Megatron-style mpu passed to deepspeed.initialize", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 pretrain.py --deepspeed --deepspeed_config ds.json\n",
+                       "pretrain.py": "import deepspeed\n\nengine, *_ = deepspeed.initialize(model=model, args=args, "
+                                      "mpu=mpu)\n"}),
     ]
     INVALID = [
         Example(_DS.format(total=16, micro=2), "torchrun on 8 GPUs with an HF --deepspeed file", path="ds.json", line=2,
                 files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed=ds.json\n"},
                 fixed=_DS.format(total=64, micro=2)),
+        Example(_DS.format(total=16, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                              '"zero_optimization"'),
+                "sequence parallel: 8 processes / 2 = 4 data-parallel ranks, 2 x 4 x 4 = 32", path="ds.json", line=2,
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n"},
+                fixed=_DS.format(total=32, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                                    '"zero_optimization"')),
         Example(_DS.format(total=16, micro=2), "world size from the accelerate config the launch uses", path="ds.json",
                 line=2, files={"accelerate.yaml": _ACC.format(n=4),
                                "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n"},
@@ -771,27 +829,10 @@ def _checked_docs(project):
 
 
 def _insert_true(doc, mapping, key: str):
-    """An edit that adds `key: true` as the last entry of `mapping`, in its style; None when
-    the layout is not one this writer knows."""
-    from cfgfix.documents.config_edits import _line_end
+    """An edit that adds `key: true` as the last entry of `mapping`, in its style."""
+    from cfgfix.documents.config_edits import insert_entry
 
-    text = doc.source.text
-    if mapping.kind != "mapping" or not mapping.entries:
-        return None
-    last_key, last_value = mapping.entries[-1]
-    line_start = text.rfind("\n", 0, last_key.start) + 1
-    indent = text[line_start:last_key.start]
-    if doc.fmt == "json":
-        entry = f'"{key}": true'
-        if not indent.strip() and "\n" in text[mapping.start:last_key.start]:
-            return replace_text(doc, last_value.end, last_value.end, ",\n" + indent + entry)
-        return replace_text(doc, last_value.end, last_value.end, ", " + entry)
-    if text[mapping.start:mapping.start + 1] == "{":  # YAML flow mapping
-        return replace_text(doc, last_value.end, last_value.end, f", {key}: true")
-    if indent.strip():
-        return None
-    end = _line_end(text, max(last_value.end - 1, last_key.end))
-    return replace_text(doc, end, end, "\n" + indent + f"{key}: true")
+    return insert_entry(doc, mapping, key, True)
 
 
 @register

@@ -10,6 +10,7 @@ from cfgfix.rules import (  # noqa: F401  (imported for registration)
     launch_scripts,
     loading,
     loops,
+    memory_budget,
     tool,
     training_setup,
 )

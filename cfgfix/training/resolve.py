@@ -27,13 +27,13 @@ from cfgfix.training.values import Value, from_args, from_config, from_python
 # The order `cfgfix explain` shows, and the settings the memory model reads.
 SETTINGS = (
     "model", "weights", "mixed_precision", "precision", "micro_batch", "grad_accum", "world_size",
-    "effective_batch", "seq_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
+    "effective_batch", "seq_len", "target_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
     "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "gpu",
 )
 LABELS = {
     "model": "model", "weights": "weights dtype", "mixed_precision": "autocast (mixed precision)",
     "precision": "precision", "micro_batch": "micro batch per GPU", "grad_accum": "gradient accumulation",
-    "world_size": "processes (GPUs)", "effective_batch": "effective batch", "seq_len": "sequence length",
+    "world_size": "processes (GPUs)", "effective_batch": "effective batch", "seq_len": "sequence length", "target_len": "target length",
     "resolution": "resolution", "gradient_checkpointing": "gradient checkpointing", "optimizer": "optimizer",
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
     "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
@@ -166,6 +166,10 @@ class _Resolver:
                                         doc.span(world_node), "num_processes")
         kind = root.get("distributed_type")
         block = root.get("deepspeed_config")
+        if (kind is not None and kind.value == "DEEPSPEED" and block is not None and block.kind == "mapping"
+                and "deepspeed_config_file" not in block):
+            found["deepspeed_inline"] = Value("deepspeed_inline", True, f"distributed_type DEEPSPEED in {name}",
+                                              doc.span(kind), "distributed_type")
         if kind is not None and kind.value == "DEEPSPEED" and block is not None and block.kind == "mapping":
             for key, setting in (("gradient_accumulation_steps", "grad_accum"), ("zero_stage", "zero_stage")):
                 value = block.get(key)
@@ -260,12 +264,18 @@ class _Resolver:
         setup = self.setup
         values = setup.values
         general = ("flags", "training config", "config module", "script")
-        for setting in ("model", "seq_len", "resolution", "gradient_checkpointing", "lora_rank"):
+        for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
             value = self._first(setting, general)
             if value is not None:
                 values[setting] = value
         if "model" in values and not isinstance(values["model"].value, str):
             del values["model"]
+        quant = self._first("load_in_4bit", general) or self._first("load_in_8bit", general)
+        if quant is not None and quant.value is True:
+            values["quantization"] = Value("quantization", "4bit" if quant.setting == "load_in_4bit" else "8bit",
+                                           quant.origin, quant.span, quant.name)
+        elif (script_quant := self._first("quantization", ("script",))) is not None:
+            values["quantization"] = script_quant
         self._batch(general)
         self._precision(general)
         self._optimizer(general)
@@ -274,14 +284,13 @@ class _Resolver:
             if value is not None:
                 values[setting] = value
         value = self._first("fsdp", ("accelerate config",))
+        hf = self._first("fsdp", general)
+        if hf is not None and isinstance(hf.value, str):  # TrainingArguments(fsdp="full_shard auto_wrap")
+            words = hf.value.lower().split()
+            mode = "grad-op" if "shard_grad_op" in words else "full" if {"full_shard", "hybrid_shard"} & set(words) else None
+            value = Value("fsdp", mode, hf.origin, hf.span, hf.name) if mode else value
         if value is not None:
             values["fsdp"] = value
-        quant = self._first("load_in_4bit", general) or self._first("load_in_8bit", general)
-        if quant is not None and quant.value is True:
-            values["quantization"] = Value("quantization", "4bit" if quant.setting == "load_in_4bit" else "8bit",
-                                           quant.origin, quant.span, quant.name)
-        elif (script_quant := self._first("quantization", ("script",))) is not None:
-            values["quantization"] = script_quant
         gpu = getattr(self.project, "target_gpu", None)
         if gpu:
             values["gpu"] = Value("gpu", gpu, "gpu in the cfgfix settings")
@@ -325,20 +334,30 @@ class _Resolver:
         if mixed is not None:
             values["mixed_precision"] = mixed
         engine = next((deepspeed[k] for k in ("bf16", "fp16") if k in deepspeed and deepspeed[k].value is True), None)
-        if engine is None and "deepspeed" in self.setup.files and mixed is not None and mixed.value in ("bf16", "fp16"):
-            # "auto" blocks (or none) under HF / accelerate: the engine takes the launch's precision
+        inline = self.setup.sources.get("accelerate config", {}).get("deepspeed_inline")
+        uses_deepspeed = "deepspeed" in self.setup.files or inline is not None
+        integrated = self.setup.trainer or self.launch.launcher == "accelerate"
+        if engine is None and uses_deepspeed and integrated and mixed is not None and mixed.value in ("bf16", "fp16"):
+            # HF / accelerate fill an "auto" block, and add a missing one, from the launch's
+            # precision (accelerate DeepSpeedPlugin.set_mixed_precision)
             block = deepspeed.get(mixed.value)
-            if block is not None and block.value == "auto":
-                engine = Value(mixed.value, True, f"{block.origin} = \"auto\", filled from {mixed.origin}", block.span)
+            if block is None or block.value == "auto":
+                how = f"{block.origin} = \"auto\"" if block is not None else (
+                    "no fp16/bf16 block" if "deepspeed" in self.setup.files else inline.origin)
+                engine = Value(mixed.value, True, f"{how}, filled from {mixed.origin}", block.span if block else mixed.span)
+        adapters = "lora_rank" in values or "quantization" in values
         if engine is not None:
             kind = engine.setting
             values["precision"] = Value("precision", f"deepspeed-{kind}", f"{engine.origin}: 16-bit weights, fp32 master copy",
                                         engine.span, engine.name)
-        elif weights is not None and weights.value in ("bf16", "fp16"):
-            values["precision"] = Value("precision", weights.value, f"{weights.origin}: pure 16-bit weights", weights.span)
+        elif weights is not None and weights.value in ("bf16", "fp16") and not (adapters and mixed is not None):
+            what = "a 16-bit frozen base" if adapters else "pure 16-bit weights"
+            values["precision"] = Value("precision", weights.value, f"{weights.origin}: {what}", weights.span)
         elif mixed is not None and mixed.value in ("bf16", "fp16"):
-            values["precision"] = Value("precision", f"amp-{mixed.value}", f"{mixed.origin}: fp32 weights, 16-bit autocast",
-                                        mixed.span)
+            what = ("fp32 weights, 16-bit autocast" if weights is not None and weights.value == "fp32"
+                    else "fp32 adapters, 16-bit autocast" if adapters
+                    else "16-bit autocast (the weights' dtype is not stated: fp32 unless the load says otherwise)")
+            values["precision"] = Value("precision", f"amp-{mixed.value}", f"{mixed.origin}: {what}", mixed.span)
         elif mixed is not None and mixed.value == "no":
             values["precision"] = Value("precision", "fp32", mixed.origin, mixed.span)
 

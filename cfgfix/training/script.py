@@ -55,6 +55,7 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     libraries = {value.split(".")[0] for value in imports.aliases.values()}
     hf = bool(libraries & set(_HF_LIBRARIES))
     argument_names: set[str] = set()
+    conditional = _conditional_nodes(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _local_modules(node, path, found)
@@ -77,7 +78,8 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
             text = ast.unparse(node)
             if "TrainingArguments" in text or "Config" in text or "Arguments" in text:
                 found.parses_training_arguments = True
-        _call_values(node, name, last, source, consts, found.values)
+        if id(node) not in conditional:  # `BitsAndBytesConfig(...) if args.q_lora else None`: unknown
+            _call_values(node, name, last, source, consts, found.values)
     _model_casts(tree, source, imports, found.values)
     for call in found.argument_calls:
         for setting, value in from_keywords(call, source, f"TrainingArguments in {origin}", consts).items():
@@ -91,6 +93,32 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     if not found.parses_training_arguments and "HfArgumentParser" in source.text and hf:
         found.parses_training_arguments = "TrainingArguments" in source.text
     return found
+
+
+def _conditional_nodes(tree: ast.Module) -> set[int]:
+    """ids of the nodes that run only under a condition (an `if` or `x if c else y` branch,
+    a `try`'s handlers); `if __name__ == "__main__":` counts as unconditional."""
+    found: set[int] = set()
+
+    def mark(nodes) -> None:
+        for child in nodes:
+            for sub in ast.walk(child):
+                found.add(id(sub))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and not _is_main_guard(node.test):
+            mark(node.body + node.orelse)
+        elif isinstance(node, ast.IfExp):
+            mark([node.body, node.orelse])
+        elif isinstance(node, ast.Try):
+            mark(node.handlers)
+    return found
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 def _local_modules(node, path: Path, found: ScriptSetup) -> None:

@@ -1,0 +1,623 @@
+"""The analytic memory model: a `MemorySetup` and a `ModelShape` -> bytes per GPU.
+
+Pure functions, no torch. Sources (facts.md section letters):
+- model states: HF "Model memory anatomy" bytes per parameter, ZeRO paper and DeepSpeed's own
+  estimators `estimate_zero2/3_model_states_mem_needs` (C14), torch Adam state dtype (A6, C15f);
+- activations: Korthikanti et al. 2022 (arXiv:2205.05198) per-layer terms (C14), re-derived for
+  HF's implementations and checked on CPU with `cfgfix.memory.live_bytes` (verify-notes.md,
+  "Simulating"): HF up-casts RMSNorm inputs and the logits to fp32, SwiGLU keeps four
+  intermediate-sized tensors, SDPA / flash attention keeps no s^2 scores;
+- the peak is the largest of three moments of a step: the start of backward (all activations
+  and the loss gradient), the end of backward (all gradients), the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cfgfix.memory.setup import MemorySetup
+from cfgfix.memory.shapes import ModelShape, params_only
+
+GIB = 1024**3
+MIB = 1024**2
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+# The CUDA context, kernels and cuBLAS/cuDNN workspaces sit outside torch's allocator but inside
+# the card's capacity. Typical for CUDA 12 with lazy module loading; not measured here (no GPU).
+CUDA_CONTEXT_BYTES = 512 * MIB
+
+# bitsandbytes NF4 / FP4: half a byte per weight plus one fp32 absmax per 64-weight block
+# (QLoRA paper, Dettmers et al. 2023, arXiv:2305.14314; no double quantisation: with it 0.516).
+NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
+INT8_BYTES_PER_PARAM = 1.0  # LLM.int8: one byte per weight (+ one fp32 scale per row, ignored)
+
+DEFAULT_SEQ = {"t5": 512, "bert": 512}  # others: 2048 (decoder LMs)
+DEFAULT_RESOLUTION = {"unet": 1024}
+
+COMPONENTS = ("weights", "gradients", "optimizer_states", "master_weights", "activations", "temporaries", "cuda_context")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    size: int  # bytes this component needs on one GPU at its largest
+    at_peak: int  # bytes of it that are live at the step's peak
+    formula: str  # how it was computed, with its source
+
+
+@dataclass(frozen=True)
+class Estimate:
+    setup: MemorySetup
+    shape: ModelShape
+    components: tuple[Component, ...]  # per GPU; at_peak values add up to `peak`
+    peak: int  # bytes per GPU at the largest moment of a step
+    peak_phase: str  # "backward start", "backward end", "optimizer step", "recompute"
+    low: int  # the error band around `peak`
+    high: int
+    cpu: tuple[Component, ...] = ()  # host RAM per node when offloading
+    assumptions: tuple[str, ...] = ()
+    trainable_params: int = 0
+
+    def component(self, name: str) -> Component:
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        raise KeyError(name)
+
+    @property
+    def model_states(self) -> int:
+        """Weights + gradients + optimizer states + master weights on one GPU (what
+        DeepSpeed's estimators count)."""
+        return sum(self.component(n).size for n in ("weights", "gradients", "optimizer_states", "master_weights"))
+
+    @property
+    def cpu_bytes(self) -> int:
+        return sum(c.size for c in self.cpu)
+
+    def to_dict(self) -> dict:
+        return {
+            "params": self.shape.params,
+            "trainable_params": self.trainable_params,
+            "peak_bytes": self.peak,
+            "peak_phase": self.peak_phase,
+            "band_bytes": [self.low, self.high],
+            "components": [
+                {"name": c.name, "bytes": c.size, "at_peak_bytes": c.at_peak, "formula": c.formula} for c in self.components
+            ],
+            "cpu_components": [{"name": c.name, "bytes": c.size, "formula": c.formula} for c in self.cpu],
+            "cpu_bytes": self.cpu_bytes,
+            "assumptions": list(self.assumptions),
+            "shape": self.shape.to_dict(),
+        }
+
+
+@dataclass
+class _Notes:
+    items: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        if text not in self.items:
+            self.items.append(text)
+
+
+# -- model states -------------------------------------------------------------------------------
+
+def _trainable(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> int:
+    if setup.lora_rank is None:
+        return shape.params
+    if shape.blocks:
+        if setup.lora_targets is None:
+            notes.add("LoRA adapts every Linear layer in the blocks (PEFT target_modules='all-linear')")
+        return shape.lora_params(setup.lora_rank, setup.lora_targets)
+    # no shape: all-linear LoRA on a 7B Llama/Qwen at r=16 is ~0.53% of the weights
+    notes.add("LoRA adapter size unknown without the model's config: assumed rank x 3.3e-4 x params (all-linear on a 7B decoder)")
+    return int(shape.params * setup.lora_rank * 3.3e-4)
+
+
+def _optimizer_bytes_per_param(optimizer: str, state_bytes: int) -> float | None:
+    """Bytes of optimizer state per trainable parameter; None: Adafactor (shape-dependent).
+    AdamW: exp_avg + exp_avg_sq (HF anatomy, C14: 8 bytes in fp32); torch keeps them in the
+    parameter's dtype (A6, C15f). bitsandbytes 8-bit AdamW: 2 bytes (HF anatomy, C14).
+    SGD with momentum: one buffer (HF anatomy: 4 bytes in fp32)."""
+    return {"adamw": 2 * state_bytes, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": state_bytes}.get(optimizer)
+
+
+def _adafactor_state_elements(shape: ModelShape, trainable: int, lora: bool, notes: _Notes) -> int:
+    """HF `Adafactor` (beta1=None, the default): a matrix W (out x in) keeps a row and a column
+    second-moment vector (out + in floats, Shazeer & Stern 2018, arXiv:1804.04235); a vector
+    keeps a full one. Matrices: the blocks' Linears and the embedding / head."""
+    if lora or not shape.blocks:
+        notes.add("Adafactor state estimated at 2% of the trainable elements (no per-matrix shapes)")
+        return int(trainable * 0.02)
+    matrices = [(b.count, i, o) for b in shape.blocks for _, i, o in b.linears]
+    if shape.vocab and shape.hidden:
+        matrices.append((1, shape.vocab, shape.hidden))
+        if shape.head_params:
+            matrices.append((1, shape.vocab, shape.hidden))
+    in_matrices = sum(n * i * o for n, i, o in matrices)
+    return sum(n * (i + o) for n, i, o in matrices) + max(shape.params - in_matrices, 0)
+
+
+@dataclass(frozen=True)
+class _States:
+    weights: int
+    grads: int  # at their largest (end of backward)
+    grads_persistent: bool  # live through the forward too
+    optimizer: int
+    master: int
+    gathered: int  # ZeRO-3 / FSDP full shard: the largest module gathered at once
+    cpu: tuple[Component, ...]
+    weights_formula: str
+    grads_formula: str
+    optimizer_formula: str
+    master_formula: str
+    step_temp: int  # optimizer-step temporaries (torch foreach)
+
+
+def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: _Notes) -> _States:
+    psi = shape.params
+    n = max(setup.num_gpus, 1)
+    lora = setup.lora_rank is not None
+    largest = shape.largest_module_params or 0
+    if setup.zero_stage == 3 and not largest:
+        notes.add("largest layer unknown: ZeRO-3's gathered-layer term (4L) assumed 2% of the parameters")
+        largest = int(psi * 0.02)
+
+    # the optimizer's state elements per trainable parameter
+    if setup.optimizer == "adafactor":
+        state_elements = _adafactor_state_elements(shape, trainable, lora, notes)
+    else:
+        state_elements = None
+
+    if setup.deepspeed_half and not lora:
+        return _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes)
+
+    # torch-owned weights (plain, autocast, DDP, FSDP) and (Q)LoRA
+    w_bytes = DTYPE_BYTES[setup.weights]
+    if lora:
+        adapter_bytes = 4  # PEFT up-casts adapters to fp32 (autocast_adapter_dtype=True, peft >= 0.12)
+        frozen = psi
+        if setup.quantization:
+            qbytes = NF4_BYTES_PER_PARAM if setup.quantization == "4bit" else INT8_BYTES_PER_PARAM
+            quantized = shape.block_linear_params if shape.blocks else int(psi * 0.9)
+            if not shape.blocks:
+                notes.add("quantised share of the weights unknown: assumed 90% (the blocks' Linear layers)")
+            rest = psi - quantized
+            notes.add("QLoRA: prepare_model_for_kbit_training up-casts the non-quantised weights (embeddings, "
+                      "head, norms) to fp32 (facts C14, peft utils/other.py)")
+            base = int(quantized * qbytes) + rest * 4
+            wf = (f"{quantized / 1e9:.3g}B quantised x {qbytes:g} B ({setup.quantization}) + "
+                  f"{rest / 1e9:.3g}B others x 4 B (k-bit up-cast) + {trainable / 1e6:.3g}M adapters x 4 B")
+        else:
+            base = frozen * w_bytes
+            wf = f"{frozen / 1e9:.3g}B frozen x {w_bytes} B ({setup.weights}) + {trainable / 1e6:.3g}M adapters x 4 B (fp32)"
+        weights = base + trainable * adapter_bytes
+        t_bytes = adapter_bytes
+    else:
+        weights = psi * w_bytes
+        wf = f"{psi / 1e9:.3g}B x {w_bytes} B ({setup.weights})"
+        t_bytes = w_bytes
+        if setup.autocast:
+            notes.add("autocast keeps the weights, gradients and optimizer states in fp32 (C15a); it adds 16-bit weight copies")
+    grads = trainable * t_bytes
+    per_param = _optimizer_bytes_per_param(setup.optimizer, t_bytes)
+    if per_param is None:
+        optimizer = state_elements * t_bytes
+        of = f"Adafactor factored second moments: {state_elements / 1e6:.3g}M elements x {t_bytes} B"
+    else:
+        optimizer = int(trainable * per_param)
+        of = f"{trainable / 1e9:.3g}B x {per_param:g} B ({setup.optimizer}, states in the parameters' dtype: C14, A6)"
+    gf = f"{trainable / 1e9:.3g}B trainable x {t_bytes} B"
+    grads_persistent = setup.gradient_accumulation > 1
+    gathered = 0
+    cpu: tuple[Component, ...] = ()
+
+    if setup.fsdp == "full" and n > 1 and not lora:
+        # FSDP FULL_SHARD: parameters, gradients and optimizer states sharded; one unit gathered
+        # at a time (plus the next one prefetched) - ZeRO-3 without DeepSpeed (FSDP paper, arXiv:2304.11277)
+        weights, grads, optimizer = weights // n, grads // n, optimizer // n
+        gathered = 2 * largest * (2 if setup.autocast else w_bytes)
+        wf += f" / {n} GPUs (FSDP full shard)"
+        gf += f" / {n}"
+        of += f" / {n}"
+        notes.add("FSDP wraps one transformer layer per unit; two units gathered at once (forward prefetch)")
+    elif setup.fsdp == "grad-op" and n > 1 and not lora:
+        grads, optimizer = grads // n, optimizer // n
+        gf += f" / {n} (FSDP SHARD_GRAD_OP)"
+        of += f" / {n}"
+    elif setup.zero_stage and n > 1:
+        # DeepSpeed with a torch-precision model (fp32 engine, or LoRA): ZeRO partitions
+        optimizer //= n
+        of += f" / {n} (ZeRO-{setup.zero_stage})"
+        if setup.zero_stage >= 2:
+            grads //= n
+            gf += f" / {n}"
+        if setup.zero_stage == 3:
+            weights //= n
+            wf += f" / {n}"
+            gathered = 2 * largest * t_bytes
+    elif n > 1 and not setup.zero_stage:
+        notes.add("DDP: its gradient buckets hold a second copy of the gradients (gradient_as_bucket_view=False, "
+                  "torch DistributedDataParallel docs)")
+    if setup.offload_optimizer and setup.zero_stage:
+        cpu = (Component("optimizer_states", optimizer, 0, of + ", offloaded"),)
+        optimizer = 0
+        of = "offloaded to CPU"
+    step_temp = 0
+    if setup.optimizer == "adamw" and not setup.offload_optimizer:
+        # torch's foreach AdamW (the CUDA default) builds sqrt(exp_avg_sq) for every parameter
+        # at once (torch/optim/adamw.py, _multi_tensor_adamw: torch._foreach_sqrt)
+        step_temp = (trainable // (n if setup.zero_stage or setup.fsdp else 1)) * t_bytes
+    return _States(weights, grads, grads_persistent, optimizer, 0, gathered, cpu, wf, gf, of, "none: torch keeps no master copy", step_temp)
+
+
+def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes) -> _States:
+    """DeepSpeed's bf16/fp16 engines keep 16-bit weights and, in the optimizer, fp32 master
+    weights, fp32 gradients and fp32 Adam states. Per GPU, with G GPUs (facts C14):
+    ZeRO-2: 2Psi + 18Psi/G (2 grads16 + 4 grads32 + 4 params32 + 8 Adam, stage_1_and_2.py
+    estimate_zero2_model_states_mem_needs); ZeRO-3: 4L + 18Psi/G (stage3.py); offload moves the
+    fp32 part to the CPU, sized Psi*max(4G,16)*1.5 (stage 2) or 16 or 18 Psi*1.5 (stage 3)."""
+    stage = setup.zero_stage
+    adam_bytes = 8 if state_elements is None else 0
+    if setup.optimizer != "adamw":
+        notes.add(f"DeepSpeed with {setup.optimizer}: its fp32 states sized like torch's {setup.optimizer}")
+        per = _optimizer_bytes_per_param(setup.optimizer, 4)
+        opt_total = state_elements * 4 if per is None else int(psi * per)
+    else:
+        opt_total = psi * adam_bytes
+    shard = lambda total, from_stage: total // n if stage >= from_stage else total  # noqa: E731
+    weights16 = shard(psi * 2, 3)
+    # ZeRO-3 reduce-scatters the 16-bit gradients straight into the fp32 partition: only the
+    # layer being reduced holds them (inside DeepSpeed's 4L), hence 18 and not 20 bytes / G
+    grads16 = 0 if stage == 3 else shard(psi * 2, 2)
+    grads32 = shard(psi * 4, 1)
+    master = shard(psi * 4, 1)
+    optimizer = shard(opt_total, 1)
+    gathered = 0
+    cpu: tuple[Component, ...] = ()
+    wf = f"{psi / 1e9:.3g}B x 2 B ({setup.deepspeed_half} engine)" + (f" / {n}" if stage >= 3 else "")
+    gf = ("" if stage == 3 else f"16-bit {psi / 1e9:.3g}B x 2 B{f' / {n}' if stage >= 2 else ''} + ") + f"fp32 {psi / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
+    of = f"{opt_total / psi:g} B x {psi / 1e9:.3g}B{f' / {n}' if stage >= 1 else ''} (fp32 states)"
+    mf = f"fp32 {psi / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
+    if stage == 3:
+        gathered = 4 * largest  # DeepSpeed's 4L: the largest layer's 16-bit params and grads
+    if setup.offload_optimizer and stage >= 2:
+        if stage == 2:
+            cpu_total = int(psi * max(4 * n, 16) * 1.5)
+            cpu_formula = "Psi x max(4G, 16) x 1.5 (estimate_zero2_model_states_mem_needs, C14)"
+        else:
+            cpu_total = int((18 if setup.offload_params else 16) * psi * 1.5)
+            cpu_formula = f"{18 if setup.offload_params else 16} x Psi x 1.5 (estimate_zero3_model_states_mem_needs, C14)"
+        cpu = (Component("offloaded_states", cpu_total, 0, cpu_formula),)
+        grads16, grads32, master, optimizer = 0, 0, 0, 0
+        gf, mf, of = "offloaded to CPU", "offloaded to CPU", "offloaded to CPU"
+        if stage == 3 and setup.offload_params:
+            weights16 = 0
+            wf = "offloaded to CPU"
+    if setup.offload_params and stage < 3:
+        notes.add("offload_param has no effect below ZeRO-3 (DeepSpeed ignores it)")
+    if setup.offload_optimizer and stage < 2:
+        notes.add("offload_optimizer needs ZeRO-2 or 3; ignored at this stage")
+    return _States(weights16, grads16 + grads32, True, optimizer, master, gathered, cpu, wf, gf, of, mf, 0)
+
+
+# -- activations -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Activations:
+    saved: int  # kept for backward at the end of forward
+    layer_full: int  # one layer's saved tensors (what checkpointing recomputes at once)
+    loss_backward: int  # transient at the start of backward (the fp32 logits gradient)
+    layer_backward: int  # transient inside one layer's backward
+    autocast_copies: int
+    formula: str
+    band: tuple[float, float]  # relative error of the activation terms (low, high)
+
+
+def _act_dtypes(setup: MemorySetup) -> tuple[int, int]:
+    """(activation bytes, residual-stream bytes). Under autocast the residual stream stays fp32
+    (the embedding output is fp32 and fp32 + bf16 -> fp32); with 16-bit weights both are 16-bit."""
+    if setup.deepspeed_half:
+        return 2, 2
+    if setup.autocast:
+        return 2, 4 if setup.weights == "fp32" else 2
+    return DTYPE_BYTES[setup.weights], DTYPE_BYTES[setup.weights]
+
+
+def _transformer_layer(shape: ModelShape, s: int, b: int, e: int, r: int, autocast: bool, *, cross_s: int = 0) -> int:
+    """Bytes one transformer layer saves for backward, HF implementation, per micro batch.
+    Korthikanti et al.'s 34sbh + 5as^2b (16-bit, GELU MLP, dropout) becomes, measured on HF's
+    code with live_bytes (tests/test_memory_accuracy.py):
+    - each norm: RMSNorm keeps its input up-cast to fp32 (4 B) and the normalised tensor (r);
+      LayerNorm keeps its input (r); its output is kept once (r) or, under autocast, once per
+      consuming Linear as a 16-bit cast (2 B each: q, k, v / gate, up);
+    - fused attention (SDPA / flash): q, k, v, output (e) + logsumexp (fp32, per head); eager
+      attention (T5) adds the fp32 softmax, its 16-bit copy and the dropout mask: a*s*s_k*(4+e+1);
+    - MLP: SwiGLU/GeGLU keeps gate, act(gate), up and their product (4 x i x e); a fused GELU
+      MLP 2 x i x e, GPT-2's Python-composed gelu_new 5 x i x e (shape.mlp_tensors);
+    - dropout masks (1 B) after attention and MLP when dropout is on."""
+    h, i, a = shape.hidden, shape.intermediate, shape.heads or 1
+    d = shape.head_dim or h // a
+    kv = shape.kv_heads or a
+    sb = s * b
+    rms = shape.norm == "rms"
+
+    def norm(consumers: int, fused: bool) -> int:
+        kept_input = (4 if rms else r) * sb * h
+        normed = r * sb * h if rms else 0
+        out = (2 * (1 if fused else consumers)) * sb * h if autocast and r == 4 else r * sb * h
+        return kept_input + normed + out + (4 * sb if rms else 8 * sb)
+
+    fused_qkv = shape.family in ("phi3", "gpt2", "gpt_neox")
+    total = norm(3, fused_qkv)
+    total += e * sb * (2 * a * d + 2 * kv * d) + 4 * b * a * s
+    if shape.attention == "eager":
+        total += b * a * s * s * (4 + e + (1 if shape.dropout else 0))
+    if cross_s:  # decoder cross-attention: q, out over s; k, v over the encoder's tokens
+        total += norm(1, False) + e * (2 * sb * a * d + 2 * cross_s * b * kv * d)
+        if shape.attention == "eager":
+            total += b * a * s * cross_s * (4 + e + (1 if shape.dropout else 0))
+    total += norm(2, fused_qkv or not shape.gated_mlp)
+    total += shape.mlp_tensors * e * sb * i
+    if shape.dropout:
+        total += 2 * sb * h  # bool masks after attention and MLP (Korthikanti: 2sbh of 34)
+    return total
+
+
+def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activations:
+    b = max(setup.micro_batch, 1)
+    e, r = _act_dtypes(setup)
+    autocast = bool(setup.autocast) and not setup.deepspeed_half
+    copies = 2 * shape.linear_params if autocast and setup.weights == "fp32" else 0
+
+    if shape.family == "params":
+        # no shape: the textbook per-layer formula cannot be applied; a coarse share of the
+        # model states instead, with a wide band
+        notes.add("no model shape: activations taken as 1 byte per parameter per 1k tokens of micro batch (wide band)")
+        s = setup.seq_len or 2048
+        saved = int(shape.params * b * s / 1024 * (0.1 if setup.checkpointing else 1.0))
+        return _Activations(saved, saved // 10, 0, 0, 0, "rough: params x tokens / 1024", (0.7, 1.5))
+
+    if shape.family == "unet":
+        return _unet_activations(setup, shape, notes, b, e)
+
+    s = setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048)
+    if setup.seq_len is None:
+        notes.add(f"sequence length unknown: assumed {s} tokens")
+    if shape.family == "t5":
+        notes.add("T5: eager attention assumed (transformers < 5 has no SDPA for T5): scores, softmax and dropout mask kept")
+        s_dec = setup.target_len or s
+        if setup.target_len is None:
+            notes.add(f"T5 target length unknown: assumed {s_dec} (same as the source)")
+        enc = _transformer_layer(shape, s, b, e, r, autocast)
+        dec = _transformer_layer(shape, s_dec, b, e, r, autocast, cross_s=s)
+        per_layer_total = shape.encoder_layers * enc + shape.layers * dec
+        layer_inputs = (shape.encoder_layers * s + shape.layers * s_dec) * b * shape.hidden * r
+        layer_full = max(enc, dec)
+        s_logits = s_dec
+        band = (0.25, 0.35)
+    else:
+        layer = _transformer_layer(shape, s, b, e, r, autocast)
+        n_layers = shape.layers
+        per_layer_total = n_layers * layer
+        layer_inputs = n_layers * s * b * shape.hidden * r
+        layer_full = layer
+        s_logits = s
+        band = (0.15, 0.15) if shape.family not in ("bert",) else (0.3, 0.3)
+    h, V = shape.hidden, shape.vocab
+    # after the blocks: the final norm, and the loss. HF's ForCausalLMLoss / T5 up-cast the
+    # logits to fp32 and cross_entropy's log_softmax keeps its fp32 output (b s V x 4);
+    # backward then holds two such fp32 tensors at once (nll_loss and log_softmax grads).
+    head = (4 + r + (2 if autocast and r == 4 else r)) * s_logits * b * h
+    loss_saved = 4 * s_logits * b * V
+    loss_backward = 2 * 4 * s_logits * b * V
+    if shape.family == "bert":
+        notes.add("BERT: the task head is assumed small (classification); an MLM head adds b x s x vocab x 4 B")
+        loss_saved, loss_backward = 0, 0
+    notes.add("the training loop drops the model's outputs before backward (HF Trainer); a loop that keeps "
+              "`outputs` alive also holds the logits (b x s x vocab x 2-4 B)")
+    layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * h
+    if setup.checkpointing:
+        # HF checkpoints each layer: only its input stays (Korthikanti: full recomputation, 2sbh)
+        saved = layer_inputs + head + loss_saved
+        formula = f"checkpointing: layer inputs {layer_inputs / GIB:.3g} GiB + head/loss {(head + loss_saved) / GIB:.3g} GiB"
+    else:
+        saved = per_layer_total + head + loss_saved
+        formula = f"layers {per_layer_total / GIB:.3g} GiB + head/loss {(head + loss_saved) / GIB:.3g} GiB (HF terms, Korthikanti et al.)"
+    if setup.lora_rank is not None and shape.blocks:
+        lora_extra = _lora_activation_delta(setup, shape, s, b, e, autocast)
+        if lora_extra:
+            saved += lora_extra if not setup.checkpointing else 0
+            layer_full += lora_extra // max(shape.layers + shape.encoder_layers, 1)
+            formula += f" + LoRA fp32 input copies {lora_extra / GIB:.3g} GiB"
+    return _Activations(saved, layer_full, loss_backward, layer_backward, copies, formula, band)
+
+
+def _lora_activation_delta(setup: MemorySetup, shape: ModelShape, s: int, b: int, e: int, autocast: bool) -> int:
+    """PEFT runs fp32 adapters on a 16-bit base by casting each adapted Linear's input to fp32
+    (peft/tuners/lora/layer.py, `_cast_input_dtype`): one fp32 copy per adapter is kept for
+    backward, while the frozen Linears no longer keep their (16-bit) inputs: the norms'
+    outputs and the MLP product. Under autocast, or with an fp32 base, the adapters share
+    the base's saved input: no change."""
+    if autocast or e == 4:
+        return 0
+    sb = s * b
+    delta = 0
+    for block in shape.blocks:
+        adapted_in = sum(i for name, i, _ in block.linears if setup.lora_targets is None or name in setup.lora_targets)
+        delta += block.count * sb * (4 * adapted_in - e * (2 * shape.hidden + shape.intermediate))
+    return max(delta, 0)
+
+
+def _unet_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: int, e: int) -> _Activations:
+    """A coarse model of UNet2DConditionModel: per resolution level, each ResnetBlock2D keeps
+    ~8 feature maps (GroupNorm/SiLU/conv inputs) and each transformer layer ~24 token maps
+    (norms, q/k/v/out, GEGLU's 8C projection); up blocks run 3 resnets on concatenated skips.
+    Not validated against a measurement (diffusers is not installed here): wide band."""
+    res = setup.resolution or DEFAULT_RESOLUTION.get("unet", 1024)
+    if setup.resolution is None:
+        notes.add(f"image resolution unknown: assumed {res} px")
+    notes.add("UNet activations: coarse per-block model, not validated by a measurement (band -50%/+100%)")
+    latent = res // 8
+    total, largest = 0, 0
+    for channels, factor, tlayers in shape.unet_levels:
+        pixels = (latent // factor) ** 2 * b
+        resnets = 2 + 3  # down blocks: layers_per_block, up blocks: +1 each
+        level = resnets * 8 * channels * pixels * e + (resnets * tlayers) * 24 * channels * pixels * e
+        total += level
+        largest = max(largest, 8 * channels * pixels * e + tlayers * 24 * channels * pixels * e)
+    if setup.checkpointing:
+        saved = sum(2 * 5 * c * ((latent // f) ** 2) * b * e for c, f, _ in shape.unet_levels)
+        formula = "checkpointing: block inputs per level (diffusers checkpoints each block)"
+    else:
+        saved = total
+        formula = "per level: resnets x 8 x C x HW + transformer layers x 24 x C x HW (coarse)"
+    copies = 2 * shape.block_linear_params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half else 0
+    return _Activations(saved, largest, 0, largest // 2, copies, formula, (0.5, 1.0))
+
+
+# -- communication buffers ---------------------------------------------------------------------
+
+def _buckets(setup: MemorySetup, states: _States, notes: _Notes) -> tuple[int, str]:
+    n = setup.num_gpus
+    if setup.deepspeed_half or setup.zero_stage:
+        extras = setup.extras or {}
+        reduce = float(extras.get("reduce_bucket_size", 5e8))
+        if setup.zero_stage == 3:
+            prefetch = float(extras.get("stage3_prefetch_bucket_size", 5e7))
+            if "reduce_bucket_size" not in extras:
+                notes.add("DeepSpeed bucket sizes unknown: DeepSpeed defaults assumed (reduce 5e8, prefetch 5e7 elements)")
+            return int((reduce + prefetch) * 2), "ZeRO-3 reduce + prefetch buckets x 2 B"
+        allgather = float(extras.get("allgather_bucket_size", 5e8))
+        overlap = bool(extras.get("overlap_comm", False))
+        if "reduce_bucket_size" not in extras:
+            notes.add("DeepSpeed bucket sizes unknown: DeepSpeed defaults assumed (5e8 elements, overlap_comm off)")
+        if n <= 1 and setup.zero_stage < 2:
+            return 0, "single GPU: no reduction buckets"
+        # HF DeepSpeed docs: "overlap_comm uses 4.5x the allgather_bucket_size and
+        # reduce_bucket_size values ... 5e8 x 2Bytes x 2 x 4.5 = 9GB"
+        factor = 4.5 if overlap else 1.0
+        return int((reduce + allgather) * 2 * factor), f"(reduce + allgather buckets) x 2 B x {factor:g} (HF DeepSpeed docs)"
+    if n > 1 and not setup.fsdp:
+        return states.grads, "DDP buckets: a copy of the gradients (torch DDP docs, gradient_as_bucket_view)"
+    return 0, "none"
+
+
+# -- the estimate ---------------------------------------------------------------------------------
+
+def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
+    """The per-GPU memory of one training step of `setup` on a model of `shape` (or of
+    `setup.params` parameters when no shape is known)."""
+    notes = _Notes()
+    if shape is None:
+        if not setup.params:
+            raise ValueError("estimate needs a model shape or setup.params")
+        shape = params_only(setup.params)
+    elif setup.params and setup.params != shape.params:
+        notes.add(f"parameter count from the setup ({setup.params / 1e9:.3g}B) replaces the shape's ({shape.params / 1e9:.3g}B)")
+        from dataclasses import replace
+
+        shape = replace(shape, params=int(setup.params))
+    if setup.weights == "fp16" and setup.optimizer == "adamw" and not setup.deepspeed_half and setup.lora_rank is None:
+        notes.add("pure fp16 weights with torch AdamW break at the default eps (facts A6): sized anyway")
+    trainable = _trainable(setup, shape, notes)
+    states = _model_states(setup, shape, trainable, notes)
+    act = _activations(setup, shape, notes)
+    buckets, bucket_formula = _buckets(setup, states, notes)
+    ctx = CUDA_CONTEXT_BYTES
+    notes.add(f"CUDA context and library workspaces: {ctx / GIB:g} GiB (typical, not measured)")
+
+    static = states.weights + states.master + states.optimizer + buckets + ctx
+    grads_fwd = states.grads if states.grads_persistent else 0
+    temps_start = act.autocast_copies + act.loss_backward + states.gathered
+    phases = {
+        "backward start": static + grads_fwd + act.saved + temps_start,
+        "backward end": static + states.grads + act.layer_backward + states.gathered
+        + (act.layer_full if setup.checkpointing else 0),
+        "optimizer step": static + states.grads + states.step_temp,
+    }
+    if setup.checkpointing:
+        phases["recompute"] = static + grads_fwd + act.saved + act.layer_full + act.layer_backward + states.gathered
+    phase = max(phases, key=phases.get)
+    peak = phases[phase]
+
+    live = {
+        "weights": states.weights,
+        "master_weights": states.master,
+        "optimizer_states": states.optimizer,
+        "cuda_context": ctx,
+    }
+    if phase == "backward start":
+        live |= {"gradients": grads_fwd, "activations": act.saved, "temporaries": temps_start + buckets}
+    elif phase == "recompute":
+        live |= {"gradients": grads_fwd, "activations": act.saved + act.layer_full,
+                 "temporaries": act.layer_backward + states.gathered + buckets}
+    elif phase == "backward end":
+        live |= {"gradients": states.grads, "activations": act.layer_full if setup.checkpointing else 0,
+                 "temporaries": act.layer_backward + states.gathered + buckets}
+    else:
+        live |= {"gradients": states.grads, "activations": 0, "temporaries": states.step_temp + buckets}
+
+    temp_formula = "; ".join(
+        part for part in (
+            f"autocast 16-bit weight copies {act.autocast_copies / GIB:.3g} GiB (C14)" if act.autocast_copies else "",
+            f"fp32 loss gradient {act.loss_backward / GIB:.3g} GiB" if act.loss_backward else "",
+            f"gathered layer {states.gathered / GIB:.3g} GiB" if states.gathered else "",
+            f"buckets {buckets / GIB:.3g} GiB: {bucket_formula}" if buckets else "",
+            f"foreach AdamW step {states.step_temp / GIB:.3g} GiB" if states.step_temp else "",
+        ) if part
+    ) or "none"
+    sizes = {
+        "weights": states.weights,
+        "gradients": states.grads,
+        "optimizer_states": states.optimizer,
+        "master_weights": states.master,
+        "activations": max(act.saved, live["activations"]),
+        "temporaries": max(live["temporaries"], temps_start + buckets),
+        "cuda_context": ctx,
+    }
+    formulas = {
+        "weights": states.weights_formula + (f" + largest layer gathered ({states.gathered / GIB:.3g} GiB, in temporaries)" if states.gathered else ""),
+        "gradients": states.grads_formula,
+        "optimizer_states": states.optimizer_formula,
+        "master_weights": states.master_formula,
+        "activations": act.formula,
+        "temporaries": temp_formula,
+        "cuda_context": "stated constant",
+    }
+    components = tuple(Component(name, sizes[name], live[name], formulas[name]) for name in COMPONENTS)
+    # the band: model states are exact; activations and temporaries carry the activation
+    # model's relative error; the allocator's caching and fragmentation add up to 5% more
+    variable = live["activations"] + live["temporaries"]
+    low = int(peak - variable * act.band[0])
+    high = int(peak + variable * act.band[1] + 0.05 * peak)
+    return Estimate(
+        setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
+        cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable,
+    )
+
+
+# -- verdicts ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    fits: bool  # the estimate's peak is under the GPU's usable memory
+    certain: bool  # the whole error band is on the same side
+    margin: int  # usable - peak (negative: short by that much)
+    usable: int
+    text: str
+
+
+def verdict(result: Estimate, usable_bytes: int, gpu_name: str = "the GPU") -> Verdict:
+    margin = usable_bytes - result.peak
+    fits = margin >= 0
+    certain = result.high <= usable_bytes if fits else result.low > usable_bytes
+    if fits and certain:
+        text = f"fits {gpu_name}: {margin / GIB:.1f} GiB to spare (even at the band's top)"
+    elif fits:
+        text = f"fits {gpu_name} with {margin / GIB:.1f} GiB to spare, but the band's top ({result.high / GIB:.1f} GiB) does not: tight"
+    elif certain:
+        text = f"does not fit {gpu_name}: {-margin / GIB:.1f} GiB over"
+    else:
+        text = f"probably does not fit {gpu_name}: {-margin / GIB:.1f} GiB over (the band's bottom, {result.low / GIB:.1f} GiB, would)"
+    return Verdict(fits, certain, margin, usable_bytes, text)

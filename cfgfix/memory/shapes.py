@@ -1,0 +1,438 @@
+"""Model shapes: parameter counts and the dimensions the activation model needs, computed
+from a Hugging Face `config.json` (or a diffusers UNet config) without importing torch.
+
+Each family's count follows the module layout of its transformers / diffusers class (cited
+per function); a test instantiates the same config on the meta device and compares.
+A shape also lists, per kind of block, its Linear layers: LoRA adapters, 4/8-bit
+quantisation and autocast's 16-bit weight copies all act on exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Linear = tuple[str, int, int]  # module name, in features, out features
+
+
+@dataclass(frozen=True)
+class BlockKind:
+    """`count` identical blocks (transformer layers, UNet levels), each holding `params`
+    parameters of which `linears` are the Linear layers' weight matrices."""
+
+    count: int
+    params: int
+    linears: tuple[Linear, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    family: str  # llama, qwen2, gpt2, t5, bert, unet, ... or "params" for a bare count
+    params: int
+    layers: int = 0  # transformer layers (decoder layers for an encoder-decoder model)
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    vocab: int = 0
+    intermediate: int = 0
+    encoder_layers: int = 0  # T5 / BERT encoder layers (BERT: all of its layers)
+    gated_mlp: bool = True  # SwiGLU / GeGLU (3 matrices) vs a 2-matrix GELU MLP
+    # intermediate-sized tensors the MLP keeps for backward: gated 4 (gate, act(gate), up, product);
+    # a fused GELU 2 (its input, its output); GPT-2's "gelu_new" is composed of elementwise ops
+    # in Python (transformers activations.py NewGELUActivation) and keeps 3 more (tanh, 0.5x, 1+tanh)
+    mlp_tensors: int = 4
+    norm: str = "rms"  # "rms" (HF up-casts to fp32 inside) or "layer"
+    attention: str = "fused"  # "fused" (SDPA / flash: no s^2 term) or "eager" (T5: scores saved)
+    dropout: float = 0.0  # hidden / attention dropout while training
+    embedding_params: int = 0  # input and position embeddings: never autocast, quantised, or LoRA'd
+    head_params: int = 0  # an untied output head (counted in params; 0 when tied)
+    largest_module_params: int = 0  # the largest single module (ZeRO-3's "largest layer", facts C14)
+    blocks: tuple[BlockKind, ...] = ()
+    unet_levels: tuple[tuple[int, int, int], ...] = ()  # UNet: (channels, downsampling factor, transformer layers)
+    source: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def block_linear_params(self) -> int:
+        """Weights of the blocks' Linear layers (what bitsandbytes quantises)."""
+        return sum(b.count * sum(i * o for _, i, o in b.linears) for b in self.blocks)
+
+    @property
+    def linear_params(self) -> int:
+        """Weights autocast casts to 16-bit: the blocks' Linear layers and the output head
+        (a tied head shares the embedding matrix but is still cast for the matmul)."""
+        head = self.head_params or (self.vocab * self.hidden if self.family not in ("bert", "unet", "params") else 0)
+        return self.block_linear_params + head
+
+    def lora_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
+        """LoRA A (r x in) and B (out x r) for each targeted Linear; None: every Linear in
+        the blocks (PEFT's "all-linear", which leaves the output head out)."""
+        total = 0
+        for block in self.blocks:
+            for name, fan_in, fan_out in block.linears:
+                if targets is None or name in targets:
+                    total += block.count * rank * (fan_in + fan_out)
+        return total
+
+    def to_dict(self) -> dict:
+        return {
+            "family": self.family,
+            "params": self.params,
+            "layers": self.layers,
+            "encoder_layers": self.encoder_layers,
+            "hidden": self.hidden,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "vocab": self.vocab,
+            "intermediate": self.intermediate,
+            "largest_module_params": self.largest_module_params,
+            "source": self.source,
+        }
+
+
+class ShapeError(ValueError):
+    """A config this module cannot read."""
+
+
+def params_only(params: int, source: str = "--params") -> ModelShape:
+    """A bare parameter count: the estimator assumes the rest."""
+    return ModelShape(family="params", params=int(params), source=source)
+
+
+def shape_from_config_file(path: str | Path) -> ModelShape:
+    """`config.json` of a model folder (or the folder itself; a diffusers pipeline folder
+    is read through its `unet/config.json`)."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / "config.json", path / "unet" / "config.json"):
+            if candidate.is_file():
+                path = candidate
+                break
+        else:
+            raise ShapeError(f"{path}: no config.json")
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ShapeError(f"{path}: {exc}") from exc
+    return shape_from_config(config, source=str(path))
+
+
+def shape_from_config(config: dict, source: str = "config.json") -> ModelShape:
+    if config.get("_class_name") == "UNet2DConditionModel" or "down_block_types" in config:
+        return _unet(config, source)
+    model_type = config.get("model_type", "")
+    if model_type == "llava_next" or "text_config" in config and model_type.startswith("llava"):
+        raise ShapeError("multimodal configs: use the catalog entry or --params (text and vision towers are not counted here)")
+    builder = _BUILDERS.get(model_type)
+    if builder is None:
+        raise ShapeError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(_BUILDERS))}, UNet2DConditionModel)")
+    return builder(config, source)
+
+
+def _gelu_tensors(act: str) -> int:
+    return 5 if act in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh_python") else 2
+
+
+# -- decoder-only transformers ---------------------------------------------------------------
+
+def _llama_like(config: dict, source: str) -> ModelShape:
+    """LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / Qwen3 / Gemma / Gemma2 /
+    Phi3ForCausalLM (transformers `models/<family>/modeling_<family>.py`): per layer q, k, v,
+    o projections, a gated MLP (gate, up, down), RMSNorms; final norm; embedding and head."""
+    family = config["model_type"]
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    d = config.get("head_dim") or h // heads
+    inter = config["intermediate_size"]
+    tie = config.get("tie_word_embeddings", family in ("gemma", "gemma2", "gemma3_text"))
+    qkv_bias = family == "qwen2" or bool(config.get("attention_bias", False))
+    mlp_bias = bool(config.get("mlp_bias", False))
+    if family == "phi3":  # fused projections (modeling_phi3.py: qkv_proj, gate_up_proj)
+        linears = (("qkv_proj", h, heads * d + 2 * kv * d), ("o_proj", heads * d, h),
+                   ("gate_up_proj", h, 2 * inter), ("down_proj", inter, h))
+    else:
+        linears = (("q_proj", h, heads * d), ("k_proj", h, kv * d), ("v_proj", h, kv * d), ("o_proj", heads * d, h),
+                   ("gate_proj", h, inter), ("up_proj", h, inter), ("down_proj", inter, h))
+    per_layer = sum(i * o for _, i, o in linears)
+    if qkv_bias:
+        per_layer += heads * d + 2 * kv * d + (h if family != "qwen2" and config.get("attention_bias") else 0)
+    if mlp_bias:
+        per_layer += 2 * inter + h
+    norms = 4 if family in ("gemma2", "gemma3_text") else 2  # gemma2: pre/post norms around attention and MLP
+    per_layer += norms * h
+    if family in ("qwen3", "gemma3_text"):  # q_norm / k_norm over head_dim
+        per_layer += 2 * d
+    embed = vocab * h
+    head = 0 if tie else vocab * h
+    params = embed + head + layers * per_layer + h
+    return ModelShape(
+        family=family, params=params, layers=layers, hidden=h, heads=heads, kv_heads=kv, head_dim=d,
+        vocab=vocab, intermediate=inter, gated_mlp=True, norm="rms", attention="fused",
+        dropout=float(config.get("attention_dropout", 0.0) or 0.0),
+        embedding_params=embed, head_params=head,
+        largest_module_params=max(embed, max(i * o for _, i, o in linears)),
+        blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
+def _phi(config: dict, source: str) -> ModelShape:
+    """PhiForCausalLM (phi-1/1.5/2, modeling_phi.py): q, k, v, dense with biases, fc1/fc2
+    MLP with biases, one LayerNorm per layer (parallel block), final LayerNorm, head with bias."""
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    d = h // heads
+    inter = config["intermediate_size"]
+    linears = (("q_proj", h, heads * d), ("k_proj", h, kv * d), ("v_proj", h, kv * d), ("dense", heads * d, h),
+               ("fc1", h, inter), ("fc2", inter, h))
+    per_layer = sum(i * o for _, i, o in linears) + heads * d + 2 * kv * d + h + inter + h + 2 * h
+    if config.get("qk_layernorm"):
+        per_layer += 4 * d
+    embed = vocab * h
+    tie = config.get("tie_word_embeddings", False)
+    head = 0 if tie else vocab * h + vocab
+    params = embed + head + layers * per_layer + 2 * h
+    return ModelShape(
+        family="phi", params=params, layers=layers, hidden=h, heads=heads, kv_heads=kv, head_dim=d, vocab=vocab,
+        intermediate=inter, gated_mlp=False, mlp_tensors=_gelu_tensors(config.get("hidden_act", "gelu_new")), norm="layer", attention="fused",
+        dropout=float(config.get("resid_pdrop", 0.0) or 0.0), embedding_params=embed, head_params=head,
+        largest_module_params=max(embed, inter * h), blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
+def _gpt_neox(config: dict, source: str) -> ModelShape:
+    """GPTNeoXForCausalLM (modeling_gpt_neox.py): fused query_key_value, dense, MLP
+    dense_h_to_4h / dense_4h_to_h, all with biases; two LayerNorms per layer; untied embed_out."""
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    inter = config["intermediate_size"]
+    bias = config.get("attention_bias", True)
+    linears = (("query_key_value", h, 3 * h), ("dense", h, h), ("dense_h_to_4h", h, inter), ("dense_4h_to_h", inter, h))
+    per_layer = sum(i * o for _, i, o in linears) + (4 * h if bias else 0) + inter + h + 4 * h
+    embed = vocab * h
+    head = 0 if config.get("tie_word_embeddings", False) else vocab * h
+    params = embed + head + layers * per_layer + 2 * h
+    return ModelShape(
+        family="gpt_neox", params=params, layers=layers, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads,
+        vocab=vocab, intermediate=inter, gated_mlp=False, mlp_tensors=_gelu_tensors(config.get("hidden_act", "gelu")),
+        norm="layer", attention="fused", dropout=float(config.get("hidden_dropout", 0.0) or 0.0), embedding_params=embed, head_params=head,
+        largest_module_params=max(embed, h * inter), blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
+def _gpt2(config: dict, source: str) -> ModelShape:
+    """GPT2LMHeadModel (modeling_gpt2.py): Conv1D c_attn (h -> 3h), c_proj, c_fc (h -> n_inner),
+    mlp c_proj, all with biases; ln_1, ln_2; wte, wpe, ln_f; head tied to wte."""
+    h, layers, vocab = config["n_embd"], config["n_layer"], config["vocab_size"]
+    heads = config["n_head"]
+    inter = config.get("n_inner") or 4 * h
+    linears = (("c_attn", h, 3 * h), ("attn.c_proj", h, h), ("c_fc", h, inter), ("mlp.c_proj", inter, h))
+    per_layer = sum(i * o for _, i, o in linears) + 3 * h + h + inter + h + 4 * h
+    embed = vocab * h + config.get("n_positions", 1024) * h
+    params = embed + layers * per_layer + 2 * h
+    return ModelShape(
+        family="gpt2", params=params, layers=layers, hidden=h, heads=heads, kv_heads=heads, head_dim=h // heads,
+        vocab=vocab, intermediate=inter, gated_mlp=False, mlp_tensors=_gelu_tensors(config.get("activation_function", "gelu_new")),
+        norm="layer", attention="fused", dropout=float(config.get("resid_pdrop", 0.1)), embedding_params=embed, head_params=0,
+        largest_module_params=max(vocab * h, h * inter), blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
+# -- encoders and encoder-decoders ----------------------------------------------------------
+
+def _bert(config: dict, source: str) -> ModelShape:
+    """BertModel with its pooler (modeling_bert.py): word, position and token-type
+    embeddings + LayerNorm; per layer q, k, v, output dense with biases, intermediate and
+    output dense with biases, two LayerNorms; pooler dense."""
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    inter = config["intermediate_size"]
+    linears = (("query", h, h), ("key", h, h), ("value", h, h), ("attention.output.dense", h, h),
+               ("intermediate.dense", h, inter), ("output.dense", inter, h))
+    per_layer = sum(i * o for _, i, o in linears) + 4 * h + inter + h + 4 * h
+    embed = (vocab + config.get("max_position_embeddings", 512) + config.get("type_vocab_size", 2)) * h + 2 * h
+    params = embed + layers * per_layer + h * h + h
+    return ModelShape(
+        family="bert", params=params, layers=layers, encoder_layers=layers, hidden=h,
+        heads=config["num_attention_heads"], kv_heads=config["num_attention_heads"],
+        head_dim=h // config["num_attention_heads"], vocab=vocab, intermediate=inter, gated_mlp=False,
+        mlp_tensors=_gelu_tensors(config.get("hidden_act", "gelu")), norm="layer",
+        attention="fused", dropout=float(config.get("hidden_dropout_prob", 0.1)), embedding_params=embed,
+        largest_module_params=max(vocab * h, h * inter), blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
+def _t5(config: dict, source: str) -> ModelShape:
+    """T5ForConditionalGeneration (modeling_t5.py): shared embedding; encoder blocks of
+    self-attention (q, k, v, o without biases) + FF; decoder blocks add cross-attention;
+    relative position bias in each stack's first block; T5LayerNorm (weight only);
+    lm_head untied for T5 v1.1 / FLAN-T5 (`tie_word_embeddings: false`)."""
+    d, vocab = config["d_model"], config["vocab_size"]
+    heads, d_kv, d_ff = config["num_heads"], config["d_kv"], config["d_ff"]
+    enc_layers = config["num_layers"]
+    dec_layers = config.get("num_decoder_layers") or enc_layers
+    inner = heads * d_kv
+    gated = str(config.get("feed_forward_proj", "relu")).startswith("gated")
+    attn = lambda prefix: ((f"{prefix}.q", d, inner), (f"{prefix}.k", d, inner), (f"{prefix}.v", d, inner), (f"{prefix}.o", inner, d))  # noqa: E731
+    ff = (("wi_0", d, d_ff), ("wi_1", d, d_ff), ("wo", d_ff, d)) if gated else (("wi", d, d_ff), ("wo", d_ff, d))
+    enc_linears = attn("SelfAttention") + ff
+    dec_linears = attn("SelfAttention") + attn("EncDecAttention") + ff
+    enc_block = sum(i * o for _, i, o in enc_linears) + 2 * d
+    dec_block = sum(i * o for _, i, o in dec_linears) + 3 * d
+    buckets = config.get("relative_attention_num_buckets", 32) * heads
+    embed = vocab * d
+    head = 0 if config.get("tie_word_embeddings", True) else vocab * d
+    params = embed + head + enc_layers * enc_block + dec_layers * dec_block + 2 * buckets + 2 * d
+    return ModelShape(
+        family="t5", params=params, layers=dec_layers, encoder_layers=enc_layers, hidden=d, heads=heads,
+        kv_heads=heads, head_dim=d_kv, vocab=vocab, intermediate=d_ff, gated_mlp=gated, norm="rms", attention="eager",
+        dropout=float(config.get("dropout_rate", 0.1)), embedding_params=embed + 2 * buckets, head_params=head,
+        largest_module_params=max(embed, d * d_ff),
+        blocks=(BlockKind(enc_layers, enc_block, enc_linears), BlockKind(dec_layers, dec_block, dec_linears)),
+        source=source,
+    )
+
+
+# -- diffusers UNet ---------------------------------------------------------------------------
+
+def _unet(config: dict, source: str) -> ModelShape:
+    """UNet2DConditionModel (diffusers `models/unets/unet_2d_condition.py` with
+    `unet_2d_blocks.py`, `resnet.py`, `transformers/transformer_2d.py`, `attention.py`):
+    conv_in, time embedding, (SDXL) added time/text embedding, down blocks of ResnetBlock2D
+    (+ Transformer2DModel), mid block, up blocks with skip connections, conv_out."""
+    boc = list(config["block_out_channels"])
+    layers_per_block = config.get("layers_per_block", 2)
+    down_types, up_types = config["down_block_types"], config["up_block_types"]
+    n = len(boc)
+    tlayers = config.get("transformer_layers_per_block", 1)
+    tlayers = [tlayers] * n if isinstance(tlayers, int) else list(tlayers)
+    cross = config.get("cross_attention_dim", 768)
+    cross = cross[0] if isinstance(cross, list) else cross
+    c0 = boc[0]
+    temb = c0 * 4
+    linears: list[Linear] = []
+
+    def resnet(cin, cout):
+        p = 2 * cin + cin * cout * 9 + cout + temb * cout + cout + 2 * cout + cout * cout * 9 + cout
+        return p + (cin * cout + cout if cin != cout else 0)
+
+    def transformer(c, depth):
+        linears.extend([("to_q", c, c), ("to_k", c, c), ("to_v", c, c), ("to_out", c, c),
+                        ("to_q", c, c), ("to_k", cross, c), ("to_v", cross, c), ("to_out", c, c),
+                        ("ff.proj", c, 8 * c), ("ff.out", 4 * c, c)] * depth)
+        per_block = 2 * c + 4 * c * c + c + 2 * c + 2 * c * c + 2 * cross * c + c + 2 * c + c * 8 * c + 8 * c + 4 * c * c + c
+        return 2 * c + (c * c + c) * 2 + depth * per_block
+
+    params = config.get("in_channels", 4) * c0 * 9 + c0 + (c0 * temb + temb) + (temb * temb + temb)
+    if config.get("addition_embed_type") == "text_time":
+        add_in = config["projection_class_embeddings_input_dim"]
+        params += add_in * temb + temb + temb * temb + temb
+    levels = []
+    channels = c0
+    for i, kind in enumerate(down_types):
+        cout = boc[i]
+        has_attn = kind.startswith("CrossAttn")
+        for j in range(layers_per_block):
+            params += resnet(channels if j == 0 else cout, cout)
+            if has_attn:
+                params += transformer(cout, tlayers[i])
+        if i < n - 1:
+            params += cout * cout * 9 + cout
+        channels = cout
+        levels.append((cout, 2**i, tlayers[i] if has_attn else 0))
+    # mid block: resnet, (transformer, resnet)
+    cmid = boc[-1]
+    params += 2 * resnet(cmid, cmid) + transformer(cmid, tlayers[-1])
+    rboc, rtl = list(reversed(boc)), list(reversed(tlayers))
+    prev = boc[-1]
+    for i, kind in enumerate(up_types):
+        cout = rboc[i]
+        cin = rboc[min(i + 1, n - 1)]
+        has_attn = kind.startswith("CrossAttn")
+        for j in range(layers_per_block + 1):
+            skip = cin if j == layers_per_block else cout
+            params += resnet((prev if j == 0 else cout) + skip, cout)
+            if has_attn:
+                params += transformer(cout, rtl[i])
+        if i < n - 1:
+            params += cout * cout * 9 + cout
+        prev = cout
+    params += 2 * c0 + c0 * config.get("out_channels", 4) * 9 + config.get("out_channels", 4)
+    block_linear = sum(i * o for _, i, o in linears)
+    return ModelShape(
+        family="unet", params=params, hidden=c0, heads=0, vocab=0, gated_mlp=True, norm="group", attention="fused",
+        largest_module_params=max(boc[-1] * boc[-1] * 9 * 2, max(i * o for _, i, o in linears) if linears else 0),
+        blocks=(BlockKind(1, block_linear, tuple(linears)),), unet_levels=tuple(levels), source=source,
+    )
+
+
+_BUILDERS = {
+    "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
+    "gemma": _llama_like, "gemma2": _llama_like, "phi3": _llama_like,
+    "phi": _phi, "gpt_neox": _gpt_neox, "gpt2": _gpt2, "t5": _t5, "mt5": _t5, "bert": _bert,
+}
+SUPPORTED_FAMILIES = tuple(sorted(_BUILDERS)) + ("unet",)
+
+
+# -- the catalog of well-known ids ------------------------------------------------------------
+
+def _catalog_key(name: str) -> str:
+    return name.strip().lower().rstrip("/")
+
+
+def _load_catalog() -> dict[str, dict]:
+    from importlib import resources
+
+    data = json.loads(resources.files("cfgfix.memory").joinpath("data/models.json").read_text("utf-8"))
+    by_key: dict[str, dict] = {}
+    for row in data["models"]:
+        for name in [row["id"], *row["aliases"]]:
+            by_key.setdefault(_catalog_key(name), row)
+            by_key.setdefault(_catalog_key(name.split("/")[-1]), row)  # without the organisation
+    return by_key
+
+
+_CATALOG: dict[str, dict] | None = None
+
+
+def catalog_entry(model_id: str) -> dict | None:
+    global _CATALOG
+    if _CATALOG is None:
+        _CATALOG = _load_catalog()
+    key = _catalog_key(model_id)
+    return _CATALOG.get(key) or _CATALOG.get(key.split("/")[-1])
+
+
+def catalog_ids() -> list[str]:
+    global _CATALOG
+    if _CATALOG is None:
+        _CATALOG = _load_catalog()
+    return sorted({row["id"] for row in _CATALOG.values()})
+
+
+def shape_from_catalog(model_id: str) -> ModelShape | None:
+    row = catalog_entry(model_id)
+    if row is None:
+        return None
+    shape = shape_from_config(row["config"], source=f"catalog: {row['id']} ({row['source']})")
+    if "params" in row:  # multimodal: the catalog's total overrides the language model's count
+        from dataclasses import replace
+
+        shape = replace(shape, params=int(row["params"]), family=shape.family,
+                        notes=shape.notes + ("activation dimensions are the language model's",))
+    return shape
+
+
+def resolve_shape(model: str) -> ModelShape:
+    """A local model folder or config.json first, then the catalog; ShapeError otherwise."""
+    path = Path(model)
+    if path.exists():
+        return shape_from_config_file(path)
+    shape = shape_from_catalog(model)
+    if shape is None:
+        raise ShapeError(f"unknown model {model!r}: pass a local folder with config.json, --params, "
+                         f"or one of the catalog ids (`cfgfix estimate --list-models`)")
+    return shape

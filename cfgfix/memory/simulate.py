@@ -1,0 +1,410 @@
+"""`cfgfix estimate --simulate`: measure a full-size training step without a GPU.
+
+The model is built from its HF config under `FakeTensorMode` on the CPU device: every
+tensor has its real shape and dtype but no data, so a 1B-parameter step at batch 4x2048
+runs in seconds in a few hundred MB. The resolved setup (weights dtype, autocast,
+optimizer, gradient checkpointing, LoRA, gradient accumulation, batch and sequence length)
+runs for `steps` optimizer steps, and `LiveBytes` counts the peak of live tensor bytes.
+
+Why this design (verify-notes.md, "Simulating a full-size step without a GPU"): fake
+tensors on device cpu give the same peak as the same steps on real CPU tensors (to the
+byte for tiny Llama, Mixtral-bf16 and T5 models with checkpointing, bf16, autocast,
+Adafactor, accumulation; LoRA within 16 bytes: tests/test_simulate.py); a fake *cuda*
+device aborts the process on the CPU build, and meta-device models mis-measure attention
+and crash with checkpointing, so neither is used. One transformers check that reads
+tensor values is answered as real data would answer it (`_unpacked_batches`).
+
+torch, transformers (and peft for LoRA) are imported inside `simulate`, never at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+import warnings
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+from packaging.version import Version
+
+from cfgfix.memory.setup import MemorySetup
+
+INSTALL_HINT = "pip install 'cfgfix[verify]'"
+
+MIB = 1 << 20
+
+# What a CUDA run adds on top of live tensor bytes. Neither is measured on a GPU yet
+# (facts.md E: no CUDA memory number is verified), so both are stated, separate fields.
+# The CUDA context (driver, kernels loaded lazily since CUDA 11.7, cuBLAS handles) is
+# outside the caching allocator: `max_memory_allocated` never shows it, nvidia-smi does.
+# The same typical figure as estimator.py's.
+CUDA_CONTEXT_BYTES = 512 * MIB
+# The caching allocator rounds blocks up (512 B small, 2 MiB-aligned large segments) and
+# fragments: reserved exceeds allocated. Stated as a fraction of the simulated peak; the
+# same 5% that estimator.py adds to the top of its band.
+ALLOCATOR_MARGIN = 0.05
+
+# How far the simulated peak may sit from a CUDA run's `max_memory_allocated`. Fake vs
+# real CPU tensors agree within 1% (tests/test_simulate.py); CPU vs CUDA differences
+# (autocast op lists, attention kernels, cuBLAS workspaces) are not measured: the band is
+# a stated guess until a GPU run checks it.
+ERROR_BAND = (-0.05, 0.10)
+
+# DeepSpeed ZeRO / FSDP / offload shard or move state across ranks and devices, and
+# bitsandbytes kernels have no CPU fake implementation: one fake CPU process cannot
+# reproduce them. The analytic estimator covers these setups.
+_UNSUPPORTED = {
+    "zero_stage": "DeepSpeed ZeRO sharding",
+    "fsdp": "FSDP sharding",
+    "offload_optimizer": "optimizer offload",
+    "offload_params": "parameter offload",
+    "deepspeed_half": "DeepSpeed's 16-bit engine with fp32 master weights",
+    "quantization": "4/8-bit quantized weights (bitsandbytes)",
+}
+
+# when the setup names no sequence length: the estimator's defaults (estimator.py DEFAULT_SEQ)
+DEFAULT_SEQ_LEN = 2048
+DEFAULT_SEQ_LEN_BY_TYPE = {"t5": 512, "bert": 512}
+
+
+class SimulatorUnavailable(RuntimeError):
+    """torch / transformers / peft are not installed: the CLI prints this and exits 2."""
+
+
+class SimulationUnsupported(ValueError):
+    """The setup uses something one fake CPU process cannot reproduce."""
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Peak live tensor bytes of `steps` full-size training steps, per GPU."""
+
+    peak_bytes: int  # what CUDA's max_memory_allocated should read
+    phases: dict[str, int]  # "model" (live after build), "forward"/"backward"/"optimizer" peaks
+    state: dict[str, int]  # params / grads / optimizer / buffers bytes after the last step
+    params: int
+    trainable_params: int
+    cuda_context_bytes: int
+    allocator_margin_bytes: int
+    error_band: tuple[float, float]  # relative (low, high) around peak_bytes
+    steps: int
+    micro_batches: int  # forward+backward passes per optimizer step
+    wall_seconds: float
+    fake: bool  # False: the same steps ran on real CPU tensors
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def device_bytes(self) -> int:
+        """What the GPU must hold: peak tensors, allocator margin and CUDA context."""
+        return self.peak_bytes + self.allocator_margin_bytes + self.cuda_context_bytes
+
+    @property
+    def peak_range(self) -> tuple[int, int]:
+        low, high = self.error_band
+        return round(self.peak_bytes * (1 + low)), round(self.peak_bytes * (1 + high))
+
+
+def simulate(
+    setup: MemorySetup,
+    config: dict,
+    *,
+    steps: int = 2,
+    fake: bool = True,
+    foreach: bool = True,
+) -> SimulationResult:
+    """Run `steps` training steps of `setup` on the model that `config` (a config.json
+    dict with `model_type`) describes, and measure the peak of live tensor bytes.
+
+    `fake=False` runs the very same steps on real CPU tensors (to check the simulator on
+    small models). `foreach=True` uses the multi-tensor optimizer step, torch's default
+    on CUDA (a CPU run defaults to the per-parameter loop, which needs fewer temporaries).
+    """
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    _refuse_unsupported(setup)
+    torch, transformers = _import_torch_stack()
+    from cfgfix.memory.live_bytes import LiveBytes, model_state_bytes
+
+    assumptions: list[str] = []
+    seq_len = setup.seq_len or _default_seq_len(config, assumptions)
+    if setup.num_gpus > 1:
+        assumptions.append("data-parallel gradient buckets (DDP) are not simulated")
+    micro_batches = max(1, min(setup.gradient_accumulation, 2))
+    if setup.gradient_accumulation > 2:
+        # gradients live across micro-batches from the second one on; more add nothing
+        assumptions.append(f"{setup.gradient_accumulation} accumulation micro-batches simulated as 2")
+
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        stack.enter_context(_quiet(transformers))
+        if fake:
+            fake_mode = stack.enter_context(_fake_mode())
+            stack.enter_context(_module_moves_under(fake_mode))
+            stack.enter_context(_unpacked_batches())
+        counter = stack.enter_context(LiveBytes())  # inside the fake mode: it sees ops first
+        try:
+            model = _build_model(torch, transformers, config, setup, assumptions)
+        except SimulationUnsupported:
+            raise
+        except (ValueError, AssertionError) as err:  # a config transformers rejects
+            raise SimulationUnsupported(f"cannot build the model from its config: {err}") from err
+        optimizer = _build_optimizer(torch, model, setup.optimizer, foreach)
+        counter.track_existing(model, optimizer)  # anything built outside the dispatcher
+        phases = {"model": counter.current}
+        build_peak = counter.peak
+        try:
+            _run_steps(torch, model, optimizer, counter, phases, setup, seq_len, steps, micro_batches)
+        except (RuntimeError, NotImplementedError) as err:
+            # fake tensors have no values: an op whose output shape or kernel choice
+            # depends on data (MoE routing, some fused kernels' meta checks) cannot run
+            where = "on fake tensors" if fake else "on the CPU"
+            raise SimulationUnsupported(f"the training step did not run {where}: {err}") from err
+        state = model_state_bytes(model, optimizer)  # grads still held: the last zero_grad is pending
+        optimizer.zero_grad(set_to_none=True)
+        params = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        del model, optimizer
+    wall = time.perf_counter() - started
+    peak = max(build_peak, *phases.values())
+
+    return SimulationResult(
+        peak_bytes=peak,
+        phases=phases,
+        state=state,
+        params=params,
+        trainable_params=trainable,
+        cuda_context_bytes=CUDA_CONTEXT_BYTES,
+        allocator_margin_bytes=round(peak * ALLOCATOR_MARGIN),
+        error_band=ERROR_BAND,
+        steps=steps,
+        micro_batches=micro_batches,
+        wall_seconds=wall,
+        fake=fake,
+        assumptions=assumptions,
+    )
+
+
+def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: int, steps: int, micro_batches: int):
+    """`steps` optimizer steps of `micro_batches` forward+backward passes each; records
+    each phase's peak (the highest over all steps) in `phases`."""
+    autocast = _autocast(torch, setup.autocast)
+    vocab = _vocab_size(model)
+    encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
+    target_len = (setup.target_len or seq_len) if encoder_decoder else None
+
+    def phase_ends(name: str) -> None:
+        phases[name] = max(phases.get(name, 0), counter.peak)
+        counter.reset_peak()
+
+    for step in range(steps):
+        for _ in range(micro_batches):
+            batch = _batch(torch, vocab, setup.micro_batch, seq_len, target_len)
+            counter.reset_peak()
+            with autocast:
+                loss = model(**batch).loss
+            phase_ends("forward")
+            loss.backward()
+            del loss, batch
+            phase_ends("backward")
+        optimizer.step()
+        if step < steps - 1:
+            optimizer.zero_grad(set_to_none=True)
+        phase_ends("optimizer")
+
+
+def _refuse_unsupported(setup: MemorySetup) -> None:
+    used = [what for name, what in _UNSUPPORTED.items() if getattr(setup, name)]
+    if setup.optimizer == "adamw-8bit":
+        used.append("8-bit AdamW (bitsandbytes)")
+    if used:
+        raise SimulationUnsupported("the simulator cannot reproduce " + ", ".join(used) + "; use the analytic estimate")
+
+
+def _import_torch_stack():
+    try:
+        import torch
+        import transformers
+    except ImportError as err:
+        raise SimulatorUnavailable(
+            f"the memory simulator needs torch and transformers ({err.name} is missing): {INSTALL_HINT}"
+        ) from err
+    return torch, transformers
+
+
+def _fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # a constant real tensor made at import time by a library must not stop the run
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+@contextmanager
+def _quiet(transformers):
+    """The simulated run's deprecation warnings and config notices are not the user's."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    # the fake mode logs a traceback before raising an op's failure; the raise is enough
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    fake_level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        fake_log.setLevel(fake_level)
+
+
+@contextmanager
+def _module_moves_under(fake_mode):
+    """Let `Module.to()` work on fake parameters (peft moves its adapters with it).
+
+    `Module._apply` swaps fake parameters with `torch.utils.swap_tensors`, which refuses
+    tensors that have weakrefs, and the fake mode's own memo holds one to every tensor
+    it made. Dropping a tensor's memo entry just before the swap is harmless: the memo
+    only maps real tensors to their fakes, and these tensors were never real.
+    """
+    import torch.utils
+
+    memo = fake_mode.fake_tensor_converter.tensor_memo
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1, t2):
+        for key, value in list(memo.items()):
+            if value is t1 or value is t2:
+                del memo[key]
+        return original(t1, t2)
+
+    torch.utils.swap_tensors = swap_tensors
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original
+
+
+@contextmanager
+def _unpacked_batches():
+    """Answer transformers' "are these packed sequences?" check as real data would.
+
+    Without an attention mask, transformers reads the position ids to detect several
+    sequences packed in one row; a fake tensor has no values, so it assumes packing and
+    builds an explicit 4-D mask, which also moves SDPA off its causal kernel (+5% on a
+    tiny Llama). The simulated batch holds one full sequence per row: not packed.
+    """
+    try:
+        masking = importlib.import_module("transformers.masking_utils")
+    except ImportError:
+        masking = None
+    if masking is None or not hasattr(masking, "find_packed_sequence_indices"):
+        yield  # older transformers: no such check
+        return
+    original = masking.find_packed_sequence_indices
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = original
+
+
+def _default_seq_len(config: dict, assumptions: list[str]) -> int:
+    default = DEFAULT_SEQ_LEN_BY_TYPE.get(config.get("model_type"), DEFAULT_SEQ_LEN)
+    limit = config.get("max_position_embeddings") or config.get("n_positions") or default
+    seq_len = min(default, limit)
+    assumptions.append(f"sequence length unknown: {seq_len} assumed")
+    return seq_len
+
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _dtype(torch, name: str):
+    return getattr(torch, _DTYPES[name])
+
+
+def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumptions: list[str]):
+    values = dict(config)
+    model_type = values.pop("model_type", None)
+    if not model_type:
+        raise SimulationUnsupported("the model config has no model_type: cannot build the model")
+    for key in ("architectures", "transformers_version", "torch_dtype", "dtype", "quantization_config"):
+        values.pop(key, None)
+    hf_config = transformers.AutoConfig.for_model(model_type, **values)
+    hf_config.use_cache = False  # a training step keeps no KV cache
+    if getattr(hf_config, "is_encoder_decoder", False):
+        auto_class = transformers.AutoModelForSeq2SeqLM
+    else:
+        auto_class = transformers.AutoModelForCausalLM
+    dtype = _dtype(torch, setup.weights)
+    # transformers 4.56 renamed torch_dtype to dtype (facts.md A2)
+    dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    try:
+        model = auto_class.from_config(hf_config, **{dtype_key: dtype})
+    except ValueError as err:  # no causal-LM / seq2seq head for this model type
+        raise SimulationUnsupported(f"cannot build a language model for {model_type!r}: {err}") from err
+    model.train()
+    if setup.checkpointing:
+        # transformers 5 renamed the method; the old name still works there, with a warning
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if setup.lora_rank:
+        model = _with_lora(model, setup.lora_rank, setup.lora_targets, assumptions)
+    return model
+
+
+def _with_lora(model, rank: int, targets: tuple[str, ...] | None, assumptions: list[str]):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise SimulatorUnavailable(f"simulating LoRA needs peft: {INSTALL_HINT}") from err
+    if targets is None:
+        # what MemorySetup's None means (and the estimator assumes): every Linear in the
+        # blocks; peft's "all-linear" leaves the output head out too
+        assumptions.append("LoRA target modules unknown: every Linear in the blocks assumed")
+        target_modules = "all-linear"
+    else:
+        target_modules = list(targets)
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=target_modules))
+
+
+def _build_optimizer(torch, model, name: str, foreach: bool):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, foreach=foreach)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=foreach)
+    if name == "adafactor":
+        # HF Trainer's `optim="adafactor"` is transformers' implementation
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=1e-3, relative_step=False, scale_parameter=False, warmup_init=False)
+    raise SimulationUnsupported(f"optimizer {name!r} is not simulated")
+
+
+def _autocast(torch, dtype_name: str | None):
+    if dtype_name is None or dtype_name == "fp32":
+        return nullcontext()
+    # CPU autocast stands in for CUDA's; their op lists differ slightly (ERROR_BAND)
+    return torch.autocast("cpu", dtype=_dtype(torch, dtype_name))
+
+
+def _vocab_size(model) -> int:
+    config = model.config
+    return getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+
+
+def _batch(torch, vocab: int, batch: int, seq_len: int, target_len: int | None) -> dict:
+    """Token ids as a data collator gives them, every row a full sequence (no padding).
+    `target_len`: the decoder's length for an encoder-decoder model, None otherwise."""
+    ids = torch.randint(0, vocab, (batch, seq_len))
+    if target_len is None:
+        return {"input_ids": ids, "labels": ids}
+    targets = torch.randint(0, vocab, (batch, target_len))
+    # decoder ids given explicitly: a config may lack the decoder_start_token_id that
+    # shifting the labels needs
+    return {"input_ids": ids, "labels": targets, "decoder_input_ids": targets}

@@ -1,0 +1,65 @@
+"""`cfgfix estimate [PATH]` with no model flags: the memory estimate of every launch of the
+project, from its resolved training setup (`cfgfix explain` shows where each input came from)."""
+
+from __future__ import annotations
+
+import json
+
+from cfgfix.memory.estimator import estimate, verdict
+
+
+def project_estimates(setups, target_name: str | None):
+    """(setup, MemoryInput, Estimate | None, Gpu | None, Verdict | None) per launch."""
+    from cfgfix.memory.gpus import find_gpu
+    from cfgfix.training.memory_setup import memory_input
+
+    for setup in setups:
+        name = target_name or setup.get("gpu")
+        gpu = find_gpu(name) if name else None
+        inputs = memory_input(setup)
+        result = estimate(inputs.setup, inputs.shape) if inputs.shape is not None else None
+        decision = verdict(result, gpu.usable_bytes, gpu.name) if result is not None and gpu is not None else None
+        yield setup, inputs, result, gpu, decision
+
+
+def render_text(rows, display, simulate: bool = False) -> str:
+    from cfgfix.memory.render import render_text as render_one
+    from cfgfix.memory.simulate_report import simulate_text
+
+    out = []
+    for setup, inputs, result, gpu, decision in rows:
+        launch = setup.launch
+        out.append(f"== {display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or ''}".rstrip())
+        if result is None:
+            out.append(f"   not estimated: {inputs.model_problem}\n")
+            continue
+        if inputs.assumptions:
+            out.append("   from the files, assumed: " + "; ".join(inputs.assumptions))
+        out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, decision))
+        if simulate:
+            out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak))
+    if not out:
+        return "No training launch found.\n"
+    return "\n".join(out)
+
+
+def render_json(rows, display, simulate: bool = False) -> str:
+    from cfgfix.memory.render import render_json as render_one
+    from cfgfix.memory.simulate_report import simulate_json
+
+    data = []
+    for setup, inputs, result, gpu, decision in rows:
+        entry = {
+            "launch": {"path": display(setup.launch_file), "line": setup.launch.span.line,
+                       "launcher": setup.launch.launcher, "script": setup.launch.script},
+            "assumed": inputs.assumptions,
+        }
+        if result is None:
+            entry["estimate"] = None
+            entry["problem"] = inputs.model_problem
+        else:
+            entry["estimate"] = json.loads(render_one(result, gpu, decision))
+            if simulate:
+                entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
+        data.append(entry)
+    return json.dumps(data, indent=2) + "\n"

@@ -1,0 +1,105 @@
+"""A launch's resolved training setup as the memory model's input (`MemorySetup`), with the
+assumptions made for what the files do not say, each stated in words for the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.memory.setup import MemorySetup
+
+
+@dataclass
+class MemoryInput:
+    setup: MemorySetup
+    shape: object | None  # cfgfix.memory.shapes.ModelShape, None when the model is unknown
+    assumptions: list[str] = field(default_factory=list)
+    model_problem: str | None = None  # why no shape was found
+
+
+def memory_input(training, project=None, params: int | None = None) -> MemoryInput:
+    """`training`: a `TrainingSetup`. `params` overrides the model's size (`--params`)."""
+    from cfgfix.memory import shapes
+
+    assumptions: list[str] = []
+    get = training.get
+    shape = None
+    problem = None
+    model = get("model")
+    if params is not None:
+        shape = shapes.params_only(params)
+    elif isinstance(model, str):
+        try:
+            shape = shapes.resolve_shape(_local(model, training) or model)
+        except shapes.ShapeError as exc:
+            problem = str(exc)
+    else:
+        problem = "no model id or folder found in the launch's files"
+
+    precision = get("precision") or ""
+    weights = get("weights")
+    if precision.startswith("deepspeed-"):
+        half = precision.split("-", 1)[1]
+        weights, autocast, deepspeed_half = half, None, half
+    else:
+        deepspeed_half = None
+        mixed = get("mixed_precision")
+        autocast = mixed if mixed in ("bf16", "fp16") else None
+        if weights is None:
+            weights = "fp32"
+            assumptions.append("weights: fp32 (no dtype found in the script)")
+    if weights not in ("fp32", "bf16", "fp16"):
+        weights = "fp32"
+    optimizer = get("optimizer")
+    if optimizer not in ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"):
+        optimizer = "adamw"
+        assumptions.append("optimizer: AdamW (none found)")
+    micro = get("micro_batch")
+    if not _positive(micro):
+        micro = 1
+        assumptions.append("micro batch: 1 (not found)")
+    world = get("world_size")
+    if not _positive(world):
+        world = 1
+        assumptions.append("processes: 1 (not found)")
+    accum = get("grad_accum")
+    seq = get("seq_len")
+    resolution = get("resolution")
+    if not _positive(seq) and not _positive(resolution):
+        assumptions.append("sequence length: not found (the estimator's default)")
+    zero = get("zero_stage")
+    setup = MemorySetup(
+        params=shape.params if shape is not None else None,
+        model=model if isinstance(model, str) else None,
+        weights=weights,
+        autocast=autocast,
+        deepspeed_half=deepspeed_half,
+        optimizer=optimizer,
+        zero_stage=zero if zero in (0, 1, 2, 3) else 0,
+        fsdp=get("fsdp") if get("fsdp") in ("full", "grad-op") else None,
+        offload_optimizer=get("offload_optimizer") is True,
+        offload_params=get("offload_param") is True,
+        num_gpus=world,
+        micro_batch=micro,
+        seq_len=seq if _positive(seq) else None,
+        resolution=resolution if _positive(resolution) else None,
+        checkpointing=get("gradient_checkpointing") is True,
+        lora_rank=get("lora_rank") if _positive(get("lora_rank")) else None,
+        quantization=get("quantization") if get("quantization") in ("4bit", "8bit") else None,
+        gradient_accumulation=accum if _positive(accum) else 1,
+        target_len=get("target_len") if _positive(get("target_len")) else None,
+    )
+    return MemoryInput(setup, shape, assumptions, problem)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _local(model: str, training) -> str | None:
+    """A model folder written relative to the launch script or the training script."""
+    if model.startswith(("/", ".")) or not Path(model).exists():
+        for base in (training.launch_file.parent, training.script.parent if training.script else None):
+            if base is not None and (base / model).exists():
+                return str(base / model)
+    return None

@@ -1,0 +1,268 @@
+"""Writing a changed setting back into the files that configure a launch (`fix --fit`).
+
+A setting is written where the launch already states it (every place, so the files keep
+agreeing: a DeepSpeed micro batch and the flag the HF Trainer checks it against change
+together), as a minimal edit of that value. Where nothing states it, it is added to the
+file that owns such settings: the DeepSpeed JSON for ZeRO, the accelerate config for mixed
+precision, the training config for training keys, else a flag appended to a launch whose
+script parses its flags with `HfArgumentParser`. A DeepSpeed config that does not exist is
+created beside the launch script and referenced with `--deepspeed`. When none of these
+applies the change is advice only (`None`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.core import Edit
+from cfgfix.documents.config_edits import insert_entry, replace_scalar
+
+# The HF TrainingArguments name / training-config key for each setting written.
+HF_NAMES = {
+    "micro_batch": "per_device_train_batch_size",
+    "grad_accum": "gradient_accumulation_steps",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "optimizer": "optim",
+}
+HF_OPTIMIZERS = {"adamw-8bit": "adamw_bnb_8bit", "adamw": "adamw_torch", "adafactor": "adafactor"}
+
+
+@dataclass
+class Change:
+    edits: list[Edit] = field(default_factory=list)
+    created: dict[str, str] = field(default_factory=dict)  # new file path (display) -> its text
+    where: list[str] = field(default_factory=list)  # "configs/ds.json: zero_optimization.stage 3"
+
+
+class SetupWriter:
+    """Edits for one launch's setup; `project` reads the files (memoised)."""
+
+    def __init__(self, project, setup) -> None:
+        self.project = project
+        self.setup = setup
+        self.reason: str | None = None  # why the last `set` returned None, when known
+
+    # -- values that are already written ----------------------------------------------------
+    def _stated(self, setting: str):
+        for source, found in self.setup.sources.items():
+            value = found.get(setting)
+            if value is None or value.span is None or value.value == "auto":
+                continue
+            if source == "script" and "TrainingArguments in" not in value.origin:
+                continue  # a call in the code (gradient_checkpointing_enable()), not a literal value
+            yield source, value
+
+    def _replace(self, source, value, new) -> Edit | None:
+        span = value.span
+        if source == "flags":
+            text = self._text(span.path)
+            if text is None:
+                return None
+            old = text[span.start:span.end]
+            if old.startswith("--") and "=" in old:
+                return Edit(span.path, span.start, span.end, f"{old.split('=', 1)[0]}={_flag_text(new)}")
+            if old.startswith("--"):  # a bare boolean flag: `--gradient_checkpointing`
+                return None if new is True else Edit(span.path, span.end, span.end, f" {_flag_text(new)}")
+            return Edit(span.path, span.start, span.end, _flag_text(new))
+        if span.path.endswith(".py"):
+            text = self._text(span.path)
+            if text is None:
+                return None
+            old = text[span.start:span.end]
+            if isinstance(new, bool) or isinstance(new, int):
+                return Edit(span.path, span.start, span.end, repr(new))
+            quote = old[0] if old[:1] in ("'", '"') else '"'
+            return Edit(span.path, span.start, span.end, f"{quote}{new}{quote}")
+        doc = self._doc(span.path)
+        node = _node_at_span(doc, span) if doc is not None else None
+        return replace_scalar(doc, node, new) if node is not None else None
+
+    # -- files -----------------------------------------------------------------------------
+    def _real(self, shown: str) -> Path:
+        for real, display in self.project.displays.items():
+            if display == shown:
+                return real
+        for real in self.setup.files.values():
+            if self.project.display(real) == shown:
+                return real
+        return Path(shown).resolve()
+
+    def _doc(self, shown: str):
+        return self.project.read(self._real(shown))
+
+    def _text(self, shown: str) -> str | None:
+        try:
+            return self._real(shown).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    # -- writing one setting ---------------------------------------------------------------
+    def set(self, setting: str, value) -> Change | None:
+        """A change that makes `setting` equal `value` for this launch, or None (advice only)."""
+        if setting in ("zero_stage", "offload_optimizer", "offload_param"):
+            return self._deepspeed(setting, value)
+        if setting == "mixed_precision":
+            return self._mixed_precision(value)
+        written = HF_OPTIMIZERS.get(value) if setting == "optimizer" else value
+        if written is None:
+            return None
+        change = Change()
+        for source, stated in self._stated(setting):
+            if setting == "optimizer" and source not in ("flags", "training config", "config module"):
+                return None  # an optimizer built in code: a code change, advice only
+            edit = self._replace(source, stated, written)
+            if edit is None:
+                return None
+            change.edits.append(edit)
+            change.where.append(f"{stated.origin}: {_flag_text(written)}")
+        if change.edits:
+            return change
+        return self._add(HF_NAMES.get(setting), written)
+
+    def _add(self, name: str | None, value) -> Change | None:
+        """Add a training setting where none is written: the training config, else a flag."""
+        if name is None:
+            return None
+        path = self.setup.files.get("training config")
+        if path is not None:
+            doc = self.project.read(path)
+            edit = insert_entry(doc, doc.root, name, value) if doc is not None else None
+            if edit is not None:
+                return Change([edit], where=[f"{self.project.display(path)}: {name}: {_flag_text(value)}"])
+        return self._append_flag(name, value)
+
+    def _append_flag(self, name: str, value) -> Change | None:
+        setup = self.setup
+        if not (setup.trainer and setup.parses_training_arguments) or not setup.launch.args:
+            return None
+        last = setup.launch.args[-1][1]
+        text = f" --{name} {_flag_text(value)}"
+        return Change([Edit(last.path, last.end, last.end, text)], where=[f"{last.path}: --{name} {_flag_text(value)}"])
+
+    def _mixed_precision(self, value: str) -> Change | None:
+        change = Change()
+        accelerate = self.setup.files.get("accelerate")
+        for source, stated in self._stated("mixed_precision"):
+            edit = self._replace(source, stated, value)
+            if edit is None:
+                return None
+            change.edits.append(edit)
+            change.where.append(f"{stated.origin}: {value}")
+        other = "fp16" if value == "bf16" else "bf16"
+        for source, stated in self._stated(other):
+            if stated.value is True and source not in ("deepspeed config",):
+                edit = self._replace(source, stated, False)
+                if edit is None:
+                    return None
+                change.edits.append(edit)
+        for source, stated in self._stated(value):
+            if stated.value is False and source not in ("deepspeed config",):
+                edit = self._replace(source, stated, True)
+                if edit is None:
+                    return None
+                change.edits.append(edit)
+                change.where.append(f"{stated.origin}: true")
+        if change.edits:
+            return change
+        if accelerate is not None and "deepspeed" not in self.setup.files:
+            doc = self.project.read(accelerate)
+            edit = insert_entry(doc, doc.root, "mixed_precision", value) if doc is not None else None
+            if edit is not None:
+                return Change([edit], where=[f"{self.project.display(accelerate)}: mixed_precision: {value}"])
+        return self._add(value, True)
+
+    def _deepspeed(self, setting: str, value) -> Change | None:
+        path = self.setup.files.get("deepspeed")
+        if path is None:
+            return self._new_deepspeed(setting, value)
+        doc = self.project.read(path)
+        if doc is None:
+            return None
+        shown = self.project.display(path)
+        zero = doc.root.get("zero_optimization")
+        if zero is None and any(k.startswith("zero_optimi") and k != "zero_optimization" for k in doc.root.keys()):
+            self.reason = f"{shown} misspells zero_optimization (CFX507): run `cfgfix fix` first"
+            return None
+        if zero is None or zero.kind != "mapping":
+            if zero is not None:
+                return None
+            block = {"stage": value if setting == "zero_stage" else self.setup.get("zero_stage") or 0}
+            if setting != "zero_stage" and value:
+                block["offload_optimizer" if setting == "offload_optimizer" else "offload_param"] = {"device": "cpu", "pin_memory": True}
+            edit = insert_entry(doc, doc.root, "zero_optimization", block)
+            return Change([edit], where=[f"{shown}: zero_optimization {json.dumps(block)}"]) if edit else None
+        if setting == "zero_stage":
+            stage = zero.get("stage")
+            edit = replace_scalar(doc, stage, value) if stage is not None and stage.kind == "scalar" else insert_entry(doc, zero, "stage", value)
+            return Change([edit], where=[f"{shown}: zero_optimization.stage {value}"]) if edit else None
+        key = setting if setting == "offload_optimizer" else "offload_param"
+        block = zero.get(key)
+        device = "cpu" if value else "none"
+        if block is not None and block.kind == "mapping":
+            node = block.get("device")
+            edit = replace_scalar(doc, node, device) if node is not None and node.kind == "scalar" else insert_entry(doc, block, "device", device)
+        elif block is None:
+            edit = insert_entry(doc, zero, key, {"device": device, "pin_memory": True})
+        else:
+            return None
+        return Change([edit], where=[f"{shown}: zero_optimization.{key}.device {device}"]) if edit else None
+
+    def _new_deepspeed(self, setting: str, value) -> Change | None:
+        """No DeepSpeed config yet: create one beside the launch script for an HF Trainer launch
+        that parses its flags (every batch and precision value "auto", so the Trainer fills
+        them), and pass it with `--deepspeed`."""
+        setup = self.setup
+        if not (setup.trainer and setup.parses_training_arguments) or not setup.launch.args:
+            return None
+        stage = value if setting == "zero_stage" else max(setup.get("zero_stage") or 0, 2)
+        zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+        if setting == "offload_optimizer" and value:
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if setting == "offload_param" and value:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        if stage == 3:
+            zero["stage3_gather_16bit_weights_on_model_save"] = True
+        config = {
+            "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+            "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": zero,
+        }
+        launch_dir = setup.launch_file.parent
+        name = f"ds_zero{stage}.json"
+        shown = self.project.display(launch_dir / name)
+        last = setup.launch.args[-1][1]
+        written = _as_launch_sees(launch_dir / name, setup, self.project.root)
+        return Change([Edit(last.path, last.end, last.end, f" --deepspeed {written}")],
+                      created={shown: json.dumps(config, indent=2) + "\n"},
+                      where=[f"{shown} (new): ZeRO-{stage}", f"{last.path}: --deepspeed {written}"])
+
+
+def _as_launch_sees(path: Path, setup, root: Path) -> str:
+    """`path` relative to the folder the launch runs in: the one its script path is
+    written from (`scripts/run.sh` running `train.py` runs in the folder above)."""
+    import os
+
+    from cfgfix.project import _launch_folders
+
+    folders = [*_launch_folders(setup.launch_file, root), root]
+    for folder in folders:
+        if setup.launch.script and (folder / setup.launch.script).is_file():
+            return Path(os.path.relpath(path, folder)).as_posix()
+    return Path(os.path.relpath(path, setup.launch_file.parent)).as_posix()
+
+
+def _flag_text(value) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return str(value)
+
+
+def _node_at_span(doc, span):
+    for node in doc.root.walk():
+        if node.kind == "scalar" and node.start == span.start and node.end == span.end:
+            return node
+    return None

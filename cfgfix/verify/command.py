@@ -1,0 +1,132 @@
+"""`cfgfix verify`, start to end: refuse untrusted events, prepare the two copies, run the
+launch in each, judge, print. Returns the exit code (0 holds, 1 does not, 2 could not run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import guard
+from .progress import Progress
+from .report import to_json, to_text
+from .verdict import LOSS_RTOL, cannot_run, judge
+from .workspace import WorkspaceError, apply_fixes, copy_workspace, export_revision
+
+
+@dataclass
+class Options:
+    command: list[str]
+    steps: int = 2
+    fix_unsafe: bool = False
+    timeout: float = 600.0
+    device: str = "auto"
+    output_format: str = "text"
+    before: str | None = None
+    after: str | None = None
+    loss_rtol: float = LOSS_RTOL
+    folder: Path | None = None  # default: the current folder
+
+
+def launch_command(args: list[str]) -> list[str]:
+    """The command as given; a bare script gets its interpreter (`train.py` → python)."""
+    if len(args) == 1 and " " in args[0]:
+        args = shlex.split(args[0])  # `cfgfix verify "torchrun ... train.py"`
+    if args and args[0].endswith(".py"):
+        return [sys.executable, *args]
+    if args and args[0].endswith(".sh"):
+        return ["bash", *args]
+    return list(args)
+
+
+def run(options: Options, out=None, err=None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+
+    def fail(message: str) -> int:
+        err.write(f"cfgfix: error: {message}\n")
+        return 2
+
+    reason = guard.untrusted_event(os.environ)
+    if reason:
+        return fail(f"verify runs the repository's code and refuses to here: {reason}")
+    missing = guard.missing_dependency()
+    if missing:
+        return fail(missing)
+    if not options.command:
+        return fail("no launch command: cfgfix verify [OPTIONS] -- python train.py ...")
+    if (options.before is None) != (options.after is None):
+        return fail("--before and --after go together")
+    if options.device == "cuda" and not _cuda_available():
+        return fail("--device cuda: torch sees no CUDA device here")
+    command = launch_command(options.command)
+    folder = (options.folder or Path.cwd()).resolve()
+    progress = Progress(err)
+    tmp = Path(tempfile.mkdtemp(prefix="cfgfix-verify-"))
+    try:
+        context = {"command": command, "steps": options.steps, "device": options.device, "folder": str(folder)}
+        try:
+            before_root, after_root, safe_only = _prepare(options, folder, tmp, context, progress)
+        except WorkspaceError as exc:
+            return fail(str(exc))
+        if before_root is None:
+            message = "nothing to verify: cfgfix has no fix to apply here" + ("" if options.fix_unsafe else " (unsafe fixes need --fix-unsafe)")
+            if options.output_format == "json":
+                out.write(json.dumps(context | {"runs": None, "verdict": {"could_run": True, "holds": True, "exit_code": 0, "reason": message, "checks": []}}, indent=2) + "\n")
+            else:
+                out.write(f"cfgfix verify: {message}\n")
+            return 0
+        labels = ("original", "patched") if options.before is None else ("before", "after")
+        before = _run(command, before_root, options, labels[0], progress)
+        after = None
+        verdict = judge(before, None, options.steps, safe_only) if before.status != "completed" else None
+        if verdict is None:  # the original completed: worth running the patched copy
+            after = _run(command, after_root, options, labels[1], progress)
+            verdict = judge(before, after, options.steps, safe_only, options.loss_rtol)
+        elif before.launch_error:
+            verdict = cannot_run(f"the command could not start: {before.launch_error}")
+        render = to_json if options.output_format == "json" else to_text
+        out.write(render(context, before, after, verdict))
+        return verdict.exit_code
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prepare(options: Options, folder: Path, tmp: Path, context: dict, progress: Progress):
+    """(original copy, patched copy, only safe changes); (None, None, _) when no fix applies."""
+    if options.before is not None:
+        progress.line(f"exporting {options.before} and {options.after}")
+        before = export_revision(folder, options.before, tmp / "before")
+        after = export_revision(folder, options.after, tmp / "after")
+        context.update(before_ref=options.before, after_ref=options.after, fixes=None, left_out=before.left_out)
+        return before.root, after.root, False
+    progress.line(f"copying {folder}")
+    before = copy_workspace(folder, tmp / "original")
+    after = copy_workspace(folder, tmp / "patched")
+    fixes = apply_fixes(after.root, options.fix_unsafe)
+    context.update(fixes=[asdict(f) for f in fixes], left_out=before.left_out)
+    if not fixes:
+        return None, None, True
+    return before.root, after.root, all(f.safe for f in fixes)
+
+
+def _run(command, root: Path, options: Options, label: str, progress: Progress):
+    from .runner import run_launch
+
+    progress.line(f"{label}: {' '.join(command)}")
+    result = run_launch(command, root, options.steps, options.timeout, options.device, label, progress)
+    progress.finished(label, result.status, result.wall_s)
+    return result
+
+
+def _cuda_available() -> bool:
+    import subprocess
+
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, check=False)
+    return probe.stdout.strip() == "True"

@@ -1,0 +1,139 @@
+"""The before/after table and the JSON document of `cfgfix verify`."""
+
+from __future__ import annotations
+
+import json
+
+from .verdict import peak_bytes
+
+
+def to_json(context: dict, before, after, verdict) -> str:
+    """context: command, steps, mode ("fixes" or "revisions"), fixes/refs, left_out."""
+    return json.dumps(context | {
+        "runs": {"before": before.to_dict(), "after": after.to_dict() if after is not None else None},
+        "verdict": verdict.to_dict(),
+    }, indent=2, default=str) + "\n"
+
+
+def to_text(context: dict, before, after, verdict) -> str:
+    lines = [f"cfgfix verify: {' '.join(context['command'])}  ({context['steps']} optimizer steps)"]
+    if context.get("fixes") is not None:
+        fixes = context["fixes"]
+        lines.append(f"fixes applied to the patched copy: {len(fixes)}")
+        lines += [f"  {f['path']}:{f['line']} {f['code']}{'' if f['safe'] else ' (unsafe)'}" for f in fixes]
+    else:
+        lines.append(f"revisions: before {context['before_ref']}, after {context['after_ref']}")
+    if context.get("left_out"):
+        lines.append("not copied: " + ", ".join(context["left_out"]))
+    lines.append("")
+    names = ("original", "patched") if context.get("fixes") is not None else ("before", "after")
+    after_procs = after.processes if after is not None else []
+    for i, b in enumerate(before.processes or [None]):
+        a = after_procs[i] if i < len(after_procs) else None
+        if len(before.processes) > 1:
+            lines.append(f"rank {b['rank']}" if b and b.get("rank") is not None else f"process {i}")
+        lines += _table(names, b, a, before, after)
+        lines.append("")
+    for run in (before, after):
+        if run is None:
+            continue
+        for p in run.processes:
+            if p.get("error"):
+                lines.append(f"{run.label} ({_who(p)}) crashed:")
+                lines += ["  " + t for t in p["error"]["traceback"].rstrip().splitlines()[-12:]]
+            if p.get("stack"):
+                lines.append(f"{run.label} ({_who(p)}) timed out; stuck at:")
+                lines += ["  " + t for t in p["stack"].rstrip().splitlines()[:24]]
+            for note in p.get("notes") or []:
+                lines.append(f"{run.label} ({_who(p)}) note: {note}")
+        if run.status in ("no report", "could not start") and run.output_tail:
+            lines.append(f"{run.label}: output (last lines):")
+            lines += ["  " + t for t in run.output_tail.rstrip().splitlines()[-12:]]
+    lines.append(_verdict_text(verdict))
+    return "\n".join(lines) + "\n"
+
+
+def _table(names, b, a, before, after) -> list[str]:
+    rows = [("status", _status(b, before), _status(a, after) if after is not None else "not run")]
+    for label, get in _ROWS:
+        cells = (_cell(get, b), _cell(get, a))
+        if cells != ("-", "-"):  # a measure neither run has (CUDA rows on a CPU)
+            rows.append((label, *cells))
+    peak_b, peak_a = (peak_bytes(p) if p else None for p in (b, a))
+    what = (peak_b or peak_a or ("not measured", 0))[0]
+    change = ""
+    if peak_b and peak_a and peak_b[0] == peak_a[0] and peak_b[1]:
+        saved = peak_b[1] - peak_a[1]
+        change = f"{-saved / 2**20:+.2f} MiB ({-saved / peak_b[1]:+.1%})"
+    rows.append((f"peak ({what})", _mib(peak_b[1]) if peak_b else "-", _mib(peak_a[1]) if peak_a else "-", change))
+    width = max(len(r[0]) for r in rows)
+    col = max(18, *(len(r[1]) for r in rows))
+    out = [f"  {'':{width}}  {names[0]:{col}}  {names[1]}"]
+    for row in rows:
+        line = f"  {row[0]:{width}}  {row[1]:{col}}  {row[2]}"
+        if len(row) > 3 and row[3]:
+            line += f"  {row[3]}"
+        out.append(line.rstrip())
+    return out
+
+
+def _status(p, run) -> str:
+    if p is None:
+        return run.status if run is not None else "-"
+    return f"{p['status']} ({p['steps']}/{p.get('target_steps') or '?'} steps)"
+
+
+def _cell(get, p) -> str:
+    if p is None:
+        return "-"
+    try:
+        value = get(p)
+    except (KeyError, TypeError, IndexError):
+        return "-"
+    return "-" if value is None else value
+
+
+def _secs(x):
+    return None if x is None else f"{x:.3f} s"
+
+
+def _mib(n):
+    return None if n is None else f"{n / 2**20:.2f} MiB"
+
+
+def _yes(x):
+    return None if x is None else ("yes" if x else "NO")
+
+
+def _floats(xs):
+    return ", ".join("-" if x is None else f"{x:.4f}" for x in xs) or None
+
+
+_ROWS = [
+    ("first step", lambda p: _secs(p["first_step_s"])),
+    ("later steps (mean)", lambda p: _secs(p["later_step_mean_s"])),
+    ("losses", lambda p: _floats(p["losses"])),
+    ("losses finite", lambda p: _yes(p["losses_finite"])),
+    ("grad norm before clip", lambda p: _floats(p["grad_norms"])),
+    ("params finite", lambda p: _yes(p["params_finite"])),
+    ("parameters", lambda p: _mib(p["state_bytes"]["params"])),
+    ("gradients", lambda p: _mib(p["state_bytes"]["grads"])),
+    ("optimizer state", lambda p: _mib(p["state_bytes"]["optimizer"])),
+    ("buffers", lambda p: f'{p["state_bytes"]["buffers"]:,} B'),
+    ("CUDA max reserved", lambda p: _mib(p["memory"].get("cuda_max_reserved_bytes"))),
+    ("peak RSS (host)", lambda p: _mib(p["memory"].get("rss_peak_bytes"))),
+]
+
+
+def _who(p) -> str:
+    return f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p['pid']}"
+
+
+def _verdict_text(verdict) -> str:
+    if not verdict.could_run:
+        return f"verdict: could not verify: {verdict.reason}"
+    lines = ["verdict: " + ("the fix holds" if verdict.holds else "the fix does NOT hold")]
+    for check in verdict.checks:
+        mark = {True: "ok  ", False: "FAIL", None: "skip"}[check.holds]
+        lines.append(f"  {mark} {check.name}: {check.detail}")
+    return "\n".join(lines)

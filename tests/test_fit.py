@@ -1,0 +1,160 @@
+"""`cfgfix fix --fit`, `cfgfix estimate PATH` and the ladder behind CFX701/CFX702: the
+cheapest changes first, the effective batch kept, minimal edits written only when the
+launch's setup, resolved again from the edited files, holds the planned values."""
+
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from cfgfix.commands import cli
+from cfgfix.memory.gpus import find_gpu
+from cfgfix.memory.setup import MemorySetup
+from cfgfix.memory.shapes import resolve_shape
+from cfgfix.training.fit import plan
+from conftest import REPO, write_project
+
+HF_TRAIN = (
+    "from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments\n\n"
+    "args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B')\n"
+    "Trainer(model=model, args=args).train()\n"
+)
+HF_LAUNCH = (
+    "#!/bin/bash\ntorchrun --nproc_per_node 4 train.py \\\n    --output_dir out \\\n"
+    "    --per_device_train_batch_size 4 \\\n    --gradient_accumulation_steps 2 \\\n    --bf16 True \\\n"
+    "    --max_seq_length 2048 \\\n    --gradient_checkpointing True\n"
+)
+
+
+def _run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def _story(tmp_path, name):
+    dest = tmp_path / name
+    shutil.copytree(REPO / "fixtures" / name / "project", dest)
+    return dest
+
+
+# -- the ladder ------------------------------------------------------------------------------
+def test_plan_stops_at_the_first_rung_that_fits_and_keeps_the_effective_batch():
+    shape = resolve_shape("Qwen/Qwen2.5-7B")
+    setup = MemorySetup(params=shape.params, weights="fp32", autocast="bf16", num_gpus=4, micro_batch=8,
+                        gradient_accumulation=2, seq_len=2048, checkpointing=False)
+    result = plan(setup, shape, find_gpu("A100 80GB"))
+    assert result.fits
+    assert result.rungs[0].name == "gradient checkpointing"  # mixed precision is already on
+    final = result.rungs[-1].setup
+    assert final.micro_batch * final.gradient_accumulation == 16
+    assert result.after.high <= find_gpu("A100 80GB").usable_bytes
+    # a prefix: one rung less does not fit
+    if len(result.rungs) > 1:
+        assert result.rungs[-2].estimate.high > find_gpu("A100 80GB").usable_bytes
+
+
+def test_rungs_that_do_not_lower_the_peak_are_left_out():
+    shape = resolve_shape("google/flan-t5-xl")
+    # bf16 weights + AdamW at micro batch 1: the optimizer step is the peak, not activations
+    setup = MemorySetup(params=shape.params, weights="bf16", micro_batch=4, gradient_accumulation=8,
+                        seq_len=64, checkpointing=True)
+    result = plan(setup, shape, find_gpu("RTX 4090"))
+    assert not any(r.name.startswith("micro batch") for r in result.rungs)
+
+
+def test_with_several_gpus_zero2_comes_before_the_8bit_optimizer():
+    shape = resolve_shape("Qwen/Qwen2.5-7B")
+    setup = MemorySetup(params=shape.params, weights="bf16", num_gpus=8, micro_batch=1, seq_len=1024,
+                        checkpointing=True)
+    names = [r.name for r in plan(setup, shape, find_gpu("RTX A6000")).rungs]
+    assert "DeepSpeed ZeRO-2" in names and "8-bit AdamW" not in names
+
+
+# -- fix --fit on the stories -----------------------------------------------------------------
+def test_fit_writes_one_line_into_the_flan_t5_training_config(tmp_path, monkeypatch):
+    folder = _story(tmp_path, "flan-t5-xl-trainer")
+    monkeypatch.chdir(folder)
+    config = (folder / "configs/flan_t5_xl.yaml").read_text()
+    code, out = _run("fix", "--fit", "--diff")
+    assert code == 1 and "+gradient_checkpointing: true" in out
+    assert (folder / "configs/flan_t5_xl.yaml").read_text() == config  # --diff writes nothing
+    code, out = _run("fix", "--fit")
+    assert code == 0, out
+    assert "gradient checkpointing" in out and "written: configs/flan_t5_xl.yaml" in out
+    assert (folder / "configs/flan_t5_xl.yaml").read_text() == config.replace(
+        "gradient_checkpointing: false", "gradient_checkpointing: true")
+    code, out = _run("check", "--no-cache", "--select", "CFX7", ".")
+    assert code == 0, out
+
+
+def test_fit_on_the_mm_story_waits_for_the_ordinary_fixes_then_matches_the_authors_fix(tmp_path, monkeypatch):
+    folder = _story(tmp_path, "mm-8b-47gb")
+    monkeypatch.chdir(folder)
+    launch = (folder / "scripts/finetune.sh").read_text()
+    code, out = _run("fix", "--fit")
+    assert code == 1 and "misspells zero_optimization (CFX507)" in out
+    assert (folder / "scripts/finetune.sh").read_text() == launch  # half a plan is never written
+    _run("fix", "--no-cache")  # CFX507 renames the block: ZeRO-3 is on
+    code, out = _run("fix", "--fit")
+    assert code == 0, out
+    fixed = (REPO / "fixtures/mm-8b-47gb/fixed/scripts/finetune.sh").read_text()
+    for flag in ("--per_device_train_batch_size 2", "--gradient_accumulation_steps 8", "--gradient_checkpointing True"):
+        assert flag in fixed and flag in (folder / "scripts/finetune.sh").read_text()
+
+
+def test_fit_creates_a_deepspeed_config_for_an_hf_trainer_launch(tmp_path, monkeypatch):
+    write_project(tmp_path, {"train.py": HF_TRAIN, "run.sh": HF_LAUNCH, "cfgfix.toml": 'gpu = "A100 80GB"\n'})
+    monkeypatch.chdir(tmp_path)
+    code, out = _run("fix", "--fit")
+    assert code == 0, out
+    created = json.loads((tmp_path / "ds_zero2.json").read_text())
+    assert created["zero_optimization"]["stage"] == 2
+    assert created["train_micro_batch_size_per_gpu"] == "auto" and created["bf16"]["enabled"] == "auto"
+    launch = (tmp_path / "run.sh").read_text()
+    assert launch.endswith("--gradient_checkpointing True --deepspeed ds_zero2.json\n")
+    code, out = _run("explain", "--output-format", "json")
+    settings = json.loads(out)[0]["settings"]
+    assert settings["zero_stage"]["value"] == 2
+    assert settings["effective_batch"]["value"] == 32  # 4 x 2 x 4 before, kept
+    assert _run("check", "--no-cache", "--select", "CFX7,CFX5", ".")[0] == 0
+    code, out = _run("fix", "--fit")  # again: nothing to do, nothing overwritten
+    assert code == 0 and "nothing to change" in out
+
+
+def test_fit_on_a_plain_script_is_advice_only(tmp_path, monkeypatch):
+    write_project(tmp_path, {
+        "train.py": ("import torch\nfrom transformers import AutoModelForCausalLM\n\n"
+                     "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', torch_dtype=torch.bfloat16)\n"
+                     "optimizer = torch.optim.AdamW(model.parameters())\n"),
+        "run.sh": "torchrun --nproc_per_node 2 train.py --max_seq_length 512 --gradient_checkpointing\n",
+        "cfgfix.toml": 'gpu = "RTX 4090"\n',
+    })
+    monkeypatch.chdir(tmp_path)
+    before = {p.name: p.read_text() for p in tmp_path.iterdir() if p.is_file()}
+    code, out = _run("fix", "--fit")
+    assert code == 1 and "advice only" in out
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_fit_without_a_target_gpu_says_how_to_set_one(tmp_path, monkeypatch):
+    write_project(tmp_path, {"train.py": HF_TRAIN, "run.sh": HF_LAUNCH})
+    monkeypatch.chdir(tmp_path)
+    code, out = _run("fix", "--fit")
+    assert code == 0 and "no target GPU" in out
+    code, out = _run("fix", "--fit", "--gpu", "Mystery 9000")
+    assert code == 2
+
+
+# -- estimate, project mode -------------------------------------------------------------------
+def test_estimate_reads_each_launch_of_the_project(tmp_path, monkeypatch):
+    folder = _story(tmp_path, "mm-8b-47gb")
+    monkeypatch.chdir(folder)
+    code, out = _run("estimate")
+    assert code == 0
+    assert out.startswith("== scripts/finetune.sh:6: deepspeed train.py")
+    assert "Verdict: does not fit RTX A6000" in out
+    code, out = _run("estimate", "--output-format", "json", "--gpu", "H200")
+    data = json.loads(out)
+    assert data[0]["launch"]["path"] == "scripts/finetune.sh"
+    assert data[0]["estimate"]["gpu"]["name"] == "H200"
