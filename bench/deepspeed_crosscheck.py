@@ -27,6 +27,11 @@ Usage::
 
     .venv/bin/python bench/deepspeed_crosscheck.py --venv /tmp/corpus-venv CORPUS_DIR [...]
     .venv/bin/python bench/deepspeed_crosscheck.py --venv V --json out.json DIR
+    .venv/bin/python bench/deepspeed_crosscheck.py --venv V --fill-auto DIR   # "auto" configs too
+
+With ``--fill-auto`` configs with ``"auto"`` are checked too: DeepSpeed sees them with
+``"auto"`` replaced as the HF Trainer fills it for default ``TrainingArguments`` (micro batch
+1, accumulation 1, fp32, lr 5e-5), cfgfix sees the file as written.
 
 It prints a Markdown table: the confusion matrix (DeepSpeed accepts/rejects x cfgfix
 silent/error) and every disagreement with DeepSpeed's message and cfgfix's codes.

@@ -99,12 +99,17 @@ class Linter:
         self.report_parse_errors = "CFX901" in codes
 
     def lint(self, sf: SourceFile, data: bytes) -> FileResult:
-        if sf.kind == "python":
-            return self._python(sf, data)
-        if sf.kind in SHELL_KINDS:
-            return self._shell(sf, data)
-        if sf.kind in ("yaml", "json"):
-            return self._config(sf, data)
+        try:
+            if sf.kind == "python":
+                return self._python(sf, data)
+            if sf.kind in SHELL_KINDS:
+                return self._shell(sf, data)
+            if sf.kind in ("yaml", "json"):
+                return self._config(sf, data)
+        except Exception as exc:  # a bug in a reader must cost one file, never the run
+            result = FileResult()
+            result.errors.append(f"internal error reading {sf.display}: {exc!r}; the file was skipped")
+            return result
         return FileResult()
 
     def _python(self, sf: SourceFile, data: bytes) -> FileResult:

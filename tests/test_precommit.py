@@ -43,7 +43,11 @@ def test_pre_commit_round_trip(tmp_path):
     fixed = _try_repo(repo, "cfgfix-fix", env)
     assert fixed.returncode == 1  # pre-commit fails a hook that modified files
     assert "files were modified by this hook" in fixed.stdout
-    assert (repo / "train.py").read_text() == FIXED
+    # the hook applies safe fixes only: CFX103's move goes, CFX101's (unsafe) cast stays
+    assert (repo / "train.py").read_text() == BROKEN.replace("model.to(device)\n", "")
 
+    again = _try_repo(repo, "cfgfix", env)
+    assert again.returncode == 1 and "CFX101" in again.stdout and "CFX103" not in again.stdout
+    (repo / "train.py").write_text(FIXED)
     passed = _try_repo(repo, "cfgfix", env)
     assert passed.returncode == 0, passed.stdout + passed.stderr

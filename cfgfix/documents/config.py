@@ -261,6 +261,9 @@ class _YamlConverter:
 
     def offset(self, mark) -> int:
         # Marks count characters; line/column are the robust pair across loaders.
+        # libyaml puts the end mark of a file without a final newline on the line after the last
+        if mark.line >= len(self.source.line_starts):
+            return len(self.source.text)
         return min(self.source.offset(mark.line + 1, mark.column), len(self.source.text))
 
     def convert(self, ynode, depth: int) -> Node:

@@ -342,10 +342,13 @@ class GradientAccumulationConflict(ProjectRule):
     say a different number.
 
     ## Why is this bad?
-    With DeepSpeed, accelerate takes the accumulation from the DeepSpeed config and
-    overrides the script's: it only logs "Gradient accumulation steps mismatch:
-    GradientAccumulationPlugin has 8, DeepSpeed config has 4. Using DeepSpeed's value."
-    (`Accelerator._prepare_deepspeed`). The effective batch, the learning-rate schedule and
+    In a script with its own accelerate loop, accelerate takes the accumulation from the
+    DeepSpeed config and overrides the script's: it only logs "Gradient accumulation steps
+    mismatch: GradientAccumulationPlugin has 8, DeepSpeed config has 4. Using DeepSpeed's
+    value." (`Accelerator._prepare_deepspeed`). In an HF / TRL Trainer script the Trainer
+    compares the DeepSpeed value with its `TrainingArguments` and raises before the first
+    step ("Please correct the following DeepSpeed config values that mismatch
+    TrainingArguments values"). The effective batch, the learning-rate schedule and
     the number of optimizer steps are then not what the command line says. `"auto"` in the
     DeepSpeed config is filled from the script's value and is not flagged.
 
@@ -385,13 +388,32 @@ class GradientAccumulationConflict(ProjectRule):
                 value = node.value
                 if isinstance(value, bool) or not isinstance(value, int) or value == launch.grad_accum:
                     continue  # "auto" (filled from the script), or the same number
+                if self._hf_trainer(project, launch):
+                    consequence = ("the HF Trainer compares DeepSpeed's value with its TrainingArguments and raises "
+                                   "'Please correct the following DeepSpeed config values that mismatch "
+                                   "TrainingArguments values' before the first step")
+                else:
+                    consequence = (f"accelerate uses DeepSpeed's value ('Gradient accumulation steps mismatch ... "
+                                   f"Using DeepSpeed's value'), so the run accumulates {value} steps")
                 yield self.finding(
                     launch.grad_accum_span,
-                    f"--gradient_accumulation_steps {launch.grad_accum} is overridden: {where} says {value}, and "
-                    f"accelerate uses DeepSpeed's value ('Gradient accumulation steps mismatch ... Using "
-                    f"DeepSpeed's value'), so the run accumulates {value} steps",
+                    f"--gradient_accumulation_steps {launch.grad_accum} disagrees with {where}, which says {value}: "
+                    + consequence,
                     related=[Related(doc.span(node), f"gradient_accumulation_steps {value} here")],
                 )
+
+    @staticmethod
+    def _hf_trainer(project, launch) -> bool:
+        """The launch's script trains with an HF / TRL Trainer (which raises on the mismatch)."""
+        from cfgfix.analysis.training_script import script_facts
+        from cfgfix.project import _resolve
+
+        for known, launch_file in project.launches:
+            if known is launch and launch.script:
+                script = _resolve(launch.script, launch_file, project.root)
+                found = script_facts(project, script) if script is not None else None
+                return bool(found and found[1].trainer)
+        return False
 
     @staticmethod
     def _deepspeed_steps(project, link):
@@ -618,7 +640,8 @@ class Fp32MixedPrecision(ProjectRule):
     """## What it does
     Flags an accelerate config that trains on GPUs (`distributed_type` `MULTI_GPU`,
     `DEEPSPEED` or `FSDP`, without `use_cpu: true`) in full fp32: `mixed_precision: 'no'`
-    or no `mixed_precision` at all.
+    or no `mixed_precision` at all, where a launch uses it. A config no launch uses is not
+    reported: an HF Trainer launch's `--bf16` would override the file's `'no'`.
 
     ## Why is this bad?
     Every launch that uses the file runs forward and backward in fp32: twice the activation
@@ -670,8 +693,8 @@ class Fp32MixedPrecision(ProjectRule):
         from cfgfix.project import _resolve_in
 
         for link in project.accelerate_links():
-            if link.path not in project.displays:
-                continue
+            if link.path not in project.displays or not link.launches:
+                continue  # no launch: an HF Trainer launch's --bf16 would override the file's 'no'
             doc = link.doc
             root = doc.root
             kind = root.get("distributed_type")
@@ -726,6 +749,8 @@ class Fp32MixedPrecision(ProjectRule):
     _GPU = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\n"
     VALID = [
         Example(_GPU + "mixed_precision: bf16\n", "bf16", path=ACC),
+        Example(_GPU + "mixed_precision: 'no'\n", "no launch uses the config: a Trainer launch's --bf16 would decide",
+                path=ACC),
         Example("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: 'no'\n"
                 "use_cpu: true\n", "use_cpu: true trains on the CPU", path=ACC),
         Example("compute_environment: LOCAL_MACHINE\ndistributed_type: NO\nmixed_precision: 'no'\n",
@@ -746,6 +771,8 @@ class Fp32MixedPrecision(ProjectRule):
     ]
     INVALID = [
         Example(_GPU + "mixed_precision: 'no'\n", "the accelerate config default", path=ACC, line=4,
+                files={"train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                       "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"},
                 fixed=_GPU + "mixed_precision: 'bf16'\n"),
         Example("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 8\n",
                 "no mixed_precision at all", path=ACC, line=2,

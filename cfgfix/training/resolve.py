@@ -302,7 +302,9 @@ class _Resolver:
         if micro is None and defaults:
             micro = Value("micro_batch", TRAINING_ARGUMENT_DEFAULTS["per_device_train_batch_size"],
                           "TrainingArguments default (per_device_train_batch_size)")
-        accum = self._first("grad_accum", ("deepspeed config",) + general + ("accelerate config",))
+        # the accumulation DeepSpeed runs with: its JSON, else accelerate's inline deepspeed_config
+        # (an accelerate loop takes it over the script's flag; the HF Trainer raises, CFX404)
+        accum = self._first("grad_accum", ("deepspeed config", "accelerate config") + general)
         if accum is None and defaults:
             accum = Value("grad_accum", 1, "TrainingArguments default (gradient_accumulation_steps)")
         world = None
