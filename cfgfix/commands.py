@@ -52,12 +52,13 @@ def cli() -> None:
 @click.option("--fix", "apply_fix", is_flag=True, help="Apply safe fixes (like `cfgfix fix`).")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix: apply unsafe fixes too.")
 @click.option("--diff", is_flag=True, help="With --fix: print the diff, write nothing.")
-def check(apply_fix, unsafe_fixes, diff, **options) -> None:
+@click.option("--simulate", is_flag=True, help="CFX701: measure each launch's step with the FakeTensor simulator (needs the verify extra) instead of the analytic model alone.")
+def check(apply_fix, unsafe_fixes, diff, simulate, **options) -> None:
     """Report findings in PATHS (default: the current folder)."""
     if apply_fix or diff:
         _fix(unsafe_fixes, diff, **options)
     else:
-        _check(**options)
+        _check(**options, simulate=simulate)
 
 
 @cli.command()
@@ -230,10 +231,14 @@ def _strip_summary(text: str, findings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics):
+def _check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics, simulate=False):
+    from dataclasses import replace
+
     from cfgfix.core import Applicability
 
     engine, files, _ = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
+    if simulate:
+        engine.settings = replace(engine.settings, simulate=True)
     result = engine.run(files)
     hidden = sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
     _render(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden)

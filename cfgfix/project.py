@@ -213,12 +213,14 @@ class ProjectModel:
         self._links: tuple | None = None
         self.target_gpu: str | None = None  # [tool.cfgfix] gpu / --gpu
         self.target_gpus: int | None = None
+        self.simulate = False  # `check --simulate`
 
     @classmethod
     def build(cls, files, results, root: Path, settings=None) -> "ProjectModel":
         model = cls(root)
         if settings is not None:
             model.target_gpu, model.target_gpus = settings.gpu, settings.gpus
+            model.simulate = settings.simulate
         for sf in files:
             result = results.get(sf.display)
             if result is None:

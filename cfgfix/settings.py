@@ -53,6 +53,7 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     gpu: str | None = None  # the target GPU ("RTX 4090"): CFX602, CFX701, `estimate`, `fix --fit`
     gpus: int | None = None  # GPUs per run, when no launch says
+    simulate: bool = False  # `check --simulate`: CFX7xx measure with the FakeTensor simulator
     # Selectors given on the command line, only so errors blame the flag, not the file.
     cli_selectors: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 

@@ -158,3 +158,37 @@ def test_estimate_reads_each_launch_of_the_project(tmp_path, monkeypatch):
     data = json.loads(out)
     assert data[0]["launch"]["path"] == "scripts/finetune.sh"
     assert data[0]["estimate"]["gpu"]["name"] == "H200"
+
+
+def test_a_fine_tune_is_sized_by_its_base_model_named_in_its_id():
+    from cfgfix.memory.shapes import ShapeError
+
+    assert resolve_shape("lmsys/vicuna-13b-v1.5").params == resolve_shape("meta-llama/Llama-2-13b-hf").params
+    guessed = resolve_shape("HuggingFaceH4/zephyr-7b-beta")
+    assert guessed.params == resolve_shape("mistralai/Mistral-7B-v0.1").params
+    assert "guessed from the name" in " ".join(guessed.notes)
+    assert resolve_shape("./checkpoints/llama-7b-hf").params == resolve_shape("meta-llama/Llama-2-7b-hf").params
+    for unclear in ("x/llama-7b-13b-merge", "org/my-model", "Qwen/Qwen-7B", "mistral-22b"):
+        try:
+            resolve_shape(unclear)
+        except ShapeError:
+            continue
+        raise AssertionError(f"{unclear} should stay unknown")
+
+
+def test_check_simulate_measures_the_full_size_step(tmp_path, monkeypatch):
+    """`cfgfix check --simulate`: CFX701 decides on the FakeTensor simulator's band and says
+    what it measured (a 0.5B model at batch 8 x 1024: seconds on the CPU)."""
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    write_project(tmp_path, {
+        "train.py": HF_TRAIN.replace("Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-0.5B"),
+        "run.sh": "python train.py --output_dir o --per_device_train_batch_size 8 --max_seq_length 1024\n",
+        "cfgfix.toml": 'gpu = "T4"\n',
+    })
+    monkeypatch.chdir(tmp_path)
+    code, out = _run("check", "--no-cache", "--simulate", "--select", "CFX7", ".")
+    assert code == 1 and "CFX701" in out
+    assert "a simulated step (FakeTensor, --simulate) peaks at" in out

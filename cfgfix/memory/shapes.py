@@ -426,12 +426,48 @@ def shape_from_catalog(model_id: str) -> ModelShape | None:
     return shape
 
 
+# A fine-tune keeps its base model's architecture, and its name usually says which base and
+# size: "vicuna-13b-v1.5", "zephyr-7b-beta", "./llama-7b-hf". (family words, size) -> catalog id.
+_NAME_FAMILIES = (
+    (("llama-3", "llama3", "llama-3.1", "llama3.1"), {"8b": "meta-llama/Llama-3.1-8B", "70b": "meta-llama/Llama-3.1-70B"}),
+    (("llama", "vicuna", "alpaca", "wizardlm", "tulu"), {"7b": "meta-llama/Llama-2-7b-hf", "13b": "meta-llama/Llama-2-13b-hf",
+                                                         "70b": "meta-llama/Llama-2-70b-hf"}),
+    (("mistral", "zephyr", "openhermes"), {"7b": "mistralai/Mistral-7B-v0.1"}),
+    (("qwen2.5",), {"0.5b": "Qwen/Qwen2.5-0.5B", "1.5b": "Qwen/Qwen2.5-1.5B", "3b": "Qwen/Qwen2.5-3B", "7b": "Qwen/Qwen2.5-7B",
+                    "14b": "Qwen/Qwen2.5-14B", "32b": "Qwen/Qwen2.5-32B", "72b": "Qwen/Qwen2.5-72B"}),
+)
+
+
+def _shape_from_name(model: str) -> ModelShape | None:
+    """The catalog shape of the base model a name points to, or None when the name does not
+    say both the family and the size unambiguously."""
+    import re
+    from dataclasses import replace
+
+    name = model.strip().rstrip("/").split("/")[-1].lower()
+    sizes = set(re.findall(r"(?<![\d.])(\d+(?:\.\d+)?b)(?![a-z])", name))
+    if len(sizes) != 1:
+        return None
+    size = sizes.pop()
+    for words, by_size in _NAME_FAMILIES:
+        if any(word in name for word in words):
+            base = by_size.get(size)
+            if base is None:
+                return None
+            shape = shape_from_catalog(base)
+            return replace(shape, source=f"{model!r} read as {base}'s shape (a fine-tune keeps its base's architecture)",
+                           notes=shape.notes + (f"shape guessed from the name {model!r}",))
+    return None
+
+
 def resolve_shape(model: str) -> ModelShape:
     """A local model folder or config.json first, then the catalog; ShapeError otherwise."""
     path = Path(model)
     if path.exists():
         return shape_from_config_file(path)
     shape = shape_from_catalog(model)
+    if shape is None:
+        shape = _shape_from_name(model)
     if shape is None:
         raise ShapeError(f"unknown model {model!r}: pass a local folder with config.json, --params, "
                          f"or one of the catalog ids (`cfgfix estimate --list-models`)")

@@ -28,6 +28,27 @@ class _Budget:
         self.result = result
         self.plan = plan
         self.notes = lower_bound_notes
+        self.simulated: tuple[int, int] | None = None  # (device bytes, bottom of its band) from `--simulate`
+
+
+def _simulated(memory, model: str | None):
+    """(device bytes, the bottom of the simulator's band) of a full-size step, or None when
+    the simulator cannot run here or for this setup (the analytic estimate stands)."""
+    from cfgfix.memory.simulate_report import model_config
+
+    try:
+        from cfgfix.memory.simulate import SimulationUnsupported, SimulatorUnavailable, simulate
+    except ImportError:
+        return None
+    config = model_config(model)
+    if config is None:
+        return None
+    try:
+        result = simulate(memory, config)
+    except (SimulatorUnavailable, SimulationUnsupported):
+        return None
+    device = result.peak_bytes + result.cuda_context_bytes
+    return device, int(result.peak_bytes * (1 + result.error_band[0])) + result.cuda_context_bytes
 
 
 def budgets(project) -> list[_Budget]:
@@ -57,7 +78,7 @@ def _budget(project, setup):
     if inputs.shape is None:
         return None
     memory = inputs.setup
-    notes = []
+    notes = [n for n in inputs.shape.notes if "guessed from the name" in n]
     if memory.zero_stage and setup.get("world_size") is None:
         return None  # sharding over an unknown number of GPUs: no lower bound
     if memory.seq_len is None and memory.resolution is None:
@@ -75,11 +96,16 @@ def _budget(project, setup):
     can_switch = setup.trainer or any(
         "optimizer" in found and source in ("flags", "training config", "config module")
         for source, found in setup.sources.items())
-    return _Budget(setup, gpu, inputs, result, plan(memory, inputs.shape, gpu, can_switch), notes)
+    budget = _Budget(setup, gpu, inputs, result, plan(memory, inputs.shape, gpu, can_switch), notes)
+    if getattr(project, "simulate", False) and memory.seq_len != 1:
+        budget.simulated = _simulated(memory, setup.get("model"))
+    return budget
 
 
 def _over(budget) -> bool:
-    """The whole error band is above the GPU's memory."""
+    """The whole error band is above the GPU's memory (the simulator's band with `--simulate`)."""
+    if budget.simulated is not None:
+        return budget.simulated[1] > budget.gpu.usable_bytes
     return budget.result.low > budget.gpu.usable_bytes
 
 
@@ -149,6 +175,8 @@ class DoesNotFit(ProjectRule):
                 f"{setup.get('model')} ({result.shape.params / 1e9:.3g}B parameters) needs about "
                 f"{gib(result.peak)} per GPU (band {gib(result.low)}-{gib(result.high)}) against the "
                 f"{gpu.name}'s {gib(gpu.usable_bytes)}: {breakdown(result)}"
+                + (f"; a simulated step (FakeTensor, --simulate) peaks at {gib(budget.simulated[0])}"
+                   if budget.simulated else "")
                 + (f". Note: {'; '.join(corrections)}" if corrections else "")
                 + f". Cheapest setup that fits: {steps} (`cfgfix fix --fit`)"
                 + (f", with {gib(budget.plan.after.cpu_bytes)} of host RAM for the offloaded states"
