@@ -99,6 +99,18 @@ def still_parses(kind: str, text: str) -> bool:
     return True
 
 
+def sound(kind: str, old: str, new: str, edits) -> bool:
+    """The fixed text still parses, and for a YAML/JSON config, loading it changes only the
+    values under the edited nodes (the data changed as the fix said, nothing else moved)."""
+    if not still_parses(kind, new):
+        return False
+    if kind in ("yaml", "json"):
+        from cfgfix.documents.config_edits import change_is_local
+
+        return change_is_local(kind, old, new, edits)
+    return True
+
+
 def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
     """Fix one file in memory; None when it cannot be decoded (nothing to fix)."""
     try:
@@ -117,14 +129,15 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
         fixable = select_fixes([f for f in findings if wanted(f, unsafe)])
         applied = []
         # Two fixes may share an edit (two rules deleting the same call): apply it once.
-        candidate = apply_edits(text, list(dict.fromkeys(e for f in fixable for e in f.fix.edits)))
-        if fixable and still_parses(sf.kind, candidate):
+        edits = list(dict.fromkeys(e for f in fixable for e in f.fix.edits))
+        candidate = apply_edits(text, edits)
+        if fixable and sound(sf.kind, text, candidate, edits):
             applied = fixable
         else:  # find the fix that breaks the file: apply them one at a time
             candidate = text
             for finding in fixable:
                 attempt = apply_edits(candidate, list(finding.fix.edits))
-                if still_parses(sf.kind, attempt):
+                if sound(sf.kind, candidate, attempt, finding.fix.edits):
                     candidate, applied = attempt, applied + [finding]
                     break  # positions of the others are stale now; next round re-lints
                 result.dropped.append(f"{finding.code} at line {finding.span.line}")

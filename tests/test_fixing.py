@@ -121,3 +121,27 @@ def test_an_edit_shared_by_two_fixes_is_applied_once(tmp_path):
     sf = SimpleNamespace(display="f.py", kind="python")
     outcome = fix_file(engine, sf, text.encode(), unsafe=True)
     assert outcome.fixed == "a = load(dtype=1)\nx = 1\n"
+
+
+def test_a_config_fix_may_change_only_the_values_it_edits():
+    """The fixer's data check: load the config before and after; every changed value must sit
+    under an edited node (a renamed block's children move with it; an inserted key lands in
+    the mapping the edit is in)."""
+    from cfgfix.core import Edit
+    from cfgfix.documents.config_edits import change_is_local
+
+    def check(fmt, old, start, end, content):
+        new = old[:start] + content + old[end:]
+        return change_is_local(fmt, old, new, [Edit("x", start, end, content)])
+
+    yaml_text = "a: 1\nb: 2\nzero_optimisation:\n  stage: 3\n"
+    assert check("yaml", yaml_text, 3, 4, "5")  # a: 5
+    assert check("yaml", yaml_text, 10, 27, "zero_optimization")  # the rename moves `stage` too
+    assert check("yaml", yaml_text, len(yaml_text), len(yaml_text), "c: 4\n")  # an inserted key
+    aliased = "a: &size 1\nb: *size\n"
+    assert not check("yaml", aliased, 9, 10, "5")  # edits a, but b (an alias of it) changes too
+    json_text = '{"bf16": {"enabled": false}, "fp16": {"enabled": true}}'
+    start = json_text.index("true")
+    assert check("json", json_text, start, start + 4, '"auto"')
+    # edits fp16, but a later duplicate key changes bf16 (the last one wins)
+    assert not check("json", json_text, start, start + 4, 'true}, "bf16": {"enabled": true')

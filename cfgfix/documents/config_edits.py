@@ -7,7 +7,7 @@ import difflib
 import json
 
 from cfgfix.core import Edit
-from cfgfix.documents.config import ConfigDocument, Node
+from cfgfix.documents.config import ConfigDocument, ConfigError, Node, parse_config
 
 
 def scalar_text(doc: ConfigDocument, value, style: str = "") -> str:
@@ -108,3 +108,48 @@ def insert_entry(doc: ConfigDocument, mapping: Node, key: str, value) -> Edit | 
     end = _line_end(text, max(last_value.end - 1, last_key.end))
     newline = "\r\n" if text[end:end + 2] == "\r\n" else "\n"
     return Edit(doc.source.path, end, end, newline + indent + f"{key}: {written}")
+
+
+def change_is_local(fmt: str, old_text: str, new_text: str, edits) -> bool:
+    """After a fix: every value that differs between the two loaded documents sits under a
+    node that one of the edits touched. A text edit that shifted another value (an
+    indentation change, a swallowed comma) is refused, so a fix changes only what it says."""
+    from cfgfix.documents.text import SourceText
+
+    try:
+        old = parse_config(SourceText("old", old_text), fmt)
+        new = parse_config(SourceText("new", new_text), fmt)
+    except (ConfigError, ValueError, RecursionError, MemoryError):
+        return False
+    before, after = _leaves(old.root), _leaves(new.root)
+
+    def touched(span) -> bool:
+        return span is not None and any(edit.start <= span[1] and span[0] <= edit.end for edit in edits)
+
+    for path in before.keys() | after.keys():
+        if path in before and path in after and before[path][0] == after[path][0]:
+            continue
+        if path in before:
+            # its own entry was edited, or an ancestor's key was (a renamed block moves its children)
+            if touched(before[path][1]) or any(touched(before[path[:i]][2]) for i in range(1, len(path))):
+                continue
+            return False
+        prefix = path[:-1]  # a new value: inserted into the deepest mapping that existed
+        while prefix not in before:
+            prefix = prefix[:-1]
+        if not touched(before[prefix][1]):
+            return False
+    return True
+
+
+def _leaves(node, path=(), span=None, key_span=None, out=None) -> dict:
+    """path -> (loaded value, (start, end) of its entry, (start, end) of its key), every node."""
+    out = {} if out is None else out
+    if node is None:
+        return out
+    out[path] = (node.to_python() if node.kind == "scalar" else node.kind, span or (node.start, node.end), key_span)
+    for key, value in node.entries:
+        _leaves(value, path + (("k", repr(key.value)),), (key.start, value.end), (key.start, key.end), out)
+    for index, child in enumerate(node.children):
+        _leaves(child, path + (("i", index),), (child.start, child.end), None, out)
+    return out

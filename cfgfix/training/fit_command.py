@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.fixing import apply_edits, create_atomically, still_parses, write_atomically
+from cfgfix.fixing import apply_edits, create_atomically, sound, write_atomically
 from cfgfix.training.fit import gib
 
 
@@ -118,8 +118,8 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
                 problem = f"cannot read {shown}: {exc}"
                 break
             new = apply_edits(old, sorted(set(edits), key=lambda e: (e.start, e.end)))
-            if _kind(path) != "shell" and not still_parses(_kind(path), new):
-                problem = f"the edit of {shown} would not parse; nothing written"
+            if _kind(path) != "shell" and not sound(_kind(path), old, new, edits):
+                problem = f"the edit of {shown} would not parse, or would change more than planned; nothing written"
                 break
             texts[shown] = (old, new)
         if problem is None:
