@@ -167,16 +167,8 @@ def write_atomically(path: Path, data: bytes, root: Path) -> None:
         raise WriteError(f"cannot stat {path}: {exc.strerror}") from None
     if not os.access(real, os.W_OK):
         raise WriteError(f"{path} is read-only; not written")
+    tmp = _temporary_copy(path, real, data, mode)
     try:
-        handle, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".cfgfix")
-    except OSError as exc:
-        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, real)
     except OSError as exc:
         try:
@@ -192,16 +184,8 @@ def create_atomically(path: Path, data: bytes, root: Path) -> None:
     real = Path(os.path.realpath(path))
     if not _inside(real, Path(os.path.realpath(root))):
         raise WriteError(f"{path} is outside the project; not created")
+    tmp = _temporary_copy(path, real, data, 0o644)
     try:
-        handle, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".cfgfix")
-    except OSError as exc:
-        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
         os.link(tmp, real)  # fails when the file appeared meanwhile: never overwrite
     except FileExistsError:
         raise WriteError(f"{path} already exists; not overwritten") from None
@@ -212,6 +196,27 @@ def create_atomically(path: Path, data: bytes, root: Path) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _temporary_copy(path: Path, real: Path, data: bytes, mode: int) -> str:
+    """`data` written and fsynced to a temporary file beside `real`, with `mode`."""
+    try:
+        handle, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".cfgfix")
+    except OSError as exc:
+        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+    return tmp
 
 
 def _inside(path: Path, root: Path) -> bool:

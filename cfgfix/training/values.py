@@ -142,15 +142,21 @@ def from_dict_literal(node: ast.Dict, source, origin: str, consts, lora: bool = 
                 stack.append((value, depth + 1, name.lower() in LORA_BLOCKS))
                 continue
             setting = NAME_TO_SETTING.get(name) or ("lora_rank" if name == "r" and in_lora else None)
-            if setting is None:
-                continue
-            try:
-                raw = literal(value, consts)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
-            found.setdefault(setting, []).append(
-                (depth, Value(setting, normalise(setting, raw), f"{name} in {origin}", source.span_of_node(value), name)))
+            found_value = _literal_value(setting, name, value, source, origin, consts)
+            if found_value is not None:
+                found.setdefault(setting, []).append((depth, found_value))
     return _shallowest(found)
+
+
+def _literal_value(setting, name: str, node: ast.AST, source, origin: str, consts) -> Value | None:
+    """`setting` set to the literal `node` under `name`, or None (no setting, not a literal)."""
+    if setting is None:
+        return None
+    try:
+        raw = literal(node, consts)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return Value(setting, normalise(setting, raw), f"{name} in {origin}", source.span_of_node(node), name)
 
 
 def from_python(source, tree: ast.Module, origin: str) -> dict[str, Value]:
@@ -168,15 +174,9 @@ def from_python(source, tree: ast.Module, origin: str) -> dict[str, Value]:
             continue
         if not name.isupper():
             continue
-        setting = NAME_TO_SETTING.get(name.lower())
-        if setting is None:
-            continue
-        try:
-            raw = literal(value, consts)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue
-        found.setdefault(setting, []).append(
-            (0, Value(setting, normalise(setting, raw), f"{name} in {origin}", source.span_of_node(value), name)))
+        found_value = _literal_value(NAME_TO_SETTING.get(name.lower()), name, value, source, origin, consts)
+        if found_value is not None:
+            found.setdefault(found_value.setting, []).append((0, found_value))
     return _shallowest(found)
 
 
