@@ -655,6 +655,9 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                 files={"requirements.txt": "deepspeed==0.14.4\n"}),
     ]
     INVALID = [
+        Example('{\n  "train_micro_batch_size_per_gpu": 2,\n  "monitor_config": {"tensorboard": {"enabled": true}}\n}\n',
+                "monitor_config is not a DeepSpeed key: get_monitor_config reads tensorboard/wandb/csv_monitor/comet "
+                "at the top level", path=DS, line=3),
         Example('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimisation": {"stage": 3}\n}\n',
                 "British spelling", path=DS, line=3,
                 fixed='{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimization": {"stage": 3}\n}\n'),
