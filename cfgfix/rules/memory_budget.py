@@ -65,13 +65,15 @@ def _setups(project):
 
 
 def _budget(project, setup):
+    gpu_value = setup.values.get("gpu")
+    if gpu_value is None:
+        return None  # no target GPU: nothing to import or estimate (the usual pre-commit run)
     from cfgfix.memory.estimator import estimate
     from cfgfix.memory.gpus import find_gpu
     from cfgfix.training.fit import plan
     from cfgfix.training.memory_setup import memory_input
 
-    gpu_value = setup.values.get("gpu")
-    gpu = find_gpu(gpu_value.value) if gpu_value is not None else None
+    gpu = find_gpu(gpu_value.value)
     if gpu is None:
         return None
     inputs = memory_input(setup, project)
@@ -162,11 +164,11 @@ class DoesNotFit(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        from cfgfix.training.fit import breakdown, gib, myths
-
         for budget in budgets(project):
             if not _over(budget) or not budget.plan.fits:
                 continue  # fits, uncertain, or nothing fits (CFX702)
+            from cfgfix.training.fit import breakdown, gib, myths
+
             setup, result, gpu = budget.setup, budget.result, budget.gpu
             casts = "weights_cast" in setup.sources.get("script", {})
             steps = " -> ".join(r.name for r in budget.plan.rungs)
@@ -236,11 +238,11 @@ class CannotFitAnySetting(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        from cfgfix.training.fit import gib, what_would_fit
-
         for budget in budgets(project):
             if not _over(budget) or budget.plan.fits:
                 continue
+            from cfgfix.training.fit import gib, what_would_fit
+
             floor = budget.plan.after
             if floor.low <= budget.gpu.usable_bytes:
                 continue  # the last rung might fit within the band: not certain
