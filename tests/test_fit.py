@@ -126,7 +126,8 @@ def test_fit_on_a_plain_script_is_advice_only(tmp_path, monkeypatch):
     write_project(tmp_path, {
         "train.py": ("import torch\nfrom transformers import AutoModelForCausalLM\n\n"
                      "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', torch_dtype=torch.bfloat16)\n"
-                     "optimizer = torch.optim.AdamW(model.parameters())\n"),
+                     "optimizer = torch.optim.AdamW(model.parameters())\n"
+                     "for batch in loader:\n    model(**batch).loss.backward()\n    optimizer.step()\n"),
         "run.sh": "torchrun --nproc_per_node 2 train.py --max_seq_length 512 --gradient_checkpointing\n",
         "cfgfix.toml": 'gpu = "RTX 4090"\n',
     })

@@ -68,6 +68,8 @@ def _budget(project, setup):
     gpu_value = setup.values.get("gpu")
     if gpu_value is None:
         return None  # no target GPU: nothing to import or estimate (the usual pre-commit run)
+    if not setup.trains:
+        return None  # inference, evaluation, data preparation: no training step to size
     from cfgfix.memory.estimator import estimate
     from cfgfix.memory.gpus import find_gpu
     from cfgfix.training.fit import plan
@@ -189,10 +191,14 @@ class DoesNotFit(ProjectRule):
 
     _SCRIPT = ("import torch\nfrom transformers import AutoModelForSeq2SeqLM\n\n"
                "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16)\n"
-               "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n")
+               "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+               "for batch in loader:\n    model(**batch).loss.backward()\n    optimizer.step()\n")
     _CONFIG = "per_device_train_batch_size: {micro}\ngradient_accumulation_steps: 4\nmax_source_length: 512\n" \
               "gradient_checkpointing: false\nlearning_rate: 1.0e-4\n"
     VALID = [
+        Example("python infer.py --config train.yaml\n", "a script that never trains (no backward, no Trainer)",
+                path="run.sh", files={"infer.py": _SCRIPT.split("optimizer =")[0] + "model.generate(**inputs)\n",
+                                      "train.yaml": _CONFIG.format(micro=8), "cfgfix.toml": 'gpu = "RTX 5090"\n'}),
         Example("python train.py --config train.yaml\n", "no target GPU: silent", path="run.sh",
                 files={"train.py": _SCRIPT, "train.yaml": _CONFIG.format(micro=8)}),
         Example("python train.py --config train.yaml\n", "fits an H100 80GB", path="run.sh",
@@ -259,7 +265,8 @@ class CannotFitAnySetting(ProjectRule):
 
     _SCRIPT = ("import torch\nfrom transformers import AutoModelForCausalLM\n\n"
                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-70B', torch_dtype=torch.bfloat16)\n"
-               "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n")
+               "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
+               "for batch in loader:\n    model(**batch).loss.backward()\n    optimizer.step()\n")
     VALID = [
         Example("python train.py --max_seq_length 1024\n", "no target GPU: silent", path="run.sh",
                 files={"train.py": _SCRIPT}),

@@ -35,6 +35,9 @@ def render_text(rows, display, simulate: bool = False) -> str:
             continue
         if inputs.assumptions:
             out.append("   from the files, assumed: " + "; ".join(inputs.assumptions))
+        if setup.trains is False:
+            out.append("   note: the launched script shows no training step (backward(), a Trainer, "
+                       "deepspeed.initialize); sized as if it trained")
         out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, decision))
         if simulate:
             out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak))
@@ -53,6 +56,7 @@ def render_json(rows, display, simulate: bool = False) -> str:
             "launch": {"path": display(setup.launch_file), "line": setup.launch.span.line,
                        "launcher": setup.launch.launcher, "script": setup.launch.script},
             "assumed": inputs.assumptions,
+            "script_trains": setup.trains,
         }
         if result is None:
             entry["estimate"] = None

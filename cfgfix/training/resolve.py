@@ -51,6 +51,7 @@ class TrainingSetup:
     values: dict[str, Value] = field(default_factory=dict)
     sources: dict[str, dict[str, Value]] = field(default_factory=dict)  # source name -> its values
     trainer: bool = False  # the script trains with an HF / TRL Trainer
+    trains: bool | None = None  # the script shows a training step; None: no script read
     parses_training_arguments: bool = False
 
     def get(self, setting: str):
@@ -105,6 +106,7 @@ class _Resolver:
         script = script_setup(project, setup.script) if setup.script is not None else None
         if script is not None:
             setup.trainer = script.trainer
+            setup.trains = script.trains
             setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
         self._training_config()
         if script is not None:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cfgfix.analysis.models import _is_training_call
 from cfgfix.analysis.names import ImportMap, single_assignments
 from cfgfix.training.values import Value, from_keywords, literal
 
@@ -35,6 +36,7 @@ class ScriptSetup:
     # whether that call shows every value (no `**kwargs`, no positional arguments)
     argument_values: dict[str, Value] = field(default_factory=dict)
     arguments_complete: bool = False
+    trains: bool = False  # calls backward(), builds a *Trainer or calls deepspeed.initialize
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -69,6 +71,8 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
             continue
         name = imports.qualify(node.func) or ""
         last = name.rsplit(".", 1)[-1]
+        if not found.trains and _is_training_call(node, imports):
+            found.trains = True
         if hf and _ARGUMENT_CLASSES.search(name):
             found.argument_calls.append(node)
             argument_names.add(last)
@@ -135,7 +139,7 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
     """Settings a single call states: load dtype and quantization, checkpointing, LoRA rank,
     optimizer, autocast dtype."""
     where = source.path
-    if last == "from_pretrained":
+    if last == "from_pretrained" and _loads_a_model(node):
         kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
         dtype_node = kwargs.get("dtype", kwargs.get("torch_dtype"))
         dtype = _dtype(dtype_node, consts) if dtype_node is not None else None
@@ -205,6 +209,16 @@ def _model_casts(tree, source, imports, values: dict[str, Value]) -> None:
         last = max(casts, key=lambda call: (call.call.lineno, call.call.col_offset))
         values["weights_cast"] = Value("weights", canonical[last.target_dtype],
                                        f"{ast.unparse(last.call.func)}() in {source.path}", source.span_of_node(last.call))
+
+
+def _loads_a_model(call: ast.Call) -> bool:
+    """`AutoModelForCausalLM.from_pretrained(...)`, not a tokenizer's, a config's or a
+    scheduler's (the same class-name test as the shared model analysis)."""
+    from cfgfix.analysis.models import _MODEL_CLASS
+
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else receiver.id if isinstance(receiver, ast.Name) else ""
+    return bool(_MODEL_CLASS.match(name))
 
 
 def _dtype(node: ast.AST, consts) -> str | None:
