@@ -164,7 +164,7 @@ FLAGGED = {
             "num_processes: 1\nrdzv_backend: static\nsame_network: true\nuse_cpu: false\ntpu_name: 'test-tpu'\n"
             "tpu_zone: 'us-central1-a'\ncommand: null\ncommand_file: tests/test_samples/test_command_file.sh\n")},
         [("CFX405", "latest.yaml", 20)]),
-    "comms_config: no DeepSpeed version reads it (llamafactory examples/deepspeed/ds_z3_fp8_config.json, shortened)": (
+    "comms_config and monitor_config: no DeepSpeed version reads them (llamafactory examples/deepspeed/ds_z3_fp8_config.json, shortened)": (
         {**DS_PIN, "ds_z3_fp8_config.json": (
             '{\n  "train_micro_batch_size_per_gpu": "auto",\n  "gradient_clipping": "auto",\n'
             '  "zero_allow_untested_optimizer": true,\n  "zero_force_ds_cpu_optimizer": true,\n'
@@ -174,7 +174,9 @@ FLAGGED = {
             '  "steps_per_print": 10000000,\n  "gradient_accumulation_steps": "auto",\n'
             '  "comms_config": {\n    "verbose": false\n  },\n  "monitor_config": {\n    "enabled": true,\n'
             '    "tag": "DeepSpeedMonitor",\n    "csv_monitor": {\n      "enabled": false\n    }\n  }\n}\n')},
-        [("CFX507", "ds_z3_fp8_config.json", 23)]),
+        # comms_config, and monitor_config: DeepSpeed's get_monitor_config reads only the
+        # top-level tensorboard / wandb / csv_monitor / comet blocks, so this one is ignored
+        [("CFX507", "ds_z3_fp8_config.json", 23), ("CFX507", "ds_z3_fp8_config.json", 26)]),
     "the deprecated fp16 gather name (transformers tests/deepspeed/ds_config_zero3_bf16.json, shortened)": (
         {"ds_config_zero3_bf16.json": (
             '{\n    "bfloat16": {\n        "enabled": "auto"\n    },\n\n    "zero_optimization": {\n'
