@@ -362,7 +362,6 @@ class ProjectModel:
         script_dirs: dict[Path, list[Path]] = {}
         scripts: dict[int, Path] = {}  # id(launch) -> its training script
         for launch, launch_file in self.launches:
-            folder = launch_file.parent
             script = _resolve(launch.script, launch_file, self.root) if launch.script else None
             if script is not None:
                 scripts[id(launch)] = script

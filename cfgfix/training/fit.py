@@ -193,10 +193,8 @@ def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> P
 
 def what_would_fit(setup: MemorySetup, shape, gpu) -> list[str]:
     """For CFX702: changes outside the ladder (what is trained, or the hardware) that fit."""
-    floor = None
-    for _, _, floor, _ in ladder(setup, gpu):
-        pass
-    floor = floor or setup
+    rungs = list(ladder(setup, gpu))
+    floor = rungs[-1][2] if rungs else setup  # every rung applied
     ideas = []
     if setup.lora_rank is None:
         lora = replace(floor, lora_rank=16, optimizer="adamw")
