@@ -307,7 +307,7 @@ class Engine:
             if result is None:
                 continue
             errors.extend(result.errors)
-            extra = by_file.get(sf.display)
+            extra = by_file.get(sf.display) if sf.kind != "markdown" else None  # READMEs are never reported
             if extra:
                 result = replace(result, findings=result.findings + extra)
             findings.extend(self.finalize(sf, datas.get(sf.display), result, sources))
@@ -374,7 +374,7 @@ class Engine:
         result = self.linter.lint(sf, data)
         if self.project_rules and self.project is not None:
             by_file, _ = self._project_findings(self.project.with_override(sf.path, data))
-            extra = by_file.get(sf.display)
+            extra = by_file.get(sf.display) if sf.kind != "markdown" else None
             if extra:
                 result = replace(result, findings=result.findings + extra)
         return self.finalize(sf, data, result, sources)

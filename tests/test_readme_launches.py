@@ -67,3 +67,20 @@ def test_readme_text_is_never_reported(tmp_path):
     )
     _, _, result = lint_project(tmp_path)
     assert [f for f in result.findings if f.path == "README.md"] == []
+
+
+def test_project_rules_never_report_on_the_readme(tmp_path):
+    """A launch documented only in a README still links its configs, but a finding whose
+    value is set on the README's own command line (here CFX602's `--fp16 True`) is dropped:
+    the README is documentation, never reported."""
+    from conftest import lint_project, write_project
+
+    write_project(tmp_path, {
+        "README.md": "# run\n\n```bash\ntorchrun --nproc_per_node 2 train.py --fp16 True --output_dir o\n```\n",
+        "train.py": ("from transformers import HfArgumentParser, Trainer, TrainingArguments\n\n"
+                     "args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+                     "Trainer(model=model, args=args).train()\n"),
+        "cfgfix.toml": 'gpu = "A100 80GB"\n',
+    })
+    _, _, result = lint_project(tmp_path)
+    assert [f for f in result.findings if f.path == "README.md"] == []

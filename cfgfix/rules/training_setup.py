@@ -6,6 +6,8 @@ finding points at the line that sets the wrong value and lists the others as rel
 
 from __future__ import annotations
 
+import re
+
 from cfgfix.analysis.training_keys import TRAINING_ARGUMENT_DEFAULTS
 from cfgfix.core import Applicability, Edit, Fix, Related, Severity
 from cfgfix.documents.config_edits import replace_scalar
@@ -439,7 +441,9 @@ class Fp16OnBf16Hardware(ProjectRule):
     Flags fp16 mixed precision (`mixed_precision: fp16`, `fp16: true`, `--fp16`, a DeepSpeed
     `fp16` block enabled) in a launch whose target GPU supports bf16: the `gpu` setting
     (`[tool.cfgfix] gpu = "A100 80GB"`, or `--gpu`) names a card of the catalog with bf16
-    (Ampere and newer). Silent when no target GPU is set or the catalog does not know it.
+    (Ampere and newer). Silent when no target GPU is set or the catalog does not know it,
+    and for quantized models (an 8-bit load, a GPTQ / AWQ / Int4 checkpoint), whose kernels
+    often need fp16.
 
     ## Why is this bad?
     fp16 has 5 exponent bits: gradients underflow and activations overflow unless a loss
@@ -483,6 +487,8 @@ class Fp16OnBf16Hardware(ProjectRule):
             precision, mixed = setup.get("precision"), setup.get("mixed_precision")
             if precision not in ("amp-fp16", "deepspeed-fp16", "fp16") or mixed == "bf16":
                 continue  # the launch does not train in fp16, or its files disagree (CFX402/CFX501/CFX511)
+            if setup.get("quantization") or _QUANTIZED_NAME.search(str(setup.get("model") or "")):
+                continue  # int8 / GPTQ / AWQ kernels often want fp16: the choice may be forced
             for source, found in setup.sources.items():
                 chosen = _fp16_choice(source, found)
                 if chosen is None or chosen.span is None:
@@ -525,6 +531,10 @@ class Fp16OnBf16Hardware(ProjectRule):
         Example(_CONFIG, "a V100 has no bf16", path="train.yaml", files={**_FILES, "pyproject.toml": _GPU.format(gpu="V100")}),
         Example(_CONFIG.replace("fp16: true\nbf16: false", "fp16: false\nbf16: true"), "bf16 already",
                 path="train.yaml", files={**_FILES, "pyproject.toml": _GPU.format(gpu="A100 80GB")}),
+        Example(_CONFIG, "a GPTQ Int4 checkpoint: its kernels want fp16", path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node 2 train.py --config train.yaml "
+                                   "--model_name_or_path Qwen/Qwen-7B-Chat-Int4\n",
+                       "train.py": "print(1)\n", "pyproject.toml": _GPU.format(gpu="A100 80GB")}),
         Example(_CONFIG, "a GPU the catalog does not know", path="train.yaml",
                 files={**_FILES, "pyproject.toml": _GPU.format(gpu="Mystery 9000")}),
     ]
@@ -538,6 +548,9 @@ class Fp16OnBf16Hardware(ProjectRule):
                        "pyproject.toml": _GPU.format(gpu="RTX 4090")},
                 fixed="compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\nnum_processes: 2\n"),
     ]
+
+
+_QUANTIZED_NAME = re.compile(r"int4|int8|gptq|awq|4bit|8bit", re.IGNORECASE)
 
 
 def _fp16_choice(source: str, found: dict):
