@@ -31,6 +31,9 @@ demo: $(BIN)/cfgfix
 	@echo
 	@echo "== cfgfix fix --diff --unsafe-fixes $(DEMO)   (writes nothing)"
 	@$(BIN)/cfgfix fix --diff --unsafe-fixes --no-cache $(DEMO); test $$? -le 1
+	@echo
+	@echo "== in fixtures/flan-t5-xl-trainer/project (its cfgfix.toml targets an RTX 5090): cfgfix fix --fit --diff   (writes nothing)"
+	@cd fixtures/flan-t5-xl-trainer/project && $(abspath $(BIN))/cfgfix fix --fit --diff; test $$? -le 1
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

@@ -42,8 +42,9 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
         plans.append(launch_plan)
         budget = by_setup.get(id(setup))
         if budget is None:
-            why = "no target GPU (set `gpu` in [tool.cfgfix] or pass --gpu)" if setup.get("gpu") is None else \
-                "the model's size is unknown (no catalog id or local config.json)"
+            why = ("no target GPU (set `gpu` in [tool.cfgfix] or pass --gpu)" if setup.get("gpu") is None
+                   else "the script shows no training step (backward(), a Trainer, deepspeed.initialize)"
+                   if not setup.trains else "the model's size is unknown (no catalog id or local config.json)")
             launch_plan.lines.append(f"  not estimated: {why}")
             launch_plan.writable = False
             continue
