@@ -192,3 +192,37 @@ def test_explain_with_paths_shows_only_their_launches(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = CliRunner().invoke(cli, ["explain", "a"]).output
     assert "a/run.sh" in text and "b/run.sh" not in text
+
+
+SUBCLASS_SCRIPT = (
+    "from dataclasses import dataclass, field\n\nimport transformers\n\n\n"
+    "@dataclass\nclass ModelArguments:\n    model_name_or_path: str = field(default='facebook/opt-125m')\n\n\n"
+    "@dataclass\nclass TrainingArguments(transformers.TrainingArguments):\n"
+    "    per_device_train_batch_size: int = field(default=4)\n    model_max_length: int = 1024\n"
+    "    lora_r: int = 64\n\n\n"
+    "def train():\n    parser = transformers.HfArgumentParser((ModelArguments, TrainingArguments))\n"
+    "    model_args, args = parser.parse_args_into_dataclasses()\n"
+    "    transformers.Trainer(model=model, args=args).train()\n"
+)
+
+
+def test_the_scripts_own_argument_defaults_count_and_an_imported_trainer_is_followed(tmp_path):
+    """LLaVA's shape: `deepspeed pkg/train/train_mem.py` calls `train()` from
+    `pkg/train/train.py`, whose TrainingArguments subclass changes the defaults."""
+    write_project(tmp_path, {
+        "pkg/__init__.py": "", "pkg/train/__init__.py": "",
+        "pkg/train/train.py": SUBCLASS_SCRIPT,
+        "pkg/train/train_mem.py": "from pkg.train.train import train\n\nif __name__ == '__main__':\n    train()\n",
+        "scripts/run.sh": "deepspeed pkg/train/train_mem.py --deepspeed scripts/ds.json --output_dir o "
+                          "--model_name_or_path $MODEL --bf16 True\n",
+        "scripts/ds.json": '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": "auto"},'
+                           ' "zero_optimization": {"stage": 3}}\n',
+    })
+    setup = _setups(tmp_path)[0]
+    assert setup.trainer and setup.trains and setup.parses_training_arguments
+    assert _value(setup, "seq_len") == 1024 and "default of TrainingArguments" in setup.values["seq_len"].origin
+    assert _value(setup, "model") is None  # passed as an unresolved $MODEL: not the dataclass default
+    assert _value(setup, "lora_rank") is None  # a default lora_r says nothing about LoRA being on
+    assert _value(setup, "precision") == "deepspeed-bf16"
+    _, _, result = lint_project(tmp_path)
+    assert not [f for f in result.findings if f.code == "CFX511"]  # micro batch 4 is the subclass default

@@ -50,6 +50,7 @@ class _HfArguments:
         self.values: dict[str, object] = {}
         self.origins: dict[str, object] = {}  # name -> Value (None for a default)
         self.complete = False
+        self.overrides = script.argument_defaults if script is not None else {}
         flags = setup.sources.get("flags", {})
         if setup.parses_training_arguments and setup.launch.args and not any(
                 "$" in text for text, _ in setup.launch.args):
@@ -70,6 +71,9 @@ class _HfArguments:
     def get(self, name: str):
         if name in self.values:
             return self.values[name], self.origins[name]
+        if name in self.overrides:  # the script's own dataclass changes the default
+            value = self.overrides[name]
+            return (value.value, value) if value is not None and self.complete else (None, None)
         if self.complete and name in TRAINING_ARGUMENT_DEFAULTS:
             return TRAINING_ARGUMENT_DEFAULTS[name], None
         return None, None

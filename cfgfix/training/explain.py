@@ -9,6 +9,8 @@ from cfgfix.training.resolve import LABELS, SETTINGS
 
 
 def _shown(value) -> str:
+    if value is None:
+        return "unknown"
     if value is True:
         return "yes"
     if value is False:

@@ -38,6 +38,9 @@ LABELS = {
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
     "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
 }
+# settings a script's argument dataclass default may give (the rest need an explicit value)
+_DEFAULTABLE = frozenset({"model", "micro_batch", "grad_accum", "seq_len", "target_len", "optimizer", "bf16", "fp16",
+                          "gradient_checkpointing"})
 _SHARDING = {"FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "2": "grad-op",
              "_HYBRID_SHARD_ZERO2": "grad-op", "NO_SHARD": "none", "3": "none"}
 
@@ -110,6 +113,7 @@ class _Resolver:
             setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
         self._training_config()
         if script is not None:
+            sources["script"] = dict(script.values)
             for module in script.config_modules:
                 parsed = project.script(module)
                 if parsed is None:
@@ -119,11 +123,34 @@ class _Resolver:
                     setup.files.setdefault("config module", module)
                     for setting, value in found.items():
                         sources.setdefault("config module", {}).setdefault(setting, value)
-            sources["script"] = dict(script.values)
+                self._imported_training(script_setup(project, module), script)
+            if setup.parses_training_arguments:
+                # the defaults of the script's argument dataclasses, for flags the launch leaves out
+                # (not a LoRA rank: `lora_r: int = 64` beside `lora_enable: bool = False` says nothing)
+                sources["argument defaults"] = {
+                    value.setting: value for value in script.argument_defaults.values()
+                    if value is not None and value.setting in _DEFAULTABLE}
         self._accelerate()
         self._deepspeed(script)
         self._combine()
         return setup
+
+    def _imported_training(self, module, script) -> None:
+        """A launched script that only calls into a local module (`from llava.train.train
+        import train; train()`): the module's Trainer, argument parsing, argument defaults
+        and literals count for the launch (one level of imports)."""
+        if module is None:
+            return
+        setup = self.setup
+        if module.trainer or module.trains:
+            setup.trainer = setup.trainer or module.trainer
+            setup.trains = setup.trains or module.trains
+            if module.parses_training_arguments and not module.mutates_arguments:
+                setup.parses_training_arguments = True
+            for name, value in module.argument_defaults.items():
+                script.argument_defaults.setdefault(name, value)
+            for setting, value in module.values.items():
+                setup.sources["script"].setdefault(setting, value)
 
     # -- files ----------------------------------------------------------------------------
     def _training_config(self) -> None:
@@ -265,7 +292,7 @@ class _Resolver:
     def _combine(self) -> None:
         setup = self.setup
         values = setup.values
-        general = ("flags", "training config", "config module", "script")
+        general = ("flags", "training config", "config module", "script", "argument defaults")
         for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
             value = self._first(setting, general)
             if value is not None:

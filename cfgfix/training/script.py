@@ -37,6 +37,10 @@ class ScriptSetup:
     argument_values: dict[str, Value] = field(default_factory=dict)
     arguments_complete: bool = False
     trains: bool = False  # calls backward(), builds a *Trainer or calls deepspeed.initialize
+    # field defaults of the script's own argument dataclasses (`class TrainingArguments(
+    # transformers.TrainingArguments): optim: str = field(default="adamw_torch")`), by field
+    # name; a default that is not a literal is kept as None (then nothing is known)
+    argument_defaults: dict[str, Value | None] = field(default_factory=dict)
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -85,6 +89,7 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
         if id(node) not in conditional:  # `BitsAndBytesConfig(...) if args.q_lora else None`: unknown
             _call_values(node, name, last, source, consts, found.values)
     _model_casts(tree, source, imports, found.values)
+    found.argument_defaults = _argument_defaults(tree, source, consts)
     for call in found.argument_calls:
         for setting, value in from_keywords(call, source, f"TrainingArguments in {origin}", consts).items():
             found.values.setdefault(setting, value)
@@ -96,6 +101,35 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     # local subclass of TrainingArguments is the LLaVA / FastChat shape.
     if not found.parses_training_arguments and "HfArgumentParser" in source.text and hf:
         found.parses_training_arguments = "TrainingArguments" in source.text
+    return found
+
+
+def _argument_defaults(tree: ast.Module, source, consts) -> dict[str, Value | None]:
+    """Field defaults of argument dataclasses: subclasses of TrainingArguments (and of
+    SFTConfig & co), and `*Arguments` dataclasses (ModelArguments, DataArguments)."""
+    from cfgfix.training.values import NAME_TO_SETTING, normalise
+
+    found: dict[str, Value | None] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [ast.unparse(base) for base in node.bases]
+        if not (any(_ARGUMENT_CLASSES.search(base) for base in bases) or node.name.endswith("Arguments")):
+            continue
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            name, value = stmt.target.id, stmt.value
+            if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field"):
+                value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
+            try:
+                raw = literal(value, consts) if value is not None else None
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                found[name] = None
+                continue
+            setting = NAME_TO_SETTING.get(name, name)
+            found[name] = Value(setting, normalise(setting, raw), f"the default of {node.name}.{name} in {source.path}",
+                                source.span_of_node(value) if value is not None else None, name) if value is not None else None
     return found
 
 
@@ -130,9 +164,14 @@ def _local_modules(node, path: Path, found: ScriptSetup) -> None:
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     for name in names:
-        candidate = path.parent.joinpath(*name.split(".")).with_suffix(".py")
-        if candidate.is_file() and candidate != path and candidate not in found.config_modules:
-            found.config_modules.append(candidate)
+        # `from config import X` beside the script; `from llava.train.train import train` from
+        # the package root above it (LLaVA's train_mem.py): the script's folder and 3 parents
+        for base in [path.parent, *list(path.parents)[1:4]]:
+            candidate = base.joinpath(*name.split(".")).with_suffix(".py")
+            if candidate.is_file():
+                if candidate != path and candidate not in found.config_modules:
+                    found.config_modules.append(candidate)
+                break
 
 
 def _call_values(node: ast.Call, name: str, last: str, source, consts, values: dict[str, Value]) -> None:

@@ -111,8 +111,9 @@ def from_args(words, origin: str) -> dict[str, Value]:
             raw, value_span, shown = "true", span, text
         else:
             continue
-        if "$" in raw:
-            continue  # an unresolved variable: unknown
+        if "$" in raw:  # an unresolved variable: known to be set, value unknown (no default applies)
+            result[setting] = Value(setting, None, f"{shown} in {origin} (not resolved)", value_span, name)
+            continue
         result[setting] = Value(setting, normalise(setting, raw), f"{shown} in {origin}", value_span, name)
     return result
 
