@@ -193,3 +193,17 @@ def test_check_simulate_measures_the_full_size_step(tmp_path, monkeypatch):
     code, out = _run("check", "--no-cache", "--simulate", "--select", "CFX7", ".")
     assert code == 1 and "CFX701" in out
     assert "a simulated step (FakeTensor, --simulate) peaks at" in out
+
+
+def test_two_launches_sharing_a_file_are_fixed_one_run_at_a_time(tmp_path, monkeypatch):
+    """Both launches' plans edit run.sh: the second one's offsets are stale once the first
+    is written, so it waits for the next run instead of corrupting the file."""
+    launch = HF_LAUNCH.replace("#!/bin/bash\n", "")
+    write_project(tmp_path, {"train.py": HF_TRAIN, "run.sh": "#!/bin/bash\n" + launch + launch,
+                             "cfgfix.toml": 'gpu = "A100 80GB"\n'})
+    monkeypatch.chdir(tmp_path)
+    code, out = _run("fix", "--fit")
+    assert "written: " in out and "changed for a launch above" in out and code == 1
+    code, out = _run("fix", "--fit")
+    assert code == 0, out
+    assert (tmp_path / "run.sh").read_text().count("--deepspeed ds_zero2.json") == 2

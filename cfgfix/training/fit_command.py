@@ -97,9 +97,16 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
     """Write (or diff) every writable plan; 0 when all launches fit or were fixed, 1 when a
     launch still does not fit (or `--diff` would change files), 2 on an error."""
     status = 0
+    written: set[str] = set()  # files this run already changed: a later plan's offsets are stale
     for launch_plan in plans:
         for line in launch_plan.lines:
             echo(line)
+        shared = sorted({e.path for e in launch_plan.edits} & written)
+        if shared and not diff:
+            echo(f"  skipped: {', '.join(shared)} changed for a launch above; run `cfgfix fix --fit` again")
+            echo("")
+            status = max(status, 1)
+            continue
         if not launch_plan.writable or not (launch_plan.edits or launch_plan.created):
             if any("does not fit" in line or "nothing written" in line or "advice only" in line
                    for line in launch_plan.lines):
@@ -130,11 +137,18 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
             echo("")
             status = 2
             continue
-        for shown, content in launch_plan.created.items():
-            if Path(shown).exists():
-                echo(f"  error: {shown} already exists; not overwritten")
+        for shown, content in list(launch_plan.created.items()):
+            if not Path(shown).exists():
+                continue
+            try:
+                same = Path(shown).read_text(encoding="utf-8") == content
+            except (OSError, UnicodeDecodeError):
+                same = False
+            if not same:
+                echo(f"  error: {shown} already exists with other content; not overwritten")
                 status = 2
                 break
+            del launch_plan.created[shown]  # the same file, made for another launch: reference it
         else:
             if diff:
                 for shown, (old, new) in texts.items():
@@ -152,6 +166,7 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
                     echo(f"  error: {exc}")
                     status = 2
                     continue
+                written.update(texts)
                 echo(f"  written: {', '.join(list(launch_plan.created) + list(texts))}")
         echo("")
     return status
