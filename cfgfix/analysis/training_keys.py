@@ -29,7 +29,8 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "load_in_4bit": ("load_in_4bit",),
     "load_in_8bit": ("load_in_8bit",),
     "deepspeed": ("deepspeed",),
-    "fsdp": ("fsdp",),  # HF TrainingArguments: "full_shard auto_wrap", "shard_grad_op", ...
+    "fsdp": ("fsdp",),
+    "weights_config": ("torch_dtype", "model_dtype"),  # a config's dtype for the loaded weights  # HF TrainingArguments: "full_shard auto_wrap", "shard_grad_op", ...
     "learning_rate": ("learning_rate",),
     "max_grad_norm": ("max_grad_norm",),
     "weight_decay": ("weight_decay",),

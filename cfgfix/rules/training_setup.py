@@ -364,6 +364,8 @@ class Fp32Training(ProjectRule):
                            if any(v.span == mixed.span for v in setup.sources.get(name, {}).values())), None)
             if source is None or "quantization" in setup.values or not _on_gpu(setup):
                 continue
+            if _weights_may_be_half(setup):
+                continue  # the weights' dtype is decided elsewhere (a config key, a run-time value)
             if any(setup.values.get(k) is not None and setup.values[k].value is True for k in ("offload_param",)):
                 continue
             key = (mixed.span.path, mixed.span.start)
@@ -400,6 +402,11 @@ class Fp32Training(ProjectRule):
                 path="train.yaml", files={"train.sh": _TORCHRUN,
                                           "train.py": "import torch\n" + _SCRIPT.format(dtype=", torch_dtype=torch.bfloat16")}),
         Example(_CONFIG.format(bf16="false"), "no launch uses the config", path="train.yaml"),
+        Example(_CONFIG.format(bf16="false") + "torch_dtype: bfloat16\n", "the config loads bf16 weights itself",
+                path="train.yaml", files={"train.sh": _TORCHRUN, "train.py": _SCRIPT.format(dtype="")}),
+        Example(_CONFIG.format(bf16="false"), "the load's dtype is computed at run time", path="train.yaml",
+                files={"train.sh": _TORCHRUN,
+                       "train.py": "import torch\n" + _SCRIPT.format(dtype=", torch_dtype=getattr(torch, cfg['dtype'])")}),
         Example("per_device_train_batch_size: 4\nlearning_rate: 1.0e-4\n", "precision not stated", path="train.yaml",
                 files={"train.sh": _TORCHRUN, "train.py": _SCRIPT.format(dtype="")}),
         Example(_CONFIG.format(bf16="false"), "the launch's DeepSpeed config enables bf16", path="train.yaml",
@@ -417,6 +424,18 @@ class Fp32Training(ProjectRule):
                        "train.py": "from config import TRAINING\n" + _SCRIPT.format(dtype="")},
                 fixed="TRAINING = {\n    'per_device_train_batch_size': 4,\n    'mixed_precision': 'bf16',\n}\n"),
     ]
+
+
+def _weights_may_be_half(setup) -> bool:
+    """A config's `torch_dtype: bfloat16`, or a load whose dtype is computed at run time:
+    `bf16: false` alone then does not mean fp32 training."""
+    if "weights_open" in setup.sources.get("script", {}):
+        return True
+    for found in setup.sources.values():
+        value = found.get("weights_config")
+        if value is not None and str(value.value).lower() not in ("float32", "fp32", "torch.float32"):
+            return True
+    return False
 
 
 def _half_for(setup) -> str:

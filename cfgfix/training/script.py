@@ -185,6 +185,9 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
         if dtype is not None:
             values.setdefault("weights", Value("weights", dtype, f"from_pretrained dtype in {where}",
                                                source.span_of_node(dtype_node), "dtype"))
+        elif dtype_node is not None:  # `torch_dtype=getattr(torch, cfg.dtype)`: decided at run time
+            values.setdefault("weights_open", Value("weights_open", True, f"from_pretrained dtype in {where}",
+                                                    source.span_of_node(dtype_node), "dtype"))
         for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
             if flag in kwargs and _truthy(kwargs[flag], consts):
                 values.setdefault("quantization", Value("quantization", bits, f"{flag}= in {where}",
