@@ -573,6 +573,19 @@ class Fp16OnBf16Hardware(ProjectRule):
     ]
 
 
+_PARALLEL = re.compile(r"(tensor|pipeline|context|sequence)_(model_)?parallel|\btp_size\b|\bpp_size\b", re.IGNORECASE)
+
+
+def _model_parallel(project, setup) -> bool:
+    """The launch's training config or flags mention model parallelism (Megatron-style
+    tensor / pipeline / context parallel sizes)."""
+    if any(_PARALLEL.search(text) for text, _ in setup.launch.args):
+        return True
+    path = setup.files.get("training config")
+    doc = project.read(path) if path is not None else None
+    return bool(doc is not None and _PARALLEL.search(doc.source.text))
+
+
 _QUANTIZED_NAME = re.compile(r"int4|int8|gptq|awq|4bit|8bit", re.IGNORECASE)
 
 
@@ -636,17 +649,19 @@ class EffectiveBatchMismatch(ProjectRule):
 
         seen: set[tuple] = set()
         for setup in training_setups(project):
-            for finding in self._stated_global(setup) + self._overridden_micro(setup):
+            for finding in self._stated_global(setup, project) + self._overridden_micro(setup):
                 key = (finding.span.path, finding.span.start)
                 if key not in seen:
                     seen.add(key)
                     yield finding
 
-    def _stated_global(self, setup) -> list:
+    def _stated_global(self, setup, project) -> list:
         micro, accum, world = (setup.values.get(k) for k in ("micro_batch", "grad_accum", "world_size"))
         effective = setup.values.get("effective_batch")
         if effective is None or micro.span is None or accum.span is None:
             return []  # a default in the product: the stated total may be what the author meant
+        if _model_parallel(project, setup):
+            return []  # tensor / pipeline parallel ranks share a batch: data-parallel size unknown
         out = []
         for source in ("flags",) + _CONFIG_SOURCES:
             stated = setup.sources.get(source, {}).get("global_batch")
@@ -683,6 +698,9 @@ class EffectiveBatchMismatch(ProjectRule):
         Example(_YAML.format(accum=4), "world size unknown", path="train.yaml",
                 files={"train.sh": "torchrun --nproc_per_node $NGPU train.py --config train.yaml\n"}),
         Example(_YAML.format(accum=4), "no launch", path="train.yaml"),
+        Example(_YAML.format(accum=4) + "tensor_model_parallel_size: 2\n",
+                "tensor parallel ranks share a batch: 4 x 4 x 8 / 2 = 64", path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
     ]
     INVALID = [
         Example(_YAML.format(accum=4), "4 x 4 x 8 = 128, not 64", path="train.yaml", line=3,
