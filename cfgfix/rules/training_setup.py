@@ -51,6 +51,7 @@ class _HfArguments:
         self.origins: dict[str, object] = {}  # name -> Value (None for a default)
         self.complete = False
         self.overrides = script.argument_defaults if script is not None else {}
+        self.own_defaults = bool(script is not None and script.own_defaults)
         flags = setup.sources.get("flags", {})
         if setup.parses_training_arguments and setup.launch.args and not any(
                 "$" in text for text, _ in setup.launch.args):
@@ -74,7 +75,7 @@ class _HfArguments:
         if name in self.overrides:  # the script's own dataclass changes the default
             value = self.overrides[name]
             return (value.value, value) if value is not None and self.complete else (None, None)
-        if self.complete and name in TRAINING_ARGUMENT_DEFAULTS:
+        if self.complete and name in TRAINING_ARGUMENT_DEFAULTS and not self.own_defaults:
             return TRAINING_ARGUMENT_DEFAULTS[name], None
         return None, None
 
@@ -215,6 +216,11 @@ class TrainerDeepSpeedMismatch(ProjectRule):
                                        "train.py": "from transformers import Trainer, TrainingArguments\n\n"
                                                    "args = TrainingArguments(output_dir='o', **options)\n"
                                                    "Trainer(model=m, args=args).train()\n"}),
+        Example(_DS.format(fp16='"auto"', micro=4), "TRL's SFTConfig has its own defaults: not HF's 8",
+                path="ds.json", files={"train.sh": _LAUNCH.format(flags="--bf16 True"),
+                                       "train.py": HF_SCRIPT.replace("TrainingArguments", "SFTConfig")
+                                       .replace("from transformers import HfArgumentParser, Trainer, SFTConfig",
+                                                "from transformers import HfArgumentParser\nfrom trl import SFTConfig, SFTTrainer as Trainer")}),
         Example(_DS.format(fp16="true", micro=8), "literal TrainingArguments that agree", path="ds.json",
                 files={"train.sh": "deepspeed train.py\n",
                        "train.py": "from transformers import Trainer, TrainingArguments\n\n"

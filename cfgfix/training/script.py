@@ -37,6 +37,7 @@ class ScriptSetup:
     argument_values: dict[str, Value] = field(default_factory=dict)
     arguments_complete: bool = False
     trains: bool = False  # calls backward(), builds a *Trainer or calls deepspeed.initialize
+    own_defaults: bool = False  # parses a TRL-style *Config whose defaults are not TrainingArguments'
     # field defaults of the script's own argument dataclasses (`class TrainingArguments(
     # transformers.TrainingArguments): optim: str = field(default="adamw_torch")`), by field
     # name; a default that is not a literal is kept as None (then nothing is known)
@@ -86,6 +87,8 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
             text = ast.unparse(node)
             if "TrainingArguments" in text or "Config" in text or "Arguments" in text:
                 found.parses_training_arguments = True
+            if re.search(r"\w+Config\b", text):
+                found.own_defaults = True  # TRL's SFTConfig & co change HF's defaults (learning rate, ...)
         if id(node) not in conditional:  # `BitsAndBytesConfig(...) if args.q_lora else None`: unknown
             _call_values(node, name, last, source, consts, found.values)
     _model_casts(tree, source, imports, found.values)
