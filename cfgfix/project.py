@@ -273,6 +273,13 @@ class ProjectModel:
         except ValueError:
             return path.as_posix()
 
+    def real_path(self, shown: str) -> Path:
+        """The real path of a file as findings and edits name it (its display path)."""
+        for real, display in self.displays.items():
+            if display == shown:
+                return real
+        return _real(Path(shown))
+
     def read(self, path: Path):
         """The parsed config at `path` (a real path), or None when it cannot be read."""
         if path in self._docs:

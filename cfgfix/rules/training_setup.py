@@ -278,39 +278,10 @@ def _on_gpu(setup) -> bool:
 
 def _flip_edit(project, value, new) -> Edit | None:
     """An edit that writes `new` (a bool or a string) where `value` is set, in the style of its
-    file: a YAML/JSON scalar, or a Python literal."""
-    from pathlib import Path
+    file: a YAML/JSON scalar, or a Python literal (the same writer as `fix --fit`)."""
+    from cfgfix.training.write_setup import replace_value
 
-    span = value.span
-    if span is None:
-        return None
-    path = Path(span.path)
-    if span.path.endswith(".py"):
-        text = (project.script(_real(project, path)) or (None,))[0]
-        if text is None:
-            return None
-        old = text.text[span.start:span.end]
-        if isinstance(new, bool):
-            content = "True" if new else "False"
-        else:
-            quote = old[0] if old[:1] in ("'", '"') else '"'
-            content = f"{quote}{new}{quote}"
-        return Edit(span.path, span.start, span.end, content)
-    doc = project.read(_real(project, path))
-    if doc is None:
-        return None
-    node = next((n for n in doc.root.walk() if n.start == span.start and n.end == span.end and n.kind == "scalar"), None)
-    return replace_scalar(doc, node, new) if node is not None else None
-
-
-def _real(project, path):
-    import os
-    from pathlib import Path
-
-    for real, shown in project.displays.items():
-        if shown == path.as_posix():
-            return real
-    return Path(os.path.realpath(path))
+    return replace_value(project, "config", value, new)
 
 
 @register

@@ -81,13 +81,6 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
     return plans
 
 
-def _real(project, shown: str) -> Path:
-    for real, display in project.displays.items():
-        if display == shown:
-            return real
-    return Path(shown).resolve()
-
-
 def _kind(path: Path) -> str:
     suffix = path.suffix.lower()
     return {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(suffix, "shell")
@@ -119,7 +112,7 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
             by_path.setdefault(edit.path, []).append(edit)
         problem = None
         for shown, edits in by_path.items():
-            path = _real(project, shown)
+            path = project.real_path(shown)
             try:
                 old = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -161,7 +154,7 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
                     for shown, content in launch_plan.created.items():
                         create_atomically(Path(shown).resolve(), content.encode("utf-8"), project.root)
                     for shown, (_, new) in texts.items():
-                        write_atomically(_real(project, shown), new.encode("utf-8"), project.root)
+                        write_atomically(project.real_path(shown), new.encode("utf-8"), project.root)
                 except Exception as exc:  # WriteError and OS errors: say which file, go on
                     echo(f"  error: {exc}")
                     status = 2
@@ -180,7 +173,7 @@ def _check_after(project, launch_plan, texts) -> str | None:
     setup = launch_plan.setup
     other = project
     for shown, (_, new) in texts.items():
-        other = other.with_override(_real(project, shown), new.encode("utf-8"))
+        other = other.with_override(project.real_path(shown), new.encode("utf-8"))
     launch_text = texts.get(project.display(setup.launch_file))
     if launch_text is not None:
         other.launches = _reparsed(project, setup.launch_file, launch_text[1])

@@ -57,48 +57,7 @@ class SetupWriter:
             yield source, value
 
     def _replace(self, source, value, new) -> Edit | None:
-        span = value.span
-        if source == "flags":
-            text = self._text(span.path)
-            if text is None:
-                return None
-            old = text[span.start:span.end]
-            if old.startswith("--") and "=" in old:
-                return Edit(span.path, span.start, span.end, f"{old.split('=', 1)[0]}={_flag_text(new)}")
-            if old.startswith("--"):  # a bare boolean flag: `--gradient_checkpointing`
-                return None if new is True else Edit(span.path, span.end, span.end, f" {_flag_text(new)}")
-            return Edit(span.path, span.start, span.end, _flag_text(new))
-        if span.path.endswith(".py"):
-            text = self._text(span.path)
-            if text is None:
-                return None
-            old = text[span.start:span.end]
-            if isinstance(new, bool) or isinstance(new, int):
-                return Edit(span.path, span.start, span.end, repr(new))
-            quote = old[0] if old[:1] in ("'", '"') else '"'
-            return Edit(span.path, span.start, span.end, f"{quote}{new}{quote}")
-        doc = self._doc(span.path)
-        node = _node_at_span(doc, span) if doc is not None else None
-        return replace_scalar(doc, node, new) if node is not None else None
-
-    # -- files -----------------------------------------------------------------------------
-    def _real(self, shown: str) -> Path:
-        for real, display in self.project.displays.items():
-            if display == shown:
-                return real
-        for real in self.setup.files.values():
-            if self.project.display(real) == shown:
-                return real
-        return Path(shown).resolve()
-
-    def _doc(self, shown: str):
-        return self.project.read(self._real(shown))
-
-    def _text(self, shown: str) -> str | None:
-        try:
-            return self._real(shown).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
+        return replace_value(self.project, source, value, new)
 
     # -- writing one setting ---------------------------------------------------------------
     def set(self, setting: str, value) -> Change | None:
@@ -253,6 +212,41 @@ def _as_launch_sees(path: Path, setup, root: Path) -> str:
         if setup.launch.script and (folder / setup.launch.script).is_file():
             return Path(os.path.relpath(path, folder)).as_posix()
     return Path(os.path.relpath(path, setup.launch_file.parent)).as_posix()
+
+
+def replace_value(project, source: str, value, new) -> Edit | None:
+    """An edit that writes `new` where `value` is stated: a flag's word in a launch script, a
+    Python literal, or a YAML/JSON scalar (quoting kept)."""
+    span = value.span
+    if source == "flags":
+        text = _text(project, span.path)
+        if text is None:
+            return None
+        old = text[span.start:span.end]
+        if old.startswith("--") and "=" in old:
+            return Edit(span.path, span.start, span.end, f"{old.split('=', 1)[0]}={_flag_text(new)}")
+        if old.startswith("--"):  # a bare boolean flag: `--gradient_checkpointing`
+            return None if new is True else Edit(span.path, span.end, span.end, f" {_flag_text(new)}")
+        return Edit(span.path, span.start, span.end, _flag_text(new))
+    if span.path.endswith(".py"):
+        text = _text(project, span.path)
+        if text is None:
+            return None
+        old = text[span.start:span.end]
+        if isinstance(new, bool) or isinstance(new, int):
+            return Edit(span.path, span.start, span.end, repr(new))
+        quote = old[0] if old[:1] in ("'", '"') else '"'
+        return Edit(span.path, span.start, span.end, f"{quote}{new}{quote}")
+    doc = project.read(project.real_path(span.path))
+    node = _node_at_span(doc, span) if doc is not None else None
+    return replace_scalar(doc, node, new) if node is not None else None
+
+
+def _text(project, shown: str) -> str | None:
+    try:
+        return project.real_path(shown).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _flag_text(value) -> str:
