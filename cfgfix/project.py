@@ -38,6 +38,7 @@ class LaunchFacts:
     grad_accum_span: Span | None = None
     args: tuple[tuple[str, Span], ...] = ()  # the script's arguments as written, with spans
     cuda_devices: str | None = None  # CUDA_VISIBLE_DEVICES in the launch's environment
+    module: str | None = None  # `-m pkg.mod` launches and training tools (`axolotl.cli.train`)
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
@@ -69,6 +70,7 @@ class LaunchFacts:
             grad_accum_span=steps_word.span if steps is not None else None,
             args=tuple((_expand(w.text, launch.env), w.span) for w in launch.script_args),
             cuda_devices=launch.env.get("CUDA_VISIBLE_DEVICES"),
+            module=launch.module,
         )
 
     def to_dict(self) -> dict:
@@ -84,6 +86,7 @@ class LaunchFacts:
             "grad_accum_span": self.grad_accum_span.to_dict() if self.grad_accum_span else None,
             "args": [[text, span.to_dict()] for text, span in self.args],
             "cuda_devices": self.cuda_devices,
+            "module": self.module,
         }
 
     @classmethod
@@ -95,6 +98,7 @@ class LaunchFacts:
             Span.from_dict(data["grad_accum_span"]) if data.get("grad_accum_span") else None,
             tuple((text, Span.from_dict(span)) for text, span in data.get("args", ())),
             data.get("cuda_devices"),
+            data.get("module"),
         )
 
 

@@ -226,3 +226,32 @@ def test_the_scripts_own_argument_defaults_count_and_an_imported_trainer_is_foll
     assert _value(setup, "precision") == "deepspeed-bf16"
     _, _, result = lint_project(tmp_path)
     assert not [f for f in result.findings if f.code == "CFX511"]  # micro batch 4 is the subclass default
+
+
+def test_llamafactory_and_axolotl_launches_read_their_yaml(tmp_path):
+    """`llamafactory-cli train cfg.yaml` (in a README) and `axolotl train` / `accelerate launch
+    -m axolotl.cli.train` (in a script): the YAML is the whole setup, an HF Trainer runs it."""
+    write_project(tmp_path, {
+        "README.md": "```bash\nFORCE_TORCHRUN=1 llamafactory-cli train lf/sft.yaml\n```\n",
+        "lf/sft.yaml": ("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nfinetuning_type: lora\nlora_rank: 8\n"
+                        "quantization_bit: 4\ndeepspeed: lf/ds_z3.json\ncutoff_len: 2048\n"
+                        "per_device_train_batch_size: 1\ngradient_accumulation_steps: 2\nbf16: true\n"),
+        "lf/ds_z3.json": '{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, '
+                         '"zero_optimization": {"stage": 3}}\n',
+        "train.sh": ("accelerate launch -m axolotl.cli.train ax/lora.yml\n"
+                     "axolotl train ax/lora.yml\n"),
+        "ax/lora.yml": ("base_model: NousResearch/Meta-Llama-3-8B\nload_in_8bit: true\nlora_r: 32\nsequence_len: 4096\n"
+                        "micro_batch_size: 2\ngradient_accumulation_steps: 4\noptimizer: adamw_bnb_8bit\n"),
+    })
+    setups = _setups(tmp_path)
+    factory = next(s for s in setups if s.launch.launcher == "llamafactory-cli")
+    assert factory.trainer and factory.files["training config"].name == "sft.yaml"
+    assert factory.files["deepspeed"].name == "ds_z3.json"
+    assert (_value(factory, "lora_rank"), _value(factory, "quantization"), _value(factory, "seq_len")) == (8, "4bit", 2048)
+    assert _value(factory, "precision") == "deepspeed-bf16" and _value(factory, "zero_stage") == 3
+    axolotl = [s for s in setups if s.launch.module == "axolotl.cli.train"]
+    assert len(axolotl) == 2
+    for setup in axolotl:
+        assert _value(setup, "model") == "NousResearch/Meta-Llama-3-8B"
+        assert (_value(setup, "micro_batch"), _value(setup, "grad_accum"), _value(setup, "seq_len")) == (2, 4, 4096)
+        assert (_value(setup, "optimizer"), _value(setup, "quantization"), _value(setup, "lora_rank")) == ("adamw-8bit", "8bit", 32)

@@ -28,6 +28,7 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "lora_rank": ("lora_r", "lora_rank"),
     "load_in_4bit": ("load_in_4bit",),
     "load_in_8bit": ("load_in_8bit",),
+    "quantization_bit": ("quantization_bit",),  # LLaMA-Factory: 4 or 8
     "deepspeed": ("deepspeed",),
     "fsdp": ("fsdp",),
     "weights_config": ("torch_dtype", "model_dtype"),  # a config's dtype for the loaded weights  # HF TrainingArguments: "full_shard auto_wrap", "shard_grad_op", ...

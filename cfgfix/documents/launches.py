@@ -80,9 +80,15 @@ def _is_python(word: Word) -> bool:
     return bool(_PYTHON.fullmatch(_program(word)) or _PYTHON_VARIABLE.fullmatch(word.text))
 
 
+# Training tools with their own command line: `llamafactory-cli train cfg.yaml`,
+# `axolotl train cfg.yml`. The YAML is the whole training setup (HF Trainer underneath).
+TOOL_COMMANDS = {"llamafactory-cli": "llamafactory.train", "axolotl": "axolotl.cli.train"}
+
+
 def _is_launcher(word: Word) -> bool:
     name = _program(word)
-    return name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env") or _is_python(word)
+    return (name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env") or name in TOOL_COMMANDS
+            or _is_python(word))
 
 
 def _unwrap(words: tuple[Word, ...]) -> tuple[int, bool] | None:
@@ -422,6 +428,13 @@ def _recognise(command: Command) -> _Found | None:
         return _torchrun(rest)
     if name == "deepspeed":
         return _deepspeed(rest)
+    if name in TOOL_COMMANDS:
+        # `llamafactory-cli train cfg.yaml key=value ...`: processes decided by its own env (unknown)
+        if len(rest) < 2 or rest[0].text != "train":
+            return None
+        config = next((w for w in rest[1:] if w.text.endswith((".yaml", ".yml", ".json"))), None)
+        return _Found(name, rest[0], rest[1:], TOOL_COMMANDS[name], counting="unknown",
+                      configs={"config": config} if config is not None else {})
     if _is_python(command.words[start]):
         found = _python(rest)
         if found is not None and copies and found.counting == "single":

@@ -29,7 +29,7 @@ def render_text(rows, display, simulate: bool = False) -> str:
     out = []
     for setup, inputs, result, gpu, decision in rows:
         launch = setup.launch
-        out.append(f"== {display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or ''}".rstrip())
+        out.append(f"== {display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or launch.module or ''}".rstrip())
         if result is None:
             out.append(f"   not estimated: {inputs.model_problem}\n")
             continue
@@ -54,7 +54,8 @@ def render_json(rows, display, simulate: bool = False) -> str:
     for setup, inputs, result, gpu, decision in rows:
         entry = {
             "launch": {"path": display(setup.launch_file), "line": setup.launch.span.line,
-                       "launcher": setup.launch.launcher, "script": setup.launch.script},
+                       "launcher": setup.launch.launcher, "script": setup.launch.script,
+                       "module": setup.launch.module},
             "assumed": inputs.assumptions,
             "script_trains": setup.trains,
         }

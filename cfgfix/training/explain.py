@@ -24,7 +24,7 @@ def render_text(setups, display) -> str:
     out: list[str] = []
     for setup in setups:
         launch = setup.launch
-        head = f"{display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or ''}".rstrip()
+        head = f"{display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or launch.module or ''}".rstrip()
         out.append(head)
         for role, path in setup.files.items():
             out.append(f"  {role}: {display(path)}")

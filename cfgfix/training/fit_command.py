@@ -37,7 +37,7 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
     by_setup = {id(b.setup): b for b in budgets(project)}
     plans = []
     for setup in setups:
-        head = f"{project.display(setup.launch_file)}:{setup.launch.span.line}: {setup.launch.launcher} {setup.launch.script}"
+        head = f"{project.display(setup.launch_file)}:{setup.launch.span.line}: {setup.launch.launcher} {setup.launch.script or setup.launch.module}"
         launch_plan = LaunchPlan(setup, [head])
         plans.append(launch_plan)
         budget = by_setup.get(id(setup))

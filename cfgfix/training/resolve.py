@@ -38,6 +38,10 @@ LABELS = {
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
     "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
 }
+# Training tools driven by one YAML (`llamafactory-cli train`, `axolotl train`,
+# `accelerate launch -m axolotl.cli.train`): an HF Trainer underneath, every setting in the YAML.
+TOOL_MODULES = frozenset({"llamafactory.train", "axolotl.cli.train", "axolotl.cli.train.do_cli"})
+
 # settings a script's argument dataclass default may give (the rest need an explicit value)
 _DEFAULTABLE = frozenset({"model", "micro_batch", "grad_accum", "seq_len", "target_len", "optimizer", "bf16", "fp16",
                           "gradient_checkpointing"})
@@ -64,7 +68,7 @@ class TrainingSetup:
     def to_dict(self, display) -> dict:
         return {
             "launch": {"path": display(self.launch_file), "line": self.launch.span.line,
-                       "launcher": self.launch.launcher, "script": self.launch.script},
+                       "launcher": self.launch.launcher, "script": self.launch.script, "module": self.launch.module},
             "files": {role: display(path) for role, path in self.files.items()},
             "settings": {s: (self.values[s].to_dict() if s in self.values else None) for s in SETTINGS},
         }
@@ -75,7 +79,8 @@ def training_setups(project) -> list[TrainingSetup]:
     key = ("training-setups",)
     if key not in project._scripts:
         project._scripts[key] = [_Resolver(project, launch, launch_file).resolve()
-                                 for launch, launch_file in project.launches if launch.script]
+                                 for launch, launch_file in project.launches
+                                 if launch.script or launch.module in TOOL_MODULES]
     return project._scripts[key]
 
 
@@ -93,7 +98,7 @@ class _Resolver:
         self.project = project
         self.launch = launch
         self.launch_file = launch_file
-        script = _resolve(launch.script, launch_file, project.root) if launch.script else None
+        script = _resolve(launch.script, launch_file, project.root) if launch.script and not launch.module else None
         self.setup = TrainingSetup(launch, launch_file, script)
 
     def display(self, path: Path) -> str:
@@ -107,6 +112,8 @@ class _Resolver:
         sources = setup.sources
         sources["flags"] = from_args(launch.args, launch_name)
         script = script_setup(project, setup.script) if setup.script is not None else None
+        if launch.module in TOOL_MODULES:
+            setup.trainer = setup.trains = True  # the tool trains with an HF Trainer
         if script is not None:
             setup.trainer = script.trainer
             setup.trains = script.trains
@@ -303,6 +310,8 @@ class _Resolver:
         if quant is not None and quant.value is True:
             values["quantization"] = Value("quantization", "4bit" if quant.setting == "load_in_4bit" else "8bit",
                                            quant.origin, quant.span, quant.name)
+        elif (bits := self._first("quantization_bit", general)) is not None and bits.value in (4, 8):
+            values["quantization"] = Value("quantization", f"{bits.value}bit", bits.origin, bits.span, bits.name)
         elif (script_quant := self._first("quantization", ("script",))) is not None:
             values["quantization"] = script_quant
         self._batch(general)
