@@ -343,3 +343,16 @@ def test_progress_plain_lines_off_a_terminal_and_a_spinner_on_one():
     tty = _Stream(tty=True)
     Progress(tty).update("original", 1, 2, 1.0)
     assert tty.text.startswith("\r") and "step 1/2" in tty.text and "\n" not in tty.text
+
+
+def test_a_launch_that_kills_every_python_process_is_refused(tmp_path):
+    """`pkill -9 -f python` in the launch script (or the command) would kill cfgfix itself and
+    every other job of the user, copy or not: verify refuses before copying anything."""
+    from cfgfix.verify.guard import destructive_command
+
+    (tmp_path / "start.sh").write_text("#!/bin/bash\npkill -9 -f python\nsleep 5\ntorchrun --nproc_per_node 2 train.py\n")
+    (tmp_path / "run.sh").write_text("#!/bin/bash\ntorchrun --nproc_per_node 2 train.py\n")
+    assert "start.sh:2" in destructive_command(["bash", "start.sh"], tmp_path)
+    assert destructive_command(["bash", "-c", "pkill -9 -f python; python train.py"], tmp_path)
+    assert destructive_command(["bash", "run.sh"], tmp_path) is None
+    assert destructive_command(["python", "train.py", "--steps", "2"], tmp_path) is None

@@ -66,6 +66,9 @@ def run(options: Options, out=None, err=None) -> int:
         return fail("--device cuda: torch sees no CUDA device here")
     command = launch_command(options.command)
     folder = (options.folder or Path.cwd()).resolve()
+    harmful = guard.destructive_command(command, folder)
+    if harmful:
+        return fail(f"verify refuses to run this: {harmful}")
     progress = Progress(err)
     tmp = Path(tempfile.mkdtemp(prefix="cfgfix-verify-"))
     try:

@@ -41,3 +41,34 @@ def missing_dependency() -> str | None:
     if importlib.util.find_spec("torch") is None:
         return f"verify runs real training steps and needs torch: {INSTALL_HINT}"
     return None
+
+
+def destructive_command(command: list[str], folder) -> str | None:
+    """Why running `command` would harm the machine, or None: a launch that runs `pkill -9 -f
+    python`, `killall python`, `nvidia-smi --gpu-reset` or a reboot (CFX308) would kill
+    cfgfix itself and every other job, copy or not. The command and the shell scripts it
+    names are read with cfgfix's own launch-script rule."""
+    import shlex
+    from pathlib import Path
+
+    from cfgfix.analysis.versions import ProjectVersions
+    from cfgfix.engine import Linter
+    from cfgfix.workspace import SourceFile
+
+    folder = Path(folder)
+    texts = [("the command", shlex.join(command) + "\n")]
+    for word in command:
+        path = folder / word
+        if word.endswith((".sh", ".bash")) and path.is_file():
+            try:
+                texts.append((word, path.read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                continue
+    linter = Linter(frozenset({"CFX308"}), ProjectVersions(folder))
+    for name, text in texts:
+        source = SourceFile(path=folder / "train.sh", display=name, relpath=name, kind="shell")
+        for finding in linter.lint(source, text.encode("utf-8")).findings:
+            line = f":{finding.span.line}" if name != "the command" else ""
+            return f"{name}{line} would run a destructive command ({finding.message.split(':')[0]}); " \
+                   f"pass the training command itself after `--` instead"
+    return None
