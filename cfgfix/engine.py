@@ -82,9 +82,9 @@ class FileResult:
         )
 
 
-def parse_error(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
+def parse_error(path: str, message: str, line: int = 1, column: int = 1, severity: Severity = Severity.ERROR) -> Finding:
     span = Span(path, line, column, line, column)
-    return Finding("CFX901", "parse-error", message, Severity.ERROR, span)
+    return Finding("CFX901", "parse-error", message, severity, span)
 
 
 class Linter:
@@ -136,10 +136,11 @@ class Linter:
         self._run(rules, ctx, sf, result)
         return result
 
-    def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1) -> FileResult:
+    def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1,
+                    severity: Severity = Severity.ERROR) -> FileResult:
         if not self.report_parse_errors:
             return FileResult()
-        return FileResult(findings=[parse_error(sf.display, message, line, column)])
+        return FileResult(findings=[parse_error(sf.display, message, line, column, severity)])
 
     def _shell(self, sf: SourceFile, data: bytes) -> FileResult:
         rules = [r for r in self.rules if sf.kind in r.kinds and r.may_match(data)]
@@ -186,6 +187,13 @@ class Linter:
         except DecodeError as exc:
             return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
         except ConfigError as exc:
+            from cfgfix.documents.config import is_json_with_comments
+
+            if sf.kind == "json" and is_json_with_comments(source.text):
+                return self._unparsable(
+                    sf, f"{exc.message}: JSON with comments or trailing commas. json.load (the HF Trainer's and accelerate's "
+                    f"loaders) rejects it; only DeepSpeed's own hjson-based loader (deepspeed.initialize) reads it; "
+                    f"the config was skipped", exc.line, exc.column, Severity.WARNING)
             return self._unparsable(sf, f"{exc.message}; the config was skipped", exc.line, exc.column)
         kinds = config_kinds(document)
         if not kinds:

@@ -84,3 +84,17 @@ def test_yaml_without_final_newline_is_read():
     doc = parse('distributed_type: "MULTI_GPU"\nmixed_precision: "bf16"', "yaml")
     assert doc.root.get("mixed_precision").value == "bf16"
     assert doc.root.end == len('distributed_type: "MULTI_GPU"\nmixed_precision: "bf16"')
+
+
+def test_json_with_comments_is_a_warning_that_says_who_reads_it(tmp_path):
+    from conftest import lint_project, write_project
+
+    write_project(tmp_path, {"ds.json": '{\n  // micro batch\n  "train_micro_batch_size_per_gpu": 2,\n'
+                                        '  "zero_optimization": {"stage": 2} /* ZeRO-2 */\n}\n',
+                             "comma.json": '{\n  "train_micro_batch_size_per_gpu": 2,\n  "zero_optimization": {"stage": 2},\n}\n',
+                             "bad.json": '{\n  "train_micro_batch_size_per_gpu": 2,\n  "zero_optimization": {"stage": 2}\n'})
+    _, _, result = lint_project(tmp_path)
+    by_file = {f.path: f for f in result.findings if f.code == "CFX901"}
+    assert by_file["ds.json"].severity.value == "warning" and "hjson" in by_file["ds.json"].message
+    assert by_file["comma.json"].severity.value == "warning"  # a trailing comma: hjson reads it too
+    assert by_file["bad.json"].severity.value == "error"  # an unclosed object: no loader reads it

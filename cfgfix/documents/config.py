@@ -358,3 +358,45 @@ def _is_deepspeed(root: Node, keys: set[str]) -> bool:
             or (optimizer is not None and optimizer.kind == "mapping" and "type" in optimizer)
         )
     return False
+
+
+def is_json_with_comments(text: str) -> bool:
+    """True when `text` is valid JSON once `//` and `/* */` comments outside strings and
+    trailing commas are removed (DeepSpeed's own loader, hjson, accepts both; `json.load`
+    does not)."""
+    import json
+
+    out, i, n, in_string = [], 0, len(text), False
+    while i < n:
+        ch = text[i]
+        if in_string:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+            out.append(ch)
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end == -1:
+                return False
+            i = end + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    stripped = re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+    if stripped == text:
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True

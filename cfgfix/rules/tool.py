@@ -14,7 +14,9 @@ class ParseError(Rule):
     Reports a file that cfgfix needs to read and cannot parse: a syntax error, invalid
     UTF-8, a binary file, an unreadable file. A Python file is parsed only when an enabled
     rule's trigger words appear in it, so a broken file that no rule could match is not
-    reported (cfgfix is not a Python syntax checker).
+    reported (cfgfix is not a Python syntax checker). A DeepSpeed JSON with `//` or `/* */`
+    comments or trailing commas is a warning, not an error: DeepSpeed's own loader (hjson, `deepspeed.initialize`)
+    reads it, while `json.load` in the HF Trainer and accelerate rejects it.
 
     ## Why is this bad?
     cfgfix cannot check what it cannot parse, and a training script with a syntax error will
