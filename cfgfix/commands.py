@@ -395,7 +395,8 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
 def verify(command, **options) -> None:
     """Run a launch COMMAND for a few steps as it is and with cfgfix's fixes, and compare.
 
-    Usage: cfgfix verify [OPTIONS] -- python train.py ... Exit 0 when the fix holds (same
+    Usage: cfgfix verify [OPTIONS] -- python train.py ... (no command: the project's one
+    launch script that starts training). Exit 0 when the fix holds (same
     steps, finite and matching losses, peak memory not higher), 1 when it does not, 2 when
     it could not run.
     """

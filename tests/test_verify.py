@@ -356,3 +356,16 @@ def test_a_launch_that_kills_every_python_process_is_refused(tmp_path):
     assert destructive_command(["bash", "-c", "pkill -9 -f python; python train.py"], tmp_path)
     assert destructive_command(["bash", "run.sh"], tmp_path) is None
     assert destructive_command(["python", "train.py", "--steps", "2"], tmp_path) is None
+
+
+def test_without_a_command_verify_picks_the_projects_one_launch_script(tmp_path):
+    from cfgfix.verify.command import project_launch
+
+    (tmp_path / "train.py").write_text("import torch\nloss = model(x).sum()\nloss.backward()\n")
+    (tmp_path / "setup.sh").write_text("pip install -r requirements.txt\n")
+    assert project_launch(tmp_path)[0] is None  # no launch script yet
+    (tmp_path / "train.sh").write_text("#!/bin/bash\npython train.py --steps 10\n")
+    assert project_launch(tmp_path) == (["bash", "train.sh"], "")
+    (tmp_path / "other.sh").write_text("#!/bin/bash\ntorchrun --nproc_per_node 2 train.py\n")
+    command, problem = project_launch(tmp_path)
+    assert command is None and "other.sh, train.sh" in problem

@@ -44,6 +44,35 @@ def launch_command(args: list[str]) -> list[str]:
     return list(args)
 
 
+def project_launch(folder: Path) -> tuple[list[str] | None, str]:
+    """With no command: the project's one launch script that starts training, run with bash
+    (`cfgfix verify` in a repository whose `train.sh` is the way to train). None and why when
+    there is none, or more than one to choose from."""
+    from cfgfix.engine import Engine
+    from cfgfix.settings import load_settings
+    from cfgfix.training.resolve import training_setups
+    from cfgfix.workspace import discover
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        settings = load_settings(folder)
+        engine = Engine(settings, use_cache=False)
+        files, _ = discover([Path(".")], settings)
+        engine.run(files)
+        scripts = sorted({s.launch_file for s in training_setups(engine.project)
+                          if s.trains and s.launch_file.suffix in (".sh", ".bash")})
+    finally:
+        os.chdir(cwd)
+    usage = "cfgfix verify [OPTIONS] -- python train.py ..."
+    if not scripts:
+        return None, f"no launch command, and no launch script here starts a training script: {usage}"
+    if len(scripts) > 1:
+        names = ", ".join(os.path.relpath(s, folder) for s in scripts)
+        return None, f"no launch command, and several launch scripts start training ({names}): name one, or {usage}"
+    return ["bash", os.path.relpath(scripts[0], folder)], ""
+
+
 def run(options: Options, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -59,7 +88,11 @@ def run(options: Options, out=None, err=None) -> int:
     if missing:
         return fail(missing)
     if not options.command:
-        return fail("no launch command: cfgfix verify [OPTIONS] -- python train.py ...")
+        found, problem = project_launch((options.folder or Path.cwd()).resolve())
+        if found is None:
+            return fail(problem)
+        options.command = found
+        err.write(f"cfgfix verify: the project's launch script: {shlex.join(found)}\n")
     if (options.before is None) != (options.after is None):
         return fail("--before and --after go together")
     if options.device == "cuda" and not _cuda_available():
