@@ -50,7 +50,6 @@ def main() -> None:
               f"{r['measured_peak'] / 2**20:.2f} / {r['estimated_peak'] / 2**20:.2f} | {err:+.1%} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    del GIB
 
 
 if __name__ == "__main__":

@@ -502,4 +502,4 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         if simulate:
             from cfgfix.memory.simulate_report import simulate_text
 
-            click.echo("\n" + simulate_text(setup, model, result.peak), nl=False)
+            click.echo("\n" + simulate_text(setup, model, result.peak, shape), nl=False)

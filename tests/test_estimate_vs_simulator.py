@@ -1,7 +1,7 @@
 """The analytic estimator against the FakeTensor simulator (real training steps of the same
 shapes under FakeTensorMode) across a grid of families and setups. Decoder LMs must agree
-within 3% and inside the estimator's own band; T5's analytic terms are the known weak spot
-(measured: -22% to +27% at 512 tokens) and are only required to stay within 35%."""
+within 3% and inside the estimator's own band; T5 within 5% (measured: -1.2% to 0.0% on this
+grid; -3.5% to 0.0% at 512/128 and 1024/256 tokens, the worst with checkpointing)."""
 
 from dataclasses import replace
 
@@ -23,9 +23,12 @@ CONFIGS = {
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 3, "n_head": 8, "vocab_size": 10000, "n_positions": 512,
              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
     "t5": {"model_type": "t5", "d_model": 256, "d_ff": 512, "d_kv": 32, "num_heads": 8, "num_layers": 3,
-           "num_decoder_layers": 3, "vocab_size": 8000, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+           "num_decoder_layers": 3, "vocab_size": 8000, "feed_forward_proj": "gated-gelu",
+           # transformers 5's T5Config always ties the head when a model is built from a config
+           # (configuration_t5.py); a checkpoint with its own lm_head loads untied
+           "tie_word_embeddings": True},
 }
-BASE = MemorySetup(micro_batch=4, seq_len=256)
+BASE = MemorySetup(micro_batch=4, seq_len=256, device="cpu")  # the simulator runs CPU kernels
 SETUPS = {
     "fp32": BASE, "amp-bf16": replace(BASE, autocast="bf16"), "bf16": replace(BASE, weights="bf16"),
     "checkpointing": replace(BASE, checkpointing=True), "adafactor": replace(BASE, optimizer="adafactor"),
@@ -45,8 +48,6 @@ def test_analytic_peak_against_the_simulator(family, name):
     simulated = simulate(setup, config).peak_bytes
     peak = analytic.peak - CUDA_CONTEXT_BYTES  # the simulator reports allocated bytes only
     error = (peak - simulated) / simulated
-    if family == "t5":
-        assert abs(error) < 0.35, f"T5 {name}: {error:+.1%}"
-        return
-    assert abs(error) < 0.03, f"{family} {name}: analytic {peak} vs simulated {simulated} ({error:+.1%})"
+    tolerance = 0.05 if family == "t5" else 0.03
+    assert abs(error) < tolerance, f"{family} {name}: analytic {peak} vs simulated {simulated} ({error:+.1%})"
     assert analytic.low - CUDA_CONTEXT_BYTES <= simulated <= analytic.high - CUDA_CONTEXT_BYTES

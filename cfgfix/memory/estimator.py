@@ -385,27 +385,16 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
     if setup.seq_len is None:
         notes.add(f"sequence length unknown: assumed {s} tokens")
     if shape.family == "t5":
-        notes.add("T5: eager attention assumed (transformers < 5 has no SDPA for T5): scores, softmax and dropout mask kept")
-        s_dec = setup.target_len or s
-        if setup.target_len is None:
-            notes.add(f"T5 target length unknown: assumed {s_dec} (same as the source)")
-        enc = _transformer_layer(shape, s, b, e, r, autocast)
-        dec = _transformer_layer(shape, s_dec, b, e, r, autocast, cross_s=s)
-        per_layer_total = shape.encoder_layers * enc + shape.layers * dec
-        layer_inputs = (shape.encoder_layers * s + shape.layers * s_dec) * b * shape.hidden * r
-        layer_full = max(enc, dec)
-        s_logits = s_dec
-        band = (0.25, 0.35)
-    else:
-        layer = _transformer_layer(shape, s, b, e, r, autocast)
-        n_layers = shape.layers
-        per_layer_total = n_layers * layer
-        layer_inputs = n_layers * s * b * shape.hidden * r
-        layer_full = layer
-        s_logits = s
-        band = (0.15, 0.15) if shape.family not in ("bert",) else (0.3, 0.3)
+        return _t5_activations(setup, shape, notes, s, b, e, r, autocast, copies)
+    layer = _transformer_layer(shape, s, b, e, r, autocast)
+    n_layers = shape.layers
+    per_layer_total = n_layers * layer
+    layer_inputs = n_layers * s * b * shape.hidden * r
+    layer_full = layer
+    s_logits = s
+    band = (0.15, 0.15) if shape.family not in ("bert",) else (0.3, 0.3)
     h, V = shape.hidden, shape.vocab
-    # after the blocks: the final norm, and the loss. HF's ForCausalLMLoss / T5 up-cast the
+    # after the blocks: the final norm, and the loss. HF's ForCausalLMLoss up-casts the
     # logits to fp32 and cross_entropy's log_softmax keeps its fp32 output (b s V x 4);
     # backward then holds two such fp32 tensors at once (nll_loss and log_softmax grads).
     head = (4 + r + (2 if autocast and r == 4 else r)) * s_logits * b * h
@@ -431,6 +420,191 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
             layer_full += lora_extra // max(shape.layers + shape.encoder_layers, 1)
             formula += f" + LoRA fp32 input copies {lora_extra / GIB:.3g} GiB"
     return _Activations(saved, layer_full, loss_backward, layer_backward, copies, formula, band)
+
+
+# T5 under transformers 5 (models/t5/modeling_t5.py) runs attention through SDPA with the relative
+# position bias as a float mask that needs a gradient (`create_position_bias_mask`,
+# integrations/sdpa_attention.py). torch picks the math kernel for it, which computes in fp32 even
+# for 16-bit inputs: it keeps fp32 copies of q, k and v and, per head, the fp32 softmax and (with
+# dropout) the dropout noise and the dropped probabilities (measured per op with
+# `torch.autograd.graph.saved_tensors_hooks` under FakeTensorMode, torch 2.13 CPU).
+T5_SDPA_BYTES = 4
+# torch's CPU `dropout` keeps its noise as a tensor of the input's dtype (ATen `_dropout_impl`);
+# CUDA's fused `native_dropout` keeps a 1-byte bool mask. The simulator runs the CPU path.
+def _t5_dropout_mask_bytes(dtype_bytes: int, device: str = "cpu") -> int:
+    return dtype_bytes if device == "cpu" else 1
+
+
+def _t5_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, s: int, b: int, e: int, r: int,
+                    autocast: bool, copies: int) -> _Activations:
+    """T5ForConditionalGeneration's saved tensors, term by term from modeling_t5.py (transformers
+    5.23) and checked per op against the simulator (tests/test_estimate_vs_simulator.py).
+    s: source tokens, t: target tokens; e: activation bytes, r: residual-stream bytes."""
+    t = setup.target_len or s
+    if setup.target_len is None:
+        notes.add(f"T5 target length unknown: assumed {t} (same as the source)")
+    cpu = setup.device == "cpu"
+    if cpu:
+        notes.add("T5 on the CPU: SDPA's math kernel (the position bias is a float mask with a gradient): "
+                  "fp32 scores, softmax and dropout noise kept per head")
+    else:
+        # CUDA: the memory-efficient SDPA kernel takes a float bias with a gradient and dropout,
+        # and keeps q, k, v, its output and a logsumexp, no score-sized tensor; dropout keeps a
+        # 1-byte bool mask (native_dropout). Not measured here (no GPU): the CPU path, which
+        # `--simulate` and the tests measure, keeps fp32 scores and would read much higher.
+        notes.add("T5 on a GPU: memory-efficient SDPA (no score tensors) and 1-byte dropout masks assumed, "
+                  "not measured on a GPU; the CPU's math kernel keeps fp32 scores per head")
+    h, i, a, V = shape.hidden, shape.intermediate, shape.heads or 1, shape.vocab
+    inner = a * (shape.head_dim or h // a)
+    drop = shape.dropout > 0
+
+    def mask(nbytes: int, elements: int) -> int:
+        return _t5_dropout_mask_bytes(nbytes, setup.device) * elements if drop else 0
+
+    def norm(tokens: int, consumers: int) -> int:
+        """T5LayerNorm (modeling_t5.py T5LayerNorm.forward): `hidden_states.to(float32).pow(2)`
+        keeps an fp32 copy of the input; `hidden_states * rsqrt(variance)` keeps the input itself
+        too when it is 16-bit (a second tensor) and rsqrt (fp32, one per token); `weight * x`
+        keeps the normalised x. Its output is kept once by the next Linear, or under autocast
+        once per consuming Linear as a 16-bit cast."""
+        kept = (4 + (r if r < 4 else 0) + r) * tokens * b * h + 4 * tokens * b
+        out = 2 * consumers if autocast and r == 4 else r
+        return kept + out * tokens * b * h
+
+    def attention(q_tokens: int, kv_tokens: int) -> int:
+        """q, k, v projections -> SDPA math: fp32 copies of q, k and v (scaled q, scaled k^T,
+        contiguous v), the fp32 softmax, and with dropout its noise and the dropped
+        probabilities (b x a x q x kv each); the output before `o` in the activation dtype."""
+        if not cpu:  # memory-efficient kernel: inputs, output and an fp32 logsumexp
+            return e * b * inner * (2 * q_tokens + 2 * kv_tokens) + 4 * b * a * q_tokens
+        qkv = T5_SDPA_BYTES * b * inner * (q_tokens + 2 * kv_tokens)
+        scores = T5_SDPA_BYTES * b * a * q_tokens * kv_tokens * (3 if drop else 1)
+        return qkv + scores + e * q_tokens * b * inner
+
+    def cross_attention(q_tokens: int, kv_tokens: int) -> int:
+        """Cross-attention's bias is a constant zero tensor (modeling_t5.py T5Attention.forward,
+        `torch.zeros(...)` without a gradient): with dropout off SDPA takes the fused kernel,
+        which keeps q, k, v and its output (also `o`'s input) in the activation dtype and an
+        fp32 logsumexp; with dropout on, the math kernel as for self-attention."""
+        if drop and cpu:
+            return attention(q_tokens, kv_tokens)
+        return e * b * inner * (2 * q_tokens + 2 * kv_tokens) + 4 * b * a * q_tokens
+
+    def feed_forward(tokens: int) -> int:
+        """T5LayerFF: norm (2 consumers gated: wi_0, wi_1), the MLP's intermediate-sized tensors
+        (shape.mlp_tensors: gated-gelu keeps NewGELU's four, its output, wi_1's output and the
+        product), the dropout noise on the product (T5DenseGatedActDense.dropout), and the
+        residual dropout's noise (T5LayerFF.dropout)."""
+        return (norm(tokens, 2 if shape.gated_mlp else 1) + shape.mlp_tensors * e * tokens * b * i
+                + mask(e, tokens * b * i) + mask(e, tokens * b * h))
+
+    # encoder block: self-attention sublayer (norm, attention, residual dropout) + FF
+    enc = norm(s, 3) + attention(s, s) + mask(e, s * b * h) + feed_forward(s)
+    # decoder block: causal self-attention (+ the bool causal mask torch.where keeps,
+    # sdpa_attention.py create_position_bias_mask), cross-attention over the encoder's s tokens
+    # (under autocast k and v each keep a 16-bit copy of the encoder output), FF
+    cross_inputs = 2 * 2 * s * b * h if autocast and r == 4 else 0
+    dec = (norm(t, 3) + attention(t, t) + t * t + mask(e, t * b * h)
+           + norm(t, 1) + cross_attention(t, s) + cross_inputs + mask(e, t * b * h) + feed_forward(t))
+    layers = shape.encoder_layers * enc + shape.layers * dec
+
+    def stack_ends(tokens: int) -> int:
+        """Per stack (T5Stack.forward): the embedding dropout's noise, the final T5LayerNorm
+        (its output goes to the dropout, which keeps only its noise) and that noise."""
+        kept = (4 + (r if r < 4 else 0) + r) * tokens * b * h + 4 * tokens * b
+        return mask(r, tokens * b * h) + kept + mask(r, tokens * b * h)
+
+    ends = stack_ends(s) + stack_ends(t)
+    # the lm_head's input (a 16-bit cast under autocast; for tied embeddings
+    # `sequence_output * model_dim**-0.5` replaces the tensor rather than adding one)
+    head_in = (2 if autocast and r == 4 else r) * t * b * h
+    # the loss: CrossEntropyLoss on the logits in their own dtype (T5 does not up-cast them, unlike
+    # ForCausalLMLoss); log_softmax keeps its output, fp32 under autocast (an fp32-listed op)
+    logit_bytes = 4 if autocast else e
+    loss_saved = logit_bytes * t * b * V
+    loss_backward = 2 * logit_bytes * t * b * V
+
+    if setup.checkpointing:
+        # HF checkpoints each T5Block (GradientCheckpointingLayer) and keeps its inputs: the hidden
+        # states (r), the encoder output (every decoder block's input), the position bias shared by
+        # a stack's blocks (1 x a x tokens x tokens, the bias weights' dtype) and the decoder's
+        # cross-attention zero bias (1 x a x t x s, activation dtype, made by block 0)
+        block_inputs = (shape.encoder_layers * s + shape.layers * t + s) * b * h * r
+        biases = r * a * (s * s + t * t) + e * a * t * s
+        saved = block_inputs + biases + ends + head_in + loss_saved
+        formula = (f"checkpointing: block inputs and position biases {(block_inputs + biases) / GIB:.3g} GiB "
+                   f"+ stack ends/head/loss {(ends + head_in + loss_saved) / GIB:.3g} GiB")
+    else:
+        # the encoder's output, kept once by the cross-attention k/v Linears (under autocast they
+        # keep 16-bit copies instead, counted per layer); the relative-position bucket ids (int64,
+        # tokens^2 per stack) that the bias Embedding keeps
+        encoder_out = 0 if autocast and r == 4 else r * s * b * h
+        buckets = 8 * (s * s + t * t)
+        # the fused kernel keeps its mask: the zero cross-attention bias, made once by block 0
+        cross_bias = 0 if drop else e * a * t * s
+        saved = layers + ends + encoder_out + buckets + cross_bias + head_in + loss_saved
+        formula = (f"encoder {shape.encoder_layers * enc / GIB:.3g} GiB + decoder {shape.layers * dec / GIB:.3g} GiB "
+                   f"+ stack ends/head/loss {(ends + encoder_out + head_in + loss_saved) / GIB:.3g} GiB "
+                   f"(modeling_t5.py terms, SDPA {'math' if cpu else 'memory-efficient'} kernel)")
+    if setup.lora_rank is not None and shape.blocks:
+        enc_delta, dec_delta, model_delta = _t5_lora_delta(setup, shape, s, t, b, e, r, autocast)
+        enc, dec = enc + enc_delta, dec + dec_delta
+        if not setup.checkpointing:
+            saved += shape.encoder_layers * enc_delta + shape.layers * dec_delta + model_delta - head_in
+            saved -= mask(r, s * b * h) + mask(r, t * b * h) + 8 * (s * s + t * t)
+            formula += f" + LoRA {(saved - layers - ends) / GIB:+.3g} GiB"
+    layer_full = max(enc, dec)
+    # The end of backward is the encoder's first block: with checkpointing the peak sits in its
+    # recomputation, at the FF's dropout (measured on three shapes, s up to 1024), not in its
+    # attention's backward. Besides the block's own tensors: its input, the gradient of its
+    # output, and the stack's position bias.
+    layer_backward = 2 * r * s * b * h + r * a * s * s
+    # band: within 3.5% of the simulator on the shapes measured; the low side is wide because a GPU's
+    # attention kernel and bool dropout masks may keep less than the CPU path modelled here
+    return _Activations(saved, layer_full, loss_backward, layer_backward, copies, formula, (0.35, 0.10))
+
+
+def _t5_lora_delta(setup: MemorySetup, shape: ModelShape, s: int, t: int, b: int, e: int, r: int,
+                   autocast: bool) -> tuple[int, int, int]:
+    """What PEFT LoRA changes in T5's saved tensors (per encoder block, per decoder block, once;
+    measured per op on the simulator, peft 0.21). Each adapter keeps its input cast to fp32
+    (peft lora/layer.py `_cast_input_dtype`, when the base is 16-bit without autocast) and
+    lora_B's rank-sized input; a frozen base Linear keeps no input, a frozen T5LayerNorm weight
+    no normalised tensor, and with everything frozen before them the embedding dropout, the
+    position-bias Embedding, each stack's first norm and the frozen lm_head keep nothing."""
+    rank, targets = setup.lora_rank, setup.lora_targets
+    cast = e < 4 and not autocast
+    low_rank_bytes = 2 if autocast else 4
+    h, inner = shape.hidden, shape.heads * (shape.head_dim or shape.hidden // max(shape.heads, 1))
+
+    def adapted(name: str) -> bool:
+        return targets is None or any(name == x or name.endswith("." + x) for x in targets)
+
+    def block(linears, q_tokens: int) -> int:
+        names = {name for name, _, _ in linears}
+        def tokens(name: str) -> int:  # cross-attention k and v read the encoder's s tokens
+            return s if name in ("EncDecAttention.k", "EncDecAttention.v") else q_tokens
+
+        delta = sum((4 * fin * cast + low_rank_bytes * rank) * tokens(name) * b
+                    for name, fin, _ in linears if adapted(name))
+        if cast:  # base inputs nobody keeps any more: a group of Linears reading one tensor
+            for group, width in ((("SelfAttention.q", "SelfAttention.k", "SelfAttention.v"), h),
+                                 (("SelfAttention.o",), inner), (("EncDecAttention.q",), h), (("EncDecAttention.o",), inner),
+                                 (("wi_0", "wi_1", "wi"), h), (("wo",), shape.intermediate)):
+                present = [g for g in group if g in names]
+                if present and all(adapted(g) for g in present):
+                    delta -= e * q_tokens * b * width
+        norms = 3 if "EncDecAttention.q" in names else 2
+        return delta - norms * r * q_tokens * b * h  # frozen norm weights: no normalised tensor
+
+    enc_linears, dec_linears = shape.blocks[0].linears, shape.blocks[-1].linears
+    once = 0
+    if cast and all(adapted(n) for n in ("EncDecAttention.k", "EncDecAttention.v")):
+        once -= r * s * b * h  # the encoder output, no longer kept by the frozen cross k/v
+    for n in (s, t):
+        once -= (4 + (r if r < 4 else 0)) * n * b * h + 4 * n * b  # the stack's first norm: input needs no gradient
+        once -= r * n * b * h  # the final norm's normalised tensor (frozen weight)
+    return block(enc_linears, s), block(dec_linears, t), once
 
 
 def _lora_activation_delta(setup: MemorySetup, shape: ModelShape, s: int, b: int, e: int, autocast: bool) -> int:

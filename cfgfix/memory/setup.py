@@ -38,7 +38,10 @@ class MemorySetup:
     quantization: Literal["4bit", "8bit"] | None = None  # frozen base of a (Q)LoRA run
     gradient_accumulation: int = 1
     target_len: int | None = None  # decoder tokens of an encoder-decoder model (T5); None: seq_len
-    lora_targets: tuple[str, ...] | None = None  # Linear names LoRA adapts; None: every Linear in the blocks
+    lora_targets: tuple[str, ...] | None = None
+    # The device whose kernels the activation terms follow: "cuda" (the target of every
+    # estimate) or "cpu" (what the FakeTensor simulator and the CPU tests run). Only T5 differs.
+    device: Literal["cuda", "cpu"] = "cuda"  # Linear names LoRA adapts; None: every Linear in the blocks
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

@@ -275,7 +275,10 @@ def _t5(config: dict, source: str) -> ModelShape:
     enc_layers = config["num_layers"]
     dec_layers = config.get("num_decoder_layers") or enc_layers
     inner = heads * d_kv
-    gated = str(config.get("feed_forward_proj", "relu")).startswith("gated")
+    proj = str(config.get("feed_forward_proj", "relu"))
+    gated = proj.startswith("gated")
+    dropout = float(config.get("dropout_rate", 0.1))
+    mlp_tensors = _t5_mlp_tensors(proj, gated, dropout)
     attn = lambda prefix: ((f"{prefix}.q", d, inner), (f"{prefix}.k", d, inner), (f"{prefix}.v", d, inner), (f"{prefix}.o", inner, d))  # noqa: E731
     ff = (("wi_0", d, d_ff), ("wi_1", d, d_ff), ("wo", d_ff, d)) if gated else (("wi", d, d_ff), ("wo", d_ff, d))
     enc_linears = attn("SelfAttention") + ff
@@ -288,12 +291,28 @@ def _t5(config: dict, source: str) -> ModelShape:
     params = embed + head + enc_layers * enc_block + dec_layers * dec_block + 2 * buckets + 2 * d
     return ModelShape(
         family="t5", params=params, layers=dec_layers, encoder_layers=enc_layers, hidden=d, heads=heads,
-        kv_heads=heads, head_dim=d_kv, vocab=vocab, intermediate=d_ff, gated_mlp=gated, norm="rms", attention="eager",
-        dropout=float(config.get("dropout_rate", 0.1)), embedding_params=embed + 2 * buckets, head_params=head,
+        kv_heads=heads, head_dim=d_kv, vocab=vocab, intermediate=d_ff, gated_mlp=gated, mlp_tensors=mlp_tensors,
+        norm="rms", attention="eager", dropout=dropout, embedding_params=embed + 2 * buckets, head_params=head,
         largest_module_params=max(embed, d * d_ff),
         blocks=(BlockKind(enc_layers, enc_block, enc_linears), BlockKind(dec_layers, dec_block, dec_linears)),
         source=source,
     )
+
+
+def _t5_mlp_tensors(proj: str, gated: bool, dropout: float) -> int:
+    """Intermediate-sized tensors T5's FF keeps for backward (modeling_t5.py T5DenseActDense /
+    T5DenseGatedActDense; counted per op on the simulator). The activation: "gated-gelu" runs
+    transformers' NewGELUActivation (configuration_t5.py: dense_act_fn "gelu_new"), composed in
+    Python, which keeps x, tanh(.), 0.5x and 1 + tanh(.); relu keeps its output (the tensor the
+    next op keeps anyway); other activations keep their input. Gated: + the activation's output,
+    wi_1's output and their product (wo's input); plain: + wo's input. A dropout on the
+    intermediate tensor keeps its noise (estimator) and gives wo a new input: one more tensor
+    only where the activation's own output was that input (plain relu)."""
+    act = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
+    own = {"gelu_new": 4, "relu": 0}.get(act, 1)
+    if gated:
+        return own + 3
+    return own + 1 + (1 if act == "relu" and dropout > 0 else 0)
 
 
 # -- diffusers UNet ---------------------------------------------------------------------------

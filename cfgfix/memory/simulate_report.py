@@ -28,8 +28,9 @@ def model_config(model: str | None) -> dict | None:
     return dict(row["config"]) if row is not None and "config" in row else None
 
 
-def simulate_text(setup, model: str | None, analytic_peak: int) -> str:
-    """A few lines: the simulated peak (or why it could not run)."""
+def simulate_text(setup, model: str | None, analytic_peak: int, shape=None) -> str:
+    """A few lines: the simulated peak (or why it could not run). With `shape`, the analytic
+    figure it is compared with follows the CPU's kernels too, as the simulator does."""
     from cfgfix.memory.simulate import SimulationUnsupported, SimulatorUnavailable, simulate
 
     config = model_config(model)
@@ -42,12 +43,19 @@ def simulate_text(setup, model: str | None, analytic_peak: int) -> str:
     except SimulationUnsupported as exc:
         return f"Simulation: not supported for this setup ({exc}); the analytic estimate stands\n"
     device = result.peak_bytes + result.cuda_context_bytes
+    if shape is not None:
+        from dataclasses import replace
+
+        from cfgfix.memory.estimator import estimate
+
+        analytic_peak = estimate(replace(setup, device="cpu"), shape).peak
     low, high = result.error_band
     lines = [
         f"Simulated (FakeTensor on the CPU, {result.steps} steps in {result.wall_seconds:.1f} s): "
         f"peak {result.peak_bytes / GIB:.2f} GiB allocated + {result.cuda_context_bytes / GIB:.2f} GiB CUDA context "
         f"= {device / GIB:.2f} GiB (band {device * (1 + low) / GIB:.2f}-{device * (1 + high) / GIB:.2f} GiB)",
-        f"Analytic estimate: {analytic_peak / GIB:.2f} GiB ({(analytic_peak - device) / device * 100:+.1f}% against the simulation)",
+        f"Analytic estimate{' (CPU kernels)' if shape is not None else ''}: {analytic_peak / GIB:.2f} GiB "
+        f"({(analytic_peak - device) / device * 100:+.1f}% against the simulation)",
     ]
     lines += [f"  - {a}" for a in result.assumptions]
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def render_text(rows, display, simulate: bool = False) -> str:
                        "deepspeed.initialize); sized as if it trained")
         out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, decision))
         if simulate:
-            out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak))
+            out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak, inputs.shape))
     if not out:
         return "No training launch found.\n"
     return "\n".join(out)
