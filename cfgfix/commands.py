@@ -78,17 +78,17 @@ def fix(unsafe_fixes, diff, fit, gpu, **options) -> None:
 
 
 def _fit(diff, gpu, paths, config_file) -> None:
-    from cfgfix.memory.gpus import find_gpu
     from cfgfix.training.fit_command import apply_plans, plan_launches
 
-    if gpu and find_gpu(gpu) is None:
-        _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
     project, setups, _ = _project_setups(paths, config_file, gpu)
     if not setups:
-        click.echo("No training launch found.")
-        raise SystemExit(0)
+        # the user asked for a plan and none can be made: a CI step must not pass green
+        _fail("no training launch found: nothing to fit (`cfgfix explain` shows what cfgfix reads)")
     plans = plan_launches(project, setups)
-    raise SystemExit(apply_plans(project, plans, diff, click.echo))
+    status = apply_plans(project, plans, diff, click.echo)
+    if not any(plan.estimated for plan in plans):
+        _fail("no launch could be estimated (see `not estimated` above): no plan was made")
+    raise SystemExit(status)
 
 
 @cli.command()
@@ -137,16 +137,12 @@ def explain(paths, output_format, gpu, config_file) -> None:
 def _project_setups(paths, config_file, gpu, select=None, engine_files=None):
     """Lint `paths` (to build the project model) and return (project, the training setups
     of the launches inside `paths`, (engine, files, result))."""
-    from dataclasses import replace
-
     from cfgfix.training.resolve import training_setups
 
     for path in paths:
         if not path.exists():
             _fail(f"{path}: no such file or folder")
-    engine, files, settings = _prepare(paths, select, None, None, config_file, False)
-    if gpu:
-        engine.settings = replace(engine.settings, gpu=gpu)
+    engine, files, settings = _prepare(paths, select, None, None, config_file, False, gpu=gpu)
     result = engine.run(files)
     for error in result.errors:
         click.echo(f"cfgfix: {error}", err=True)
@@ -171,9 +167,9 @@ def _rule_json(rule) -> dict:
 
 
 # -- shared plumbing ------------------------------------------------------------------------
-def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True):
+def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True, gpu=None):
     from cfgfix.engine import Engine
-    from cfgfix.settings import SettingsError, load_settings, with_overrides
+    from cfgfix.settings import SettingsError, load_settings, with_gpu, with_overrides
     from cfgfix.workspace import discover
 
     try:
@@ -181,11 +177,16 @@ def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discov
         settings = with_overrides(
             settings, select=_codes(select), ignore=_codes(ignore), extend_select=_codes(extend_select)
         )
+        settings = with_gpu(settings, gpu)
         engine = Engine(settings, use_cache=not no_cache)
     except SettingsError as exc:
         _fail(str(exc))
     if not discover_files:  # `review` finds its own files through git
         return engine, [], settings
+    # A typo'd path must not pass CI green: it is an error, as for `explain` and `estimate`.
+    missing = [str(p) for p in paths if not os.path.lexists(p)]
+    if missing:
+        _fail(f"{', '.join(missing)}: no such file or folder")
     files, warnings = discover(list(paths) or [Path(".")], settings)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -195,6 +196,20 @@ def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discov
 def _fail(message: str) -> None:
     click.echo(f"cfgfix: error: {message}", err=True)
     raise SystemExit(2)
+
+
+def _no_files(files, output_format, quiet) -> None:
+    """A folder with nothing cfgfix reads is not "All checks passed!": say so and stop (exit 0,
+    like ruff's "No Python files found"; machine formats still get their empty document)."""
+    if files:
+        return
+    if not quiet:
+        click.echo("warning: no files checked: nothing under the given paths is a file cfgfix reads "
+                   "(Python, shell, YAML, JSON, Makefile, Dockerfile, .env)", err=True)
+    if (output_format or "text") == "text":
+        if not quiet:
+            click.echo("No files checked.")
+        raise SystemExit(0)
 
 
 def _use_color() -> bool:
@@ -237,6 +252,7 @@ def _check(paths, select, ignore, extend_select, output_format, config_file, no_
     from cfgfix.core import Applicability
 
     engine, files, _ = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
+    _no_files(files, output_format, quiet)
     if simulate:
         engine.settings = replace(engine.settings, simulate=True)
     result = engine.run(files)
@@ -252,6 +268,7 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
     from cfgfix.fixing import WriteError, fix_file, wanted, write_atomically
 
     engine, files, settings = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
+    _no_files(files, output_format, quiet)
     result = engine.run(files)
     by_file = {sf.display: sf for sf in files}
     fixable_files = sorted({f.path for f in result.findings if wanted(f, unsafe_fixes)})
@@ -449,11 +466,8 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
             click.echo(f"{g.name:<16} {g.usable_bytes / 1024**3:7.2f} GiB usable  bf16={'yes' if g.bf16 else 'no'}  fp8={'yes' if g.fp8 else 'no'}")
         return
     if not (model or params):  # project mode: every launch of PATHS, from its resolved setup
-        from cfgfix.memory.gpus import find_gpu
         from cfgfix.training import estimate_project
 
-        if gpu and find_gpu(gpu) is None:
-            _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
         project, setups, _ = _project_setups(paths, None, gpu)
         rows = list(estimate_project.project_estimates(setups, gpu))
         render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
@@ -469,9 +483,12 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         _fail(str(exc))
     target = None
     if gpu:
-        target = find_gpu(gpu)
-        if target is None:
-            _fail(f"unknown GPU {gpu!r}; `cfgfix estimate --list-gpus` lists the catalog")
+        from cfgfix.settings import SettingsError, check_gpu
+
+        try:
+            target = find_gpu(check_gpu(gpu, "--gpu"))
+        except SettingsError as exc:
+            _fail(str(exc))
     weights, autocast, ds_half = "fp32", None, None
     if precision.startswith("amp-"):
         autocast = precision[4:]

@@ -217,6 +217,7 @@ class ProjectModel:
         self._links: tuple | None = None
         self.target_gpu: str | None = None  # [tool.cfgfix] gpu / --gpu
         self.target_gpus: int | None = None
+        self.target_gpu_origin = "gpu in the cfgfix settings"
         self.simulate = False  # `check --simulate`
 
     @classmethod
@@ -224,6 +225,7 @@ class ProjectModel:
         model = cls(root)
         if settings is not None:
             model.target_gpu, model.target_gpus = settings.gpu, settings.gpus
+            model.target_gpu_origin = settings.gpu_origin
             model.simulate = settings.simulate
         for sf in files:
             result = results.get(sf.display)

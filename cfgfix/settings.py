@@ -54,6 +54,8 @@ class Settings:
     gpu: str | None = None  # the target GPU ("RTX 4090"): CFX602, CFX701, `estimate`, `fix --fit`
     gpus: int | None = None  # GPUs per run, when no launch says
     simulate: bool = False  # `check --simulate`: CFX7xx measure with the FakeTensor simulator
+    # Where `gpu` came from, as `explain` shows it: the settings file, or the --gpu flag.
+    gpu_origin: str = field(default="gpu in the cfgfix settings", compare=False, repr=False)
     # Selectors given on the command line, only so errors blame the flag, not the file.
     cli_selectors: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
@@ -102,6 +104,8 @@ def _read(path: Path) -> dict:
         raise SettingsError(f"{path}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: cannot read: {exc}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # a >4,300-digit integer, absurd nesting
+        raise SettingsError(f"{path}: cannot read: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _cfgfix_table(doc: dict, path: Path) -> dict | None:
@@ -122,17 +126,17 @@ def _from_table(table: dict, path: Path) -> Settings:
         if key == "per-file-ignores":
             values[key] = _per_file_ignores(value, path)
         elif key == "gpu":
-            if not isinstance(value, str) or not value.strip():
-                raise SettingsError(f"{path}: 'gpu' must be a GPU name such as \"RTX 4090\", got {value!r}")
-            values[key] = value.strip()
+            values[key] = check_gpu(value, f"{path}: 'gpu'")
         elif key == "gpus":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SettingsError(f"{path}: 'gpus' must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+                raise SettingsError(f"{path}: 'gpus' must be an integer from 1 to {MAX_GPUS}, got {_short(value)}")
             values[key] = value
         else:
             values[key] = _str_list(value, f"{path}: '{key}'")
             if key in _SELECTOR_KEYS:
                 _check_syntax(values[key], f"{path}: '{key}'")
+            else:
+                _check_patterns(values[key], f"{path}: '{key}'")
     return Settings(
         root=path.parent,
         config_path=path,
@@ -147,11 +151,36 @@ def _from_table(table: dict, path: Path) -> Settings:
     )
 
 
+MAX_GPUS = 65536  # more than any cluster runs one job on; a bigger number is a typo
+MAX_BRACE_EXPANSIONS = 256  # "{a,b}" twenty times is a million globs: a mistake, never a need
+
+
+def _short(value) -> str:
+    """A value for an error message, cut short (a setting can hold a huge nested table)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _str_list(value, what: str) -> tuple[str, ...]:
     # A bare string is the classic mistake (select = "CFX1"): say so instead of iterating it.
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SettingsError(f"{what} must be a list of strings, got {value!r}")
+        raise SettingsError(f"{what} must be a list of strings, got {_short(value)}")
     return tuple(value)
+
+
+def _check_patterns(patterns: Iterable[str], what: str) -> None:
+    """gitignore-style patterns that pathspec compiles ("!" and a lone "\\" do not)."""
+    from pathspec import GitIgnoreSpec
+    from pathspec.patterns.gitwildmatch import GitWildMatchPatternError
+
+    for pattern in patterns:
+        try:
+            GitIgnoreSpec.from_lines([pattern])
+        except (GitWildMatchPatternError, ValueError, re.error) as exc:
+            raise SettingsError(f"{what}: invalid pattern {pattern!r}: {exc}") from None
 
 
 def _per_file_ignores(value, path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -162,6 +191,10 @@ def _per_file_ignores(value, path: Path) -> tuple[tuple[str, tuple[str, ...]], .
         what = f"{path}: 'per-file-ignores' entry {glob!r}"
         codes = _str_list(codes, what)
         _check_syntax(codes, what)
+        globs = _expand_braces(glob)
+        if globs is None:
+            raise SettingsError(f"{what}: the braces expand to more than {MAX_BRACE_EXPANSIONS} patterns")
+        _check_patterns(globs, what)
         out.append((glob, codes))
     return tuple(out)
 
@@ -170,6 +203,28 @@ def _check_syntax(selectors: Iterable[str], what: str) -> None:
     for sel in selectors:
         if not _SELECTOR_RE.fullmatch(sel):
             raise SettingsError(f"{what}: unknown rule selector '{sel}'")
+
+
+def check_gpu(value, what: str) -> str:
+    """A target GPU the catalog knows, stripped; else SettingsError naming the catalog. The one
+    check for `gpu` in a settings file and for every command's --gpu flag: an unknown card
+    would silently switch off CFX602/CFX701 and leave `fix --fit` without a budget."""
+    from cfgfix.memory.gpus import find_gpu, gpu_names  # a leaf module: JSON data, no imports back
+
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"{what} must be a GPU name such as \"RTX 4090\", got {value!r}")
+    if find_gpu(value) is None:
+        raise SettingsError(
+            f"{what}: unknown GPU {value.strip()!r}; the catalog knows {', '.join(gpu_names())} "
+            f"(`cfgfix estimate --list-gpus` lists them with their memory)")
+    return value.strip()
+
+
+def with_gpu(settings: Settings, gpu: str | None) -> Settings:
+    """The --gpu flag over the settings' `gpu` (checked the same way, blamed on the flag)."""
+    if gpu is None:
+        return settings
+    return replace(settings, gpu=check_gpu(gpu, "--gpu"), gpu_origin="--gpu")
 
 
 def with_overrides(settings: Settings, *, select=None, ignore=None, extend_select=None) -> Settings:
@@ -249,15 +304,20 @@ def _compiled_per_file(per_file_ignores):
     # gitignore-style globs: "train.py" matches at any depth, "scripts/*.sh" from the root.
     from pathspec import GitIgnoreSpec
 
-    return [(GitIgnoreSpec.from_lines(_expand_braces(glob)), sels) for glob, sels in per_file_ignores]
+    return [(GitIgnoreSpec.from_lines(_expand_braces(glob) or [glob]), sels) for glob, sels in per_file_ignores]
 
 
-def _expand_braces(glob: str) -> list[str]:
-    # ruff's examples use "**/{tests,docs}/*"; gitignore globs have no braces.
-    m = re.search(r"\{([^{}]*)\}", glob)
-    if not m:
-        return [glob]
-    out = []
-    for alt in m.group(1).split(","):
-        out.extend(_expand_braces(glob[: m.start()] + alt + glob[m.end():]))
+def _expand_braces(glob: str, limit: int = MAX_BRACE_EXPANSIONS) -> list[str] | None:
+    """ruff's examples use "**/{tests,docs}/*"; gitignore globs have no braces. None when the
+    expansion would pass `limit` globs (it grows exponentially with the number of braces)."""
+    out, todo = [], [glob]
+    while todo:
+        item = todo.pop()
+        m = re.search(r"\{([^{}]*)\}", item)
+        if not m:
+            out.append(item)
+        else:
+            todo.extend(item[: m.start()] + alt + item[m.end():] for alt in reversed(m.group(1).split(",")))
+        if len(out) + len(todo) > limit:
+            return None
     return out

@@ -535,8 +535,6 @@ class Fp16OnBf16Hardware(ProjectRule):
                 files={"train.sh": "torchrun --nproc_per_node 2 train.py --config train.yaml "
                                    "--model_name_or_path Qwen/Qwen-7B-Chat-Int4\n",
                        "train.py": "print(1)\n", "pyproject.toml": _GPU.format(gpu="A100 80GB")}),
-        Example(_CONFIG, "a GPU the catalog does not know", path="train.yaml",
-                files={**_FILES, "pyproject.toml": _GPU.format(gpu="Mystery 9000")}),
     ]
     INVALID = [
         Example(_CONFIG, "fp16 on an A100", path="train.yaml", line=2,

@@ -27,6 +27,7 @@ class LaunchPlan:
     created: dict[str, str] = field(default_factory=dict)
     written: list[tuple[str, object]] = field(default_factory=list)  # (setting, value) to check
     writable: bool = True
+    estimated: bool = True  # False: no budget (no GPU, no training step, unknown model size)
 
 
 def plan_launches(project, setups) -> list[LaunchPlan]:
@@ -47,6 +48,7 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
                    if not setup.trains else "the model's size is unknown (no catalog id or local config.json)")
             launch_plan.lines.append(f"  not estimated: {why}")
             launch_plan.writable = False
+            launch_plan.estimated = False
             continue
         plan = budget.plan
         launch_plan.lines.append(f"  now: {gib(plan.before.peak)} per GPU; {verdict_text(plan.before, budget.gpu)}")

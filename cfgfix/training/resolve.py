@@ -331,7 +331,7 @@ class _Resolver:
             values["fsdp"] = value
         gpu = getattr(self.project, "target_gpu", None)
         if gpu:
-            values["gpu"] = Value("gpu", gpu, "gpu in the cfgfix settings")
+            values["gpu"] = Value("gpu", gpu, getattr(self.project, "target_gpu_origin", "gpu in the cfgfix settings"))
 
     def _batch(self, general) -> None:
         setup, values = self.setup, self.setup.values
