@@ -2,7 +2,9 @@
 
 One JSON file per configuration fingerprint (cfgfix version, settings, enabled rules,
 library versions): a warm run reads it once and parses nothing that did not change.
-The folder carries its own `.gitignore` so it never lands in a commit.
+The folder carries its own `.gitignore` so it never lands in a commit. What is read back is
+checked (a checksum over the file, the shape of every entry); anything odd is a miss, and a
+`.cfgfix_cache` that is a link is not used at all.
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
+from cfgfix.documents.files import read_file
+
 CACHE_DIR = ".cfgfix_cache"
+# A temporary file older than this was left by a run that died mid-write (killed, disk full,
+# `ulimit -f`): no live run holds one for more than a moment.
+STALE_SECONDS = 600
+# Written first in every results file: a file that does not start with it, or whose checksum
+# does not match what follows, is someone else's (or a damaged) file and is never read.
+_MAGIC = b"cfgfix-cache 1 "
 
 
 def content_hash(data: bytes) -> str:
@@ -22,15 +33,46 @@ def content_hash(data: bytes) -> str:
 
 class Cache:
     def __init__(self, root: Path, fingerprint: str) -> None:
-        self.folder = root / CACHE_DIR
+        self.root = Path(root)
+        self.folder = self.root / CACHE_DIR
         key = hashlib.blake2b(fingerprint.encode(), digest_size=12).hexdigest()
         self.file = self.folder / f"results-{key}.json"
         self.entries: dict[str, list] = {}
         self.dirty = False
+        self.usable = self._folder_is_ours()
+        if self.usable:
+            self.entries = self._load()
+
+    def _folder_is_ours(self) -> bool:
+        """A `.cfgfix_cache` that is a link (or lies outside the project) would have cfgfix
+        read and write files elsewhere: such a cache is not used."""
+        if os.path.islink(self.folder):
+            return False
         try:
-            self.entries = json.loads(self.file.read_text(encoding="utf-8"))
+            real_root = os.path.realpath(self.root)
+            real = os.path.realpath(self.folder)
         except (OSError, ValueError):
-            self.entries = {}
+            return False
+        return os.path.dirname(real) == real_root
+
+    def _load(self) -> dict:
+        """The entries of the results file, or nothing when it is missing, not a regular
+        file (a FIFO would block), damaged, or not of the shape this code writes."""
+        try:
+            raw = read_file(self.file, limit=512 * 1024 * 1024)
+        except OSError:
+            return {}
+        head, _, body = raw.partition(b"\n")
+        if not head.startswith(_MAGIC) or head[len(_MAGIC):].decode("ascii", "replace") != content_hash(body):
+            return {}
+        try:
+            entries = json.loads(body)
+        except (ValueError, RecursionError):
+            return {}
+        if not isinstance(entries, dict):
+            return {}
+        return {k: v for k, v in entries.items()
+                if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], dict)}
 
     def get(self, relpath: str, data: bytes, extra: str) -> dict | None:
         """The cached result when the bytes and `extra` (what else the result depends on,
@@ -45,17 +87,43 @@ class Cache:
         self.dirty = True
 
     def save(self) -> None:
-        """Write atomically; a cache that cannot be written is simply not written."""
-        if not self.dirty:
+        """Write atomically; a cache that cannot be written is simply not written, and no
+        temporary file is left behind (a full disk, `ulimit -f`)."""
+        if not self.dirty or not self.usable:
             return
+        tmp = None
         try:
             self.folder.mkdir(exist_ok=True)
+            if not self._folder_is_ours():  # replaced by a link since we looked
+                return
             ignore = self.folder / ".gitignore"
-            if not ignore.exists():
+            if not os.path.lexists(ignore):
                 ignore.write_text("# Created by cfgfix\n*\n", encoding="utf-8")
+            self._remove_stale()
+            body = json.dumps(self.entries, separators=(",", ":")).encode("utf-8")
             handle, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(self.entries, out, separators=(",", ":"))
+            with os.fdopen(handle, "wb") as out:
+                out.write(_MAGIC + content_hash(body).encode("ascii") + b"\n")
+                out.write(body)
             os.replace(tmp, self.file)
+            tmp = None
+        except (OSError, ValueError):
+            pass
+        finally:
+            if tmp is not None:  # the write failed or was interrupted: leave nothing behind
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    def _remove_stale(self) -> None:
+        """Temporary files that a run killed mid-write (SIGKILL) could not remove."""
+        now = time.time()
+        try:
+            with os.scandir(self.folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False):
+                        if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+                            os.unlink(entry.path)
         except OSError:
             pass

@@ -212,6 +212,24 @@ def _no_files(files, output_format, quiet) -> None:
         raise SystemExit(0)
 
 
+def _signals_exit() -> None:
+    """SIGTERM and SIGHUP (a CI timeout, a closed terminal) raise SystemExit with the signal's
+    exit code, as Ctrl-C raises KeyboardInterrupt: `finally` blocks run, so a write in progress
+    removes its temporary file instead of leaving it in the project."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), leave)
+
+
 def _use_color() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
@@ -265,6 +283,7 @@ def _check(paths, select, ignore, extend_select, output_format, config_file, no_
 
 def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics):
     from cfgfix.core import Applicability
+    from cfgfix.documents.files import read_file
     from cfgfix.fixing import WriteError, fix_file, wanted, write_atomically
 
     engine, files, settings = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
@@ -275,9 +294,15 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
     remaining = [f for f in result.findings if f.path not in fixable_files]
     sources = dict(result.sources)
     fixed_count, failures, changed = 0, [], []
+    _signals_exit()  # SIGTERM/SIGHUP mid-write unwind through the writer's cleanup
     for display in fixable_files:
         sf = by_file[display]
-        outcome = fix_file(engine, sf, sf.path.read_bytes(), unsafe_fixes)
+        try:
+            data = read_file(sf.path)
+        except OSError as exc:  # deleted (or replaced by something odd) since it was checked
+            failures.append(f"cannot read {display}: {exc.strerror or exc}; not fixed")
+            continue
+        outcome = fix_file(engine, sf, data, unsafe_fixes)
         if outcome is None:
             remaining.extend(f for f in result.findings if f.path == display)
             continue

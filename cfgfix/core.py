@@ -10,6 +10,30 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
+def is_huge_number_error(exc: BaseException) -> bool:
+    """Python refuses to convert integers of more than 4,300 digits (to or from text). Such a
+    number in a user's file is ordinary (if absurd) input that no tool can read, never a bug."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+
+
+def _span_typed(span: "Span") -> bool:
+    return isinstance(span.path, str) and all(
+        type(v) is int for v in (span.line, span.column, span.end_line, span.end_column, span.start, span.end))
+
+
+def well_typed(finding: "Finding") -> bool:
+    """Every field of the type the code writes (a cache file read back may hold anything)."""
+    fix = finding.fix
+    return (
+        all(isinstance(v, str) for v in (finding.code, finding.name, finding.message))
+        and _span_typed(finding.span)
+        and all(_span_typed(r.span) and isinstance(r.message, str) for r in finding.related)
+        and (fix is None or (isinstance(fix.description, str) and all(
+            isinstance(e.path, str) and type(e.start) is int and type(e.end) is int and isinstance(e.content, str)
+            and 0 <= e.start <= e.end for e in fix.edits)))
+    )
+
+
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
-from cfgfix.core import Finding, Severity, Span
-from cfgfix.documents.text import DecodeError, SourceText
+from cfgfix.core import Finding, Severity, Span, is_huge_number_error, well_typed
+from cfgfix.documents.files import MAX_PYTHON_BYTES, FileTooLarge, read_file
+from cfgfix.documents.text import DecodeError, SourceText, lone_cr_as_lf
 from cfgfix.project import LaunchFacts, ProjectModel
 from cfgfix.rules.base import Rule, all_rules
 from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
@@ -50,6 +51,8 @@ LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed",
                  b"axolotl")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
 POOL_MIN_FILES = 200  # below this a process pool costs more than it saves
+HUGE_NUMBER = ("holds a number with more than 4,300 digits, which Python (and so the tool that reads "
+               "this file) cannot convert")
 
 
 @dataclass
@@ -100,6 +103,7 @@ class Linter:
         self.report_parse_errors = "CFX901" in codes
 
     def lint(self, sf: SourceFile, data: bytes) -> FileResult:
+        data = lone_cr_as_lf(data)  # CR-only files: the same lines, the same findings as LF
         try:
             if sf.kind == "python":
                 return self._python(sf, data)
@@ -108,6 +112,8 @@ class Linter:
             if sf.kind in ("yaml", "json"):
                 return self._config(sf, data)
         except Exception as exc:  # a bug in a reader must cost one file, never the run
+            if is_huge_number_error(exc):  # ordinary (if absurd) input, not our bug
+                return self._unparsable(sf, f"{sf.display} {HUGE_NUMBER}; the file was skipped")
             result = FileResult()
             result.errors.append(f"internal error reading {sf.display}: {exc!r}; the file was skipped")
             return result
@@ -117,6 +123,11 @@ class Linter:
         rules = [r for r in self.rules if "python" in r.kinds and r.may_match(data)]
         if not rules:
             return FileResult()
+        if len(data) > MAX_PYTHON_BYTES:
+            return self._unparsable(
+                sf, f"{sf.display} is larger than {MAX_PYTHON_BYTES / 1e6:g} MB ({len(data) / 1e6:.1f} MB): "
+                f"not analysed (a training script is far smaller; a generated file is not one)",
+                severity=Severity.WARNING)
         from cfgfix.documents.python import PythonDocument
         from cfgfix.rules.context import PythonContext
 
@@ -165,6 +176,8 @@ class Linter:
             if wants_launches:
                 result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
         except Exception as exc:  # the shell reader is lenient by design; a crash is our bug
+            if is_huge_number_error(exc):
+                return self._unparsable(sf, f"{sf.display} {HUGE_NUMBER}; the file was skipped", severity=Severity.WARNING)
             result.errors.append(f"internal error reading {sf.display}: {exc!r}")
             return result
         self._run(rules, ctx, sf, result)
@@ -212,7 +225,29 @@ class Linter:
                     else:
                         result.findings.append(finding)
             except Exception as exc:  # a bug in a rule must not stop the other files
+                if is_huge_number_error(exc):
+                    if self.report_parse_errors:
+                        result.findings.append(parse_error(
+                            sf.display, f"{sf.display} {HUGE_NUMBER}; {rule.code} was skipped", severity=Severity.WARNING))
+                    continue
                 result.errors.append(f"internal error in {rule.code} on {sf.display}: {exc!r}")
+
+
+def _restore(cached: dict | None) -> FileResult | None:
+    """A cached result, or None (a miss) when it is absent or not of the shape we write."""
+    if cached is None:
+        return None
+    try:
+        result = FileResult.from_dict(cached)
+        for launch in result.launches:
+            LaunchFacts.from_dict(launch)  # the project stage reads them back: they must load
+        if (all(well_typed(f) for f in result.findings + [f for _, f in result.conditional])
+                and all(isinstance(c, str) for c, _ in result.conditional)
+                and all(isinstance(e, str) for e in result.errors + result.configs)):
+            return result
+    except Exception:  # edited by hand, written by other code, truncated: recompute
+        pass
+    return None
 
 
 # A process pool needs the linter in each worker: set once by the initializer.
@@ -277,16 +312,18 @@ class Engine:
         pending: list[tuple[SourceFile, bytes]] = []
         for sf in files:
             try:
-                data = sf.path.read_bytes()
-            except OSError as exc:
+                data = read_file(sf.path)
+            except OSError as exc:  # gone, unreadable, a FIFO or device, over the size bound
+                severity = Severity.WARNING if isinstance(exc, FileTooLarge) else Severity.ERROR
                 results[sf.display] = FileResult(
-                    findings=[parse_error(sf.display, f"cannot read {sf.display}: {exc.strerror or exc}")]
+                    findings=[parse_error(sf.display, f"cannot read {sf.display}: {exc.strerror or exc}", severity=severity)]
                 )
                 continue
             datas[sf.display] = data
             cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
-            if cached is not None:
-                results[sf.display] = FileResult.from_dict(cached)
+            restored = _restore(cached)
+            if restored is not None:
+                results[sf.display] = restored
             else:
                 pending.append((sf, data))
         for (sf, data), result in zip(pending, self._lint_many(pending)):
@@ -333,6 +370,8 @@ class Engine:
                 for finding in rule.check_project(project):
                     by_file.setdefault(finding.span.path, []).append(finding)
             except Exception as exc:  # a bug in a rule must not stop the run
+                if is_huge_number_error(exc):
+                    continue  # a config with an absurd number: the file itself gets its CFX901
                 errors.append(f"internal error in {rule.code} (project stage): {exc!r}")
         return by_file, errors
 
@@ -348,11 +387,11 @@ class Engine:
             if sf.kind not in SHELL_KINDS or os.path.abspath(sf.path) in named:
                 continue
             try:
-                data = sf.path.read_bytes()
+                data = read_file(sf.path)
             except OSError:
                 continue
             cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
-            result = FileResult.from_dict(cached) if cached is not None else self.linter.lint(sf, data)
+            result = _restore(cached) or self.linter.lint(sf, data)
             results[sf.display] = FileResult(launches=result.launches)
             self._launch_files.append(sf)
 
@@ -398,6 +437,7 @@ class Engine:
         findings = [f for f in findings if f.code in self.codes and f.code not in ignored]
         if data is None:
             return findings
+        data = lone_cr_as_lf(data)
         if not findings and b"cfgfix:" not in data:
             return findings
         try:

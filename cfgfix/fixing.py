@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Applicability, Edit, Finding
-from cfgfix.documents.text import SourceText
+from cfgfix.documents.text import SourceText, file_newline_edit
 
 MAX_ROUNDS = 10
 
@@ -129,14 +129,14 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
         fixable = select_fixes([f for f in findings if wanted(f, unsafe)])
         applied = []
         # Two fixes may share an edit (two rules deleting the same call): apply it once.
-        edits = list(dict.fromkeys(e for f in fixable for e in f.fix.edits))
+        edits = _native(dict.fromkeys(e for f in fixable for e in f.fix.edits), data)
         candidate = apply_edits(text, edits)
         if fixable and sound(sf.kind, text, candidate, edits):
             applied = fixable
         else:  # find the fix that breaks the file: apply them one at a time
             candidate = text
             for finding in fixable:
-                attempt = apply_edits(candidate, list(finding.fix.edits))
+                attempt = apply_edits(candidate, _native(finding.fix.edits, data))
                 if sound(sf.kind, candidate, attempt, finding.fix.edits):
                     candidate, applied = attempt, applied + [finding]
                     break  # positions of the others are stale now; next round re-lints
@@ -149,6 +149,14 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
     result.source = SourceText(sf.display, text, source.bom)
     result.remaining = engine.lint_one(sf, result.source.to_bytes(), {})
     return result
+
+
+def _native(edits, data: bytes) -> list[Edit]:
+    """The edits with their inserted lines in the file's own line ending (a CR-only file is
+    linted as LF, see `lone_cr_as_lf`, and must be written back with CRs)."""
+    from dataclasses import replace
+
+    return [replace(e, content=file_newline_edit(e.content, data)) for e in edits]
 
 
 class WriteError(Exception):
@@ -167,15 +175,18 @@ def write_atomically(path: Path, data: bytes, root: Path) -> None:
         raise WriteError(f"cannot stat {path}: {exc.strerror}") from None
     if not os.access(real, os.W_OK):
         raise WriteError(f"{path} is read-only; not written")
+    _remove_stale_temporaries(real)
     tmp = _temporary_copy(path, real, data, mode)
     try:
         os.replace(tmp, real)
-    except OSError as exc:
+    except BaseException as exc:  # an error, or Ctrl-C / SIGTERM (see commands._fix): no leftover
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise WriteError(f"cannot write {path}: {exc.strerror}") from None
+        if isinstance(exc, OSError):
+            raise WriteError(f"cannot write {path}: {exc.strerror}") from None
+        raise
 
 
 def create_atomically(path: Path, data: bytes, root: Path) -> None:
@@ -210,13 +221,40 @@ def _temporary_copy(path: Path, real: Path, data: bytes, mode: int) -> str:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
-    except OSError as exc:
+    except BaseException as exc:  # a full disk, `ulimit -f`, Ctrl-C, SIGTERM: leave nothing behind
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+        if isinstance(exc, OSError):
+            raise WriteError(f"cannot write next to {path}: {exc.strerror}") from None
+        raise
     return tmp
+
+
+# A temporary file this old beside a file cfgfix writes was left by a run killed with SIGKILL
+# between creating it and renaming it (nothing else can stop the cleanup above); no live
+# run holds one for more than a moment.
+STALE_SECONDS = 600
+
+
+def _remove_stale_temporaries(real: Path) -> None:
+    """Remove `.<name>.<random>.cfgfix` files that an earlier, killed run left beside `real`."""
+    import time
+
+    prefix = f".{real.name}."
+    now = time.time()
+    try:
+        with os.scandir(real.parent) as entries:
+            for entry in entries:
+                name = entry.name
+                if (name.startswith(prefix) and name.endswith(".cfgfix")
+                        and len(name) == len(prefix) + 8 + len(".cfgfix")  # mkstemp's 8 random characters
+                        and entry.is_file(follow_symlinks=False)
+                        and now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS):
+                    os.unlink(entry.path)
+    except OSError:
+        pass
 
 
 def _inside(path: Path, root: Path) -> bool:

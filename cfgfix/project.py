@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import ClassVar, Iterable
 
 from cfgfix.core import Finding, Related, Span
+from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
+from cfgfix.documents.text import lone_cr_as_lf
 from cfgfix.rules.base import Rule
 
 
@@ -57,7 +59,7 @@ class LaunchFacts:
         steps = None
         if steps_word is not None:
             text = steps_word.text.split("=", 1)[1] if steps_word.text.startswith("--") else steps_word.text
-            steps = int(text) if text.isdigit() and int(text) > 0 else None
+            steps = int(text) if text.isdigit() and len(text) <= 30 and int(text) > 0 else None
         return cls(
             launcher=launch.launcher,
             script=launch.script.text if launch.script is not None else None,
@@ -146,11 +148,13 @@ def _resolve_in(written: str, bases: Iterable[Path]) -> Path | None:
     if not written or "$" in written or written.lstrip().startswith(("{", "[")):
         return None
     candidate = Path(written)
+    # is_regular_file: a name over 255 bytes or a loop is no file (Path.is_file raises on
+    # some OSErrors), and a FIFO or device is never read as a config
     if candidate.is_absolute():
-        return Path(os.path.realpath(candidate)) if candidate.is_file() else None
+        return Path(os.path.realpath(candidate)) if is_regular_file(candidate) else None
     for base in bases:
         path = base / candidate
-        if path.is_file():
+        if is_regular_file(path):
             return Path(os.path.realpath(path))
     return None
 
@@ -297,12 +301,13 @@ class ProjectModel:
         try:
             data = self._overrides.get(path)
             if data is None:
-                data = path.read_bytes()
+                data = read_file(path)
+            data = lone_cr_as_lf(data)
             fmt = "json" if path.suffix.lower() == ".json" else "yaml"
             doc = parse_config(SourceText.from_bytes(self.display(path), data), fmt)
             if doc.root is None or doc.root.kind != "mapping":
                 doc = None
-        except (OSError, DecodeError, ConfigError, RecursionError, MemoryError):
+        except (OSError, ValueError, ConfigError, RecursionError, MemoryError):  # DecodeError is a ValueError
             doc = None
         self._docs[path] = doc
         return doc
@@ -321,8 +326,9 @@ class ProjectModel:
             try:
                 data = self._overrides.get(path)
                 if data is None:
-                    data = path.read_bytes()
-                if len(data) <= 2_000_000:
+                    data = read_file(path, limit=MAX_PYTHON_BYTES)
+                data = lone_cr_as_lf(data)
+                if len(data) <= MAX_PYTHON_BYTES:
                     source = SourceText.from_bytes(self.display(path), data)
                     found = (source, ast.parse(source.text))
             except (OSError, DecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
@@ -340,7 +346,7 @@ class ProjectModel:
             if key not in self._scripts:
                 try:
                     data = self._overrides.get(launch_file)
-                    self._scripts[key] = (data if data is not None else launch_file.read_bytes()).decode(
+                    self._scripts[key] = lone_cr_as_lf(data if data is not None else read_file(launch_file)).decode(
                         "utf-8", "replace")
                 except OSError:
                     self._scripts[key] = None
@@ -482,6 +488,6 @@ def _accelerate_world_size(written: str, launch_file: Path, root: Path) -> int |
     if path is None:
         return None
     try:
-        return accelerate_config_world_size(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
+        return accelerate_config_world_size(read_file(path).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, absurd numbers or nesting
         return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .documents.files import is_regular_file, read_file
 from .settings import DEFAULT_EXCLUDE, Settings
 
 if TYPE_CHECKING:
@@ -94,8 +95,11 @@ def _kind_of(path: str, name: str) -> str | None:
     kind = _kind_from_name(name)
     if kind is None and _needs_head(name):
         try:
-            with open(path, "rb") as f:
-                kind = "shell" if _shebang_shell(f.read(128)) else None
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block
+            try:
+                kind = "shell" if _shebang_shell(os.read(fd, 128)) else None
+            finally:
+                os.close(fd)
         except OSError:
             return None
     return kind
@@ -169,9 +173,8 @@ def _any_of(regexes: list[str]):
 
 def _read_ignore(folder: str, path: str) -> _IgnoreFile | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            spec = _spec(f.read().splitlines())
-    except (OSError, ValueError):  # unreadable, or a pattern pathspec rejects
+        spec = _spec(read_file(path).decode("utf-8", errors="replace").splitlines())
+    except (OSError, ValueError):  # unreadable (a FIFO, a device), or a pattern pathspec rejects
         return None
     return _IgnoreFile(folder, spec) if any(p.include is not None for p in spec.patterns) else None
 
@@ -271,6 +274,9 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
         if top_match != "." and user.full and user.full.match_file(top_match + "/" if is_dir else top_match):
             continue
         if not is_dir:
+            if not is_regular_file(top):  # a FIFO would block the read, /dev/zero fill memory
+                warnings.append(f"{arg}: not a regular file; skipped")
+                continue
             kind = _kind_of(top, os.path.basename(top))
             if kind:
                 add(top, "", kind, top_display, top_root)

@@ -24,6 +24,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from cfgfix.documents.files import read_text
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -184,7 +186,7 @@ def _read_requirements(path: Path, root: Path, seen: set[Path]) -> Iterator[_Pin
         return
     seen.add(key)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(path, errors="replace")
     except OSError:
         return
     yield from _requirements_text(text, path.parent, _label(path, root), root, seen)
@@ -217,10 +219,9 @@ def _table(doc, *keys) -> dict:
 
 def _pyproject(root: Path) -> Iterator[_Pin]:
     try:
-        with open(root / "pyproject.toml", "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return
+        doc = tomllib.loads(read_text(root / "pyproject.toml"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError, RecursionError):
+        return  # unreadable pins (a >4,300-digit integer, absurd nesting) are no pins
     project = _table(doc, "project")
     lines = list(project.get("dependencies") or [])
     for group in _table(project, "optional-dependencies").values():
@@ -273,9 +274,12 @@ def _poetry_spec(value) -> str:
 
 def _setup_cfg(root: Path) -> Iterator[_Pin]:
     parser = configparser.ConfigParser(interpolation=None)
+    path = root / "setup.cfg"
+    if not path.exists():
+        return
     try:
-        parser.read(root / "setup.cfg", encoding="utf-8")
-    except (configparser.Error, UnicodeDecodeError):
+        parser.read_string(read_text(path), source=str(path))
+    except (OSError, configparser.Error, UnicodeDecodeError):
         return
     values = [parser.get("options", "install_requires", fallback="")]
     if parser.has_section("options.extras_require"):
@@ -295,8 +299,8 @@ def _environment(root: Path) -> Iterator[_Pin]:
         import yaml  # only projects with an environment file pay for it
 
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, yaml.YAMLError):  # a broken environment file must not stop the lint
+            doc = yaml.safe_load(read_text(path, errors="replace"))
+        except (OSError, yaml.YAMLError, ValueError, RecursionError):  # a broken environment file must not stop the lint
             continue
         deps = doc.get("dependencies") if isinstance(doc, dict) else None
         for dep in deps if isinstance(deps, list) else []:
@@ -352,6 +356,8 @@ class Versions:
         for source in (_requirements, _pyproject, _setup_cfg, _environment):
             for name, spec, label, matches in source(root):
                 name = normalize(name)
+                if spec and _ABSURD_NUMBER.search(spec):
+                    continue  # `torch==2.999…9` (thousands of digits) pins nothing pip could install
                 if spec:  # a bare `torch` pins nothing: let a later source or install answer
                     target = pins if matches else fallback
                     target.setdefault(name, VersionInfo(name, spec, label))
@@ -427,6 +433,11 @@ def _version_from_metadata(folder: str) -> str | None:
 
 
 _PIN_FILES = ("pyproject.toml", "setup.cfg", "environment.yml", "environment.yaml")
+
+
+# No release number has 100 digits; a longer run is fuzzed or broken input, and past 4,300
+# digits Python cannot even convert it (every range question would raise).
+_ABSURD_NUMBER = re.compile(r"\d{100}")
 
 
 def _has_pins(folder: Path) -> bool:

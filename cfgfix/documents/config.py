@@ -175,7 +175,11 @@ class _JsonScanner:
         match = _NUMBER.match(text, pos)
         if match:
             self.pos = match.end()
-            return Node("scalar", pos, self.pos, json.loads(match.group(0)))
+            try:
+                number = json.loads(match.group(0))
+            except ValueError:  # past Python's 4,300-digit limit: json.load (every reader) fails too
+                raise self.error("a number with more than 4,300 digits, which Python's json module cannot read", pos) from None
+            return Node("scalar", pos, self.pos, number)
         raise self.error(f"unexpected character {char!r}")
 
     def container(self, depth: int, close: str, kind: str) -> Node:
@@ -397,6 +401,6 @@ def is_json_with_comments(text: str) -> bool:
         return False
     try:
         json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, a >4,300-digit integer, absurd nesting
         return False
     return True

@@ -364,7 +364,7 @@ class _Variables:
             return None
         text = word.text.strip()
         if text.isdigit() and text.isascii():
-            return int(text)
+            return int(text) if len(text) <= 30 else None  # no launch has 10^30 processes
         match = _VARIABLE.fullmatch(text)
         if match is None:
             return None
@@ -381,7 +381,7 @@ class _Variables:
         """`--nnodes 2`, `--nnodes 2:2` (a fixed elastic range); `1:4` is unknown."""
         if word is not None and ":" in word.text:
             low, _, high = word.text.partition(":")
-            return int(low) if low == high and low.isdigit() and low.isascii() else None
+            return int(low) if low == high and low.isdigit() and low.isascii() and len(low) <= 30 else None
         return self.number(word)
 
     def env(self, command: Command) -> dict[str, str]:

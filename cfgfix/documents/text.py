@@ -17,6 +17,24 @@ from cfgfix.core import Span
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
+def lone_cr_as_lf(data: bytes) -> bytes:
+    """`data` with every lone CR (classic Mac line endings) made LF, so that every reader
+    and rule sees the same lines whatever the line ending. One byte for one byte: offsets,
+    lines and columns stay those of the file as written (the fixer writes CRs back)."""
+    return _LONE_CR.sub(b"\n", data) if b"\r" in data else data
+
+
+def file_newline_edit(content: str, data: bytes) -> str:
+    """An edit's text (written with LF, as the engine saw the file) in the file's own line
+    ending when that is a lone CR (CRLF files are seen as they are)."""
+    if "\n" in content and _LONE_CR.search(data) and b"\n" not in data:
+        return re.sub(r"(?<!\r)\n", "\r", content)
+    return content
+
+
 class DecodeError(ValueError):
     """The file is binary or not valid UTF-8."""
 

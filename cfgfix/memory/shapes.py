@@ -10,6 +10,7 @@ quantisation and autocast's 16-bit weight copies all act on exactly those.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,9 +107,9 @@ def shape_from_config_file(path: str | Path) -> ModelShape:
     """`config.json` of a model folder (or the folder itself; a diffusers pipeline folder
     is read through its `unet/config.json`)."""
     path = Path(path)
-    if path.is_dir():
+    if os.path.isdir(path):
         for candidate in (path / "config.json", path / "unet" / "config.json"):
-            if candidate.is_file():
+            if os.path.isfile(candidate):
                 path = candidate
                 break
         else:
@@ -482,7 +483,7 @@ def _shape_from_name(model: str) -> ModelShape | None:
 def resolve_shape(model: str) -> ModelShape:
     """A local model folder or config.json first, then the catalog; ShapeError otherwise."""
     path = Path(model)
-    if path.exists():
+    if os.path.exists(path):  # os.path: a name over 255 bytes is simply not a folder
         return shape_from_config_file(path)
     shape = shape_from_catalog(model)
     if shape is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
             status = 2
             continue
         for shown, content in list(launch_plan.created.items()):
-            if not Path(shown).exists():
+            if not os.path.lexists(shown):
                 continue
             try:
                 same = Path(shown).read_text(encoding="utf-8") == content

@@ -3,6 +3,7 @@ assumptions made for what the files do not say, each stated in words for the rep
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,8 +99,8 @@ def _positive(value) -> bool:
 
 def _local(model: str, training) -> str | None:
     """A model folder written relative to the launch script or the training script."""
-    if model.startswith(("/", ".")) or not Path(model).exists():
+    if model.startswith(("/", ".")) or not os.path.exists(model):
         for base in (training.launch_file.parent, training.script.parent if training.script else None):
-            if base is not None and (base / model).exists():
+            if base is not None and os.path.exists(base / model):
                 return str(base / model)
     return None

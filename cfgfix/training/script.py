@@ -10,6 +10,7 @@ values count: a value computed at run time leaves the setting unknown.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +172,7 @@ def _local_modules(node, path: Path, found: ScriptSetup) -> None:
         # the package root above it (LLaVA's train_mem.py): the script's folder and 3 parents
         for base in [path.parent, *list(path.parents)[1:4]]:
             candidate = base.joinpath(*name.split(".")).with_suffix(".py")
-            if candidate.is_file():
+            if os.path.isfile(candidate):
                 if candidate != path and candidate not in found.config_modules:
                     found.config_modules.append(candidate)
                 break

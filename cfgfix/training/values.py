@@ -46,7 +46,8 @@ def normalise(setting: str, value: object) -> object:
         if setting in BOOL_SETTINGS and text.lower() in ("true", "false", "yes", "no", "1", "0"):
             return text.lower() in ("true", "yes", "1")
         if text.lstrip("-").isdigit():
-            return int(text)
+            # past 30 digits no tool reads it as a count (and past 4,300 Python cannot): unknown
+            return int(text) if len(text) <= 30 else value
         try:
             return float(text) if any(c.isdigit() for c in text) else value
         except ValueError:

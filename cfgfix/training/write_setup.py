@@ -13,6 +13,7 @@ applies the change is advice only (`None`).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def _as_launch_sees(path: Path, setup, root: Path) -> str:
 
     folders = [*_launch_folders(setup.launch_file, root), root]
     for folder in folders:
-        if setup.launch.script and (folder / setup.launch.script).is_file():
+        if setup.launch.script and os.path.isfile(folder / setup.launch.script):
             return Path(os.path.relpath(path, folder)).as_posix()
     return Path(os.path.relpath(path, setup.launch_file.parent)).as_posix()
 

@@ -1,0 +1,279 @@
+"""Hostile and odd input (issue 14): each case a fuzzer found gets its regression test. None
+may give a traceback, an internal error (a bug) or a hang; bad input is a CFX901, a warning
+or a clear error, and the run goes on."""
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cfgfix.commands import cli
+from conftest import REPO, write_project
+
+BIG = "9" * 5000  # past Python's 4,300-digit conversion limit
+LONG = "a" * 300  # past the 255-byte file name limit
+TRAIN = (
+    "import torch\n"
+    "from transformers import AutoModelForSeq2SeqLM\n"
+    "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16, device_map='auto')\n"
+    "model.to(device)\n"
+)
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def assert_no_bug(code, out):
+    assert code in (0, 1), out
+    assert "internal error" not in out and "Traceback" not in out, out
+
+
+# -- names over 255 bytes ---------------------------------------------------------------------
+def test_a_launch_naming_files_over_255_bytes(in_tmp):
+    write_project(in_tmp, {
+        "run.sh": (f"accelerate launch --config_file {LONG}.yaml train.py --deepspeed {LONG}.json --config {LONG}.yaml\n"
+                   f"deepspeed {LONG}.py --deepspeed_config {LONG}.json\n"
+                   f"torchrun --nproc_per_node 2 train.py --model_name_or_path /{LONG}/{LONG}\n"),
+        "train.py": ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                     f"import config_{LONG}\n"
+                     f"model = AutoModelForCausalLM.from_pretrained('./{LONG}')\n"
+                     "Trainer(model=model, args=TrainingArguments('o')).train()\n"),
+        "cfgfix.toml": 'gpu = "RTX 4070"\n',
+    })
+    for command in (("check", "--no-cache"), ("fix", "--unsafe-fixes", "--no-cache"), ("explain",), ("estimate",)):
+        assert_no_bug(*run(*command))
+    code, out = run("fix", "--fit")
+    assert "Traceback" not in out and "internal error" not in out
+
+
+# -- integers Python cannot convert -------------------------------------------------------------
+def test_huge_integers_everywhere_are_ordinary_input(in_tmp):
+    write_project(in_tmp, {
+        "ds.json": f'{{"train_micro_batch_size_per_gpu": {BIG}, "zero_optimization": {{"stage": 2}}, "fp16": {{"enabled": true}}}}\n',
+        "acc.yaml": (f"compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: {BIG}\n"
+                     "mixed_precision: bf16\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"),
+        "train.py": ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                     "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+                     "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n"),
+        "run.sh": (f"export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{BIG}\n"
+                   f"accelerate launch --config_file acc.yaml --num_processes {BIG} train.py "
+                   f"--per_device_train_batch_size {BIG} --gradient_accumulation_steps {BIG}\n"),
+        "requirements.txt": f"torch==2.{BIG}\ntransformers>=4.{BIG}\naccelerate<{BIG}\n",
+        "environment.yml": f"name: x\ndependencies:\n  - python=3.{BIG}\n  - pip:\n    - torch=={BIG}\n",
+        "sub/pyproject.toml": f"[project]\nname = 'x'\ndependencies = ['torch==1.{BIG}']\n",
+        "sub/train.py": TRAIN,
+        "sub/ds.json": '{"zero_optimization": {"stage": 2}, // c\n "x": ' + "[" * 1000 + "]" * 1000 + "}\n",
+    })
+    for command in (("check", "--no-cache"), ("check",), ("check",), ("fix", "--unsafe-fixes", "--no-cache"),
+                    ("explain",), ("estimate",)):
+        code, out = run(*command)
+        assert_no_bug(code, out)
+    code, out = run("check", "--no-cache")
+    assert "ds.json:1:36: CFX901 invalid JSON: a number with more than 4,300 digits" in out
+
+
+def test_a_deeply_nested_environment_file_with_huge_numbers_is_no_pins(in_tmp):
+    nested = "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 300)) + "  " * 300 + f"v: {BIG}\n"
+    write_project(in_tmp, {"environment.yml": nested + f"dependencies:\n  - torch={BIG}\n", "train.py": TRAIN,
+                           "pyproject.toml": "[project]\nname = 'x'\nx = " + "[" * 3000 + "]" * 3000 + "\n"})
+    (in_tmp / "pyproject.toml").unlink()  # a broken pyproject is a settings error; pins are read lazily
+    assert_no_bug(*run("check"))
+    assert_no_bug(*run("check"))  # the cached path asks for the pins again (engine._file_key)
+
+
+# -- FIFOs, devices, files that vanish ----------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifos_never_block(in_tmp):
+    write_project(in_tmp, {"train.py": TRAIN})
+    os.mkfifo(in_tmp / "named.py")
+    os.mkfifo(in_tmp / "noext")
+    os.mkfifo(in_tmp / "requirements.txt")
+    os.mkfifo(in_tmp / ".gitignore")
+    started = time.monotonic()
+    code, out = run("check", "named.py", "noext")
+    assert code == 0 and "named.py: not a regular file; skipped" in out
+    code, out = run("check")  # FIFOs in the tree, as ignore and pin files
+    assert code == 1 and "CFX103" in out
+    (in_tmp / ".cfgfix_cache").mkdir(exist_ok=True)
+    for results in (in_tmp / ".cfgfix_cache").glob("results-*.json"):
+        results.unlink()
+        os.mkfifo(results)
+    code, out = run("check")
+    assert code == 1 and "CFX103" in out
+    assert time.monotonic() - started < 30
+
+
+def test_dev_zero_named_or_linked_is_not_read(in_tmp):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    write_project(in_tmp, {"train.py": TRAIN})
+    (in_tmp / "zero.py").symlink_to("/dev/zero")
+    code, out = run("check", "--no-cache", "/dev/zero", "zero.py")
+    assert code == 0 and "not a regular file" in out
+    assert_no_bug(*run("check", "--no-cache"))
+
+
+def test_a_file_deleted_while_fix_runs(in_tmp, monkeypatch):
+    from cfgfix.engine import Engine
+
+    write_project(in_tmp, {"train.py": TRAIN, "other.py": TRAIN})
+    original = Engine.run
+
+    def run_then_delete(self, files):
+        result = original(self, files)
+        (in_tmp / "train.py").unlink()
+        return result
+
+    monkeypatch.setattr(Engine, "run", run_then_delete)
+    code, out = run("fix", "--no-cache")
+    assert code == 2 and "cannot read train.py" in out and "Traceback" not in out
+    assert "model.to(device)" not in (in_tmp / "other.py").read_text()  # the run went on
+
+
+# -- the cache ----------------------------------------------------------------------------------
+def _results(root: Path) -> Path:
+    (found,) = (root / ".cfgfix_cache").glob("results-*.json")
+    return found
+
+
+def test_a_cache_file_of_the_wrong_shape_is_a_miss(in_tmp):
+    from cfgfix.cache import _MAGIC, content_hash
+
+    write_project(in_tmp, {"train.py": TRAIN})
+    code, first = run("check")
+    path = _results(in_tmp)
+    for entries in ({"train.py": ["x", {"findings": 5}]}, [1, 2], {"train.py": [1]}, "x",
+                    {"train.py": None}):
+        body = json.dumps(entries).encode()
+        path.write_bytes(_MAGIC + content_hash(body).encode() + b"\n" + body)  # a valid checksum
+        assert run("check") == (code, first)
+    key = next(iter(json.loads(path.read_bytes().partition(b"\n")[2])))
+    shaped = {key: [json.loads(path.read_bytes().partition(b"\n")[2])[key][0],
+                    {"findings": [{"code": 1}], "conditional": [], "launches": [{"x": 1}], "errors": []}]}
+    body = json.dumps(shaped).encode()
+    path.write_bytes(_MAGIC + content_hash(body).encode() + b"\n" + body)
+    assert run("check") == (code, first)
+    path.write_bytes(b"{not json")
+    assert run("check") == (code, first)
+
+
+def test_changed_digits_in_the_cache_are_never_served(in_tmp):
+    write_project(in_tmp, {"train.py": TRAIN})
+    code, first = run("check")
+    path = _results(in_tmp)
+    raw = path.read_bytes()
+    assert b'"line":4' in raw
+    path.write_bytes(raw.replace(b'"line":4', b'"line":3'))  # a changed digit, checksum stale
+    assert run("check") == (code, first)
+
+
+def test_a_symlinked_cache_folder_is_not_used(in_tmp, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    write_project(in_tmp, {"train.py": TRAIN})
+    (in_tmp / ".cfgfix_cache").symlink_to(outside, target_is_directory=True)
+    code, out = run("check")
+    assert code == 1 and "CFX103" in out
+    assert list(outside.iterdir()) == []  # nothing written outside the project
+
+
+def test_stale_temporary_files_are_cleaned_and_new_ones_never_left(in_tmp, monkeypatch):
+    import cfgfix.fixing as fixing
+
+    write_project(in_tmp, {"train.py": TRAIN})
+    old = time.time() - 3600
+    stale = in_tmp / ".train.py.ab12cd34.cfgfix"
+    fresh = in_tmp / ".train.py.zz12cd34.cfgfix"  # a concurrent run's: kept
+    other = in_tmp / ".train.py.notours"
+    for path in (stale, fresh, other):
+        path.write_text("x")
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    (in_tmp / ".cfgfix_cache").mkdir()
+    cache_tmp = in_tmp / ".cfgfix_cache" / ".tmp-abc123"
+    cache_tmp.write_text("x")
+    os.utime(cache_tmp, (old, old))
+    code, out = run("fix")
+    assert code == 0, out
+    assert not stale.exists() and fresh.exists() and other.exists() and not cache_tmp.exists()
+
+    # interrupted mid-write (Ctrl-C, or SIGTERM which `fix` turns into SystemExit): no leftover
+    write_project(in_tmp, {"train.py": TRAIN})
+    fresh.unlink()
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fixing.os, "fsync", interrupted)
+    result = CliRunner().invoke(cli, ["fix", "--no-cache"])
+    assert result.exit_code != 0  # click turns Ctrl-C into "Aborted!"
+    assert sorted(p.name for p in in_tmp.iterdir() if p.name.endswith(".cfgfix")) == []
+    assert (in_tmp / "train.py").read_text() == TRAIN
+
+
+def test_a_cache_that_cannot_be_written_leaves_no_temporary_file(in_tmp, monkeypatch):
+    import cfgfix.cache as cache
+
+    write_project(in_tmp, {"train.py": TRAIN})
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache.os, "replace", full)
+    code, out = run("check")
+    assert code == 1 and "CFX103" in out
+    assert [p.name for p in (in_tmp / ".cfgfix_cache").iterdir()] == [".gitignore"]
+
+
+# -- line endings and size ----------------------------------------------------------------------
+def _findings(folder: Path):
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        code, out = run("check", "--no-cache", "--output-format", "json")
+    finally:
+        os.chdir(cwd)
+    return [(f["code"], f["filename"].rsplit("/", 1)[-1], f["location"]["row"], f["location"]["column"])
+            for f in json.loads(out)]
+
+
+def _convert(folder: Path, newline: bytes) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".json", ".md", ".txt"):
+            path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", newline))
+
+
+def test_cr_only_line_endings_give_the_same_findings_and_fixes_as_lf(tmp_path):
+    lf = tmp_path / "lf"
+    shutil.copytree(REPO / "fixtures" / "flan-t5-xl-trainer" / "project", lf)
+    cr = tmp_path / "cr"
+    shutil.copytree(lf, cr)
+    _convert(cr, b"\r")
+    expected = _findings(lf)
+    assert len(expected) >= 8
+    assert _findings(cr) == expected
+    for folder in (lf, cr):
+        cwd = os.getcwd()
+        os.chdir(folder)
+        try:
+            run("fix", "--unsafe-fixes", "--no-cache")
+        finally:
+            os.chdir(cwd)
+    for name in ("train.py", "pseudo_label.py"):
+        fixed_cr = (cr / name).read_bytes()
+        assert b"\n" not in fixed_cr  # written back with the file's own line endings
+        assert fixed_cr.replace(b"\r", b"\n") == (lf / name).read_bytes()
+
+
+def test_a_huge_python_file_is_bounded(in_tmp):
+    body = TRAIN + "x = torch.zeros(3).cuda()\n" * 60000  # ~1.6 MB
+    write_project(in_tmp, {"big.py": body, "train.py": TRAIN})
+    started = time.monotonic()
+    code, out = run("check", "--no-cache")
+    assert time.monotonic() - started < 20
+    assert "big.py:1:1: CFX901 big.py is larger than 1 MB" in out and "train.py:4:1: CFX103" in out
