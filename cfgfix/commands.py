@@ -453,23 +453,23 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 
 @cli.command()
 @click.option("--model", metavar="ID|PATH", help="A catalog model id or a local folder / config.json.")
-@click.option("--params", type=float, metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
+@click.option("--params", type=click.FloatRange(min=1), metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
 @click.option("--gpu", metavar="NAME", help='Target GPU ("RTX 4090", "A100-80GB", ...): adds the verdict.')
-@click.option("--num-gpus", type=int, default=1, show_default=True, help="Data-parallel world size.")
+@click.option("--num-gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel world size.")
 @click.option("--precision", type=click.Choice(_PRECISIONS), default="fp32", show_default=True,
               help="fp32; amp-*: fp32 weights + autocast; bf16/fp16: pure 16-bit weights; ds-*: DeepSpeed's 16-bit engine.")
 @click.option("--optimizer", type=click.Choice(("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")), default="adamw", show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="DeepSpeed ZeRO stage.")
 @click.option("--fsdp", type=click.Choice(("full", "grad-op")), default=None, help="FSDP sharding instead of ZeRO.")
 @click.option("--offload", type=click.Choice(("none", "optimizer", "optimizer+params")), default="none", show_default=True)
-@click.option("--batch", type=int, default=1, show_default=True, help="Micro batch per GPU.")
-@click.option("--seq", type=int, default=None, help="Tokens per sample (T5: source tokens).")
-@click.option("--target-seq", type=int, default=None, help="T5: target tokens.")
-@click.option("--resolution", type=int, default=None, help="Image side in pixels (diffusion UNets).")
-@click.option("--lora-rank", type=int, default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Micro batch per GPU.")
+@click.option("--seq", type=click.IntRange(min=1), default=None, help="Tokens per sample (T5: source tokens).")
+@click.option("--target-seq", type=click.IntRange(min=1), default=None, help="T5: target tokens.")
+@click.option("--resolution", type=click.IntRange(min=8), default=None, help="Image side in pixels (diffusion UNets).")
+@click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
 @click.option("--quantize", type=click.Choice(("4bit", "8bit")), default=None, help="QLoRA: the frozen base's storage.")
 @click.option("--checkpointing/--no-checkpointing", default=False, show_default=True, help="Gradient checkpointing.")
-@click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient accumulation steps.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
 @click.option("--list-models", is_flag=True, help="List the catalog's model ids and exit.")
@@ -528,6 +528,9 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
         lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum,
     )
+    problems = setup.impossible() + setup.conflicts()
+    if problems:
+        _fail("; ".join(problems))
     result = run_estimate(setup, shape)
     decision = fit_verdict(result, target.usable_bytes, target.name) if target else None
     if output_format == "json":

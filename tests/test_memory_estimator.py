@@ -140,3 +140,54 @@ def test_cli_estimate_text_and_json():
 def test_import_cfgfix_commands_does_not_import_the_memory_model():
     code = "import sys, cfgfix.commands; print(any(m.startswith(('torch', 'cfgfix.memory')) for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+# -- impossible inputs and plain-word sources (issue 13, item 7) ---------------------------------
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--batch", "0"], "'--batch': 0 is not in the range x>=1"),
+    (["--num-gpus", "0"], "'--num-gpus': 0 is not in the range x>=1"),
+    (["--seq", "-5"], "'--seq': -5 is not in the range x>=1"),
+    (["--grad-accum", "0"], "'--grad-accum'"),
+    (["--lora-rank", "0"], "'--lora-rank'"),
+    (["--offload", "optimizer"], "without ZeRO nothing is offloaded"),
+    (["--offload", "optimizer+params", "--zero", "2"], "works only under ZeRO-3"),
+    (["--fsdp", "full", "--zero", "3", "--num-gpus", "8"], "a run uses one of them, not both"),
+    (["--quantize", "4bit"], "give a LoRA rank"),
+])
+def test_estimate_refuses_impossible_inputs(flags, expected):
+    result = CliRunner().invoke(cli, ["estimate", "--model", "meta-llama/Llama-2-7b-hf", *flags])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert "GiB" not in result.output  # nothing estimated
+
+
+def test_estimator_refuses_impossible_values():
+    with pytest.raises(ValueError, match="the micro batch must be a whole number of at least 1, not 0"):
+        estimate(MemorySetup(micro_batch=0), shape_from_catalog("meta-llama/Llama-2-7b-hf"))
+    with pytest.raises(ValueError, match="the sequence length must be at least 1, not -5"):
+        estimate(MemorySetup(seq_len=-5, num_gpus=2), shape_from_catalog("meta-llama/Llama-2-7b-hf"))
+
+
+def test_a_conflicting_project_setup_is_estimated_as_it_runs_and_says_why():
+    shape = shape_from_catalog("meta-llama/Llama-2-7b-hf")
+    result = estimate(MemorySetup(weights="bf16", deepspeed_half="bf16", zero_stage=2, offload_params=True,
+                                  num_gpus=2), shape)
+    plain = estimate(MemorySetup(weights="bf16", deepspeed_half="bf16", zero_stage=2, num_gpus=2), shape)
+    assert result.peak == plain.peak
+    assert any("works only under ZeRO-3" in note for note in result.assumptions)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--precision", "amp-bf16"], ["--precision", "bf16", "--lora-rank", "16", "--quantize", "4bit"],
+    ["--precision", "ds-bf16", "--zero", "3", "--num-gpus", "8", "--offload", "optimizer+params"],
+    ["--precision", "ds-bf16", "--zero", "2", "--num-gpus", "4", "--offload", "optimizer"],
+    ["--precision", "fp16"],
+])
+def test_estimate_output_cites_sources_in_words_not_fact_codes(flags):
+    import re
+
+    result = CliRunner().invoke(cli, ["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "A100-80GB", *flags])
+    assert result.exit_code == 0, result.output
+    codes = re.findall(r"(?<![\w.-])[A-F]\d{1,2}[a-z]?(?![\w.])", result.output)
+    assert not [c for c in codes if c not in ("A100",)], result.output

@@ -184,7 +184,7 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
                 notes.add("quantised share of the weights unknown: assumed 90% (the blocks' Linear layers)")
             rest = psi - quantized
             notes.add("QLoRA: prepare_model_for_kbit_training up-casts the non-quantised weights (embeddings, "
-                      "head, norms) to fp32 (facts C14, peft utils/other.py)")
+                      "head, norms) to fp32 (peft utils/other.py, prepare_model_for_kbit_training)")
             base = int(quantized * qbytes) + rest * 4
             wf = (f"{quantized / 1e9:.3g}B quantised x {qbytes:g} B ({setup.quantization}) + "
                   f"{rest / 1e9:.3g}B others x 4 B (k-bit up-cast) + {trainable / 1e6:.3g}M adapters x 4 B")
@@ -198,7 +198,8 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         wf = f"{psi / 1e9:.3g}B x {w_bytes} B ({setup.weights})"
         t_bytes = w_bytes
         if setup.autocast:
-            notes.add("autocast keeps the weights, gradients and optimizer states in fp32 (C15a); it adds 16-bit weight copies")
+            notes.add("autocast keeps the weights, gradients and optimizer states in fp32 and casts each op's inputs "
+                      "(PyTorch AMP docs); it adds 16-bit weight copies")
     grads = trainable * t_bytes
     per_param = _optimizer_bytes_per_param(setup.optimizer, t_bytes)
     if per_param is None:
@@ -206,7 +207,7 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         of = f"Adafactor factored second moments: {state_elements / 1e6:.3g}M elements x {t_bytes} B"
     else:
         optimizer = int(trainable * per_param)
-        of = f"{trainable / 1e9:.3g}B x {per_param:g} B ({setup.optimizer}, states in the parameters' dtype: C14, A6)"
+        of = f"{trainable / 1e9:.3g}B x {per_param:g} B ({setup.optimizer}; torch keeps the states in the parameters' dtype)"
     gf = f"{trainable / 1e9:.3g}B trainable x {t_bytes} B"
     grads_persistent = setup.gradient_accumulation > 1
     gathered = 0
@@ -284,20 +285,16 @@ def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes) -> _
     if setup.offload_optimizer and stage >= 2:
         if stage == 2:
             cpu_total = int(psi * max(4 * n, 16) * 1.5)
-            cpu_formula = "Psi x max(4G, 16) x 1.5 (estimate_zero2_model_states_mem_needs, C14)"
+            cpu_formula = "Psi x max(4G, 16) x 1.5 (DeepSpeed's estimate_zero2_model_states_mem_needs)"
         else:
             cpu_total = int((18 if setup.offload_params else 16) * psi * 1.5)
-            cpu_formula = f"{18 if setup.offload_params else 16} x Psi x 1.5 (estimate_zero3_model_states_mem_needs, C14)"
+            cpu_formula = f"{18 if setup.offload_params else 16} x Psi x 1.5 (DeepSpeed's estimate_zero3_model_states_mem_needs)"
         cpu = (Component("offloaded_states", cpu_total, 0, cpu_formula),)
         grads16, grads32, master, optimizer = 0, 0, 0, 0
         gf, mf, of = "offloaded to CPU", "offloaded to CPU", "offloaded to CPU"
         if stage == 3 and setup.offload_params:
             weights16 = 0
             wf = "offloaded to CPU"
-    if setup.offload_params and stage < 3:
-        notes.add("offload_param has no effect below ZeRO-3 (DeepSpeed ignores it)")
-    if setup.offload_optimizer and stage < 2:
-        notes.add("offload_optimizer needs ZeRO-2 or 3; ignored at this stage")
     return _States(weights16, grads16 + grads32, True, optimizer, master, gathered, cpu, wf, gf, of, mf, 0)
 
 
@@ -693,7 +690,12 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
 
         shape = replace(shape, params=int(setup.params))
     if setup.weights == "fp16" and setup.optimizer == "adamw" and not setup.deepspeed_half and setup.lora_rank is None:
-        notes.add("pure fp16 weights with torch AdamW break at the default eps (facts A6): sized anyway")
+        notes.add("pure fp16 weights with torch AdamW underflow at the default eps=1e-8 (it rounds to 0 in fp16): sized anyway")
+    problems = setup.impossible()
+    if problems:
+        raise ValueError("; ".join(problems))
+    for conflict in setup.conflicts():
+        notes.add(f"{conflict} (estimated as it would run)")
     trainable = _trainable(setup, shape, notes)
     states = _model_states(setup, shape, trainable, notes)
     act = _activations(setup, shape, notes)
@@ -734,7 +736,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
 
     temp_formula = "; ".join(
         part for part in (
-            f"autocast 16-bit weight copies {act.autocast_copies / GIB:.3g} GiB (C14)" if act.autocast_copies else "",
+            f"autocast 16-bit weight copies {act.autocast_copies / GIB:.3g} GiB (autocast's per-op weight casts)" if act.autocast_copies else "",
             f"fp32 loss gradient {act.loss_backward / GIB:.3g} GiB" if act.loss_backward else "",
             f"gathered layer {states.gathered / GIB:.3g} GiB" if states.gathered else "",
             f"buckets {buckets / GIB:.3g} GiB: {bucket_formula}" if buckets else "",

@@ -46,3 +46,44 @@ class MemorySetup:
 
     def with_(self, **changes) -> "MemorySetup":
         return replace(self, **changes)
+
+    def impossible(self) -> list[str]:
+        """Values no training run can have (a batch of 0, a negative length), in words. The
+        estimator refuses them: they would print negative or zero GiB."""
+        out = []
+        for name, label in (("num_gpus", "the number of GPUs"), ("micro_batch", "the micro batch"),
+                            ("gradient_accumulation", "gradient accumulation steps")):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                out.append(f"{label} must be a whole number of at least 1, not {value!r}")
+        for name, label in (("seq_len", "the sequence length"), ("target_len", "the target length"),
+                            ("lora_rank", "the LoRA rank"), ("params", "the parameter count")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                out.append(f"{label} must be at least 1, not {value!r}")
+        if self.resolution is not None and (not isinstance(self.resolution, int) or self.resolution < 8):
+            out.append(f"the image resolution must be at least 8 pixels (one latent pixel), not {self.resolution!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            out.append(f"DeepSpeed ZeRO has stages 0 to 3, not {self.zero_stage!r}")
+        return out
+
+    def conflicts(self) -> list[str]:
+        """Combinations that cannot run as described, each with the reason. The CLI refuses
+        them; a project's files that combine them get an estimate of what actually runs
+        (the estimator notes what it left out)."""
+        out = []
+        if self.fsdp and (self.zero_stage or self.deepspeed_half):
+            out.append("FSDP and DeepSpeed both own the model's sharding and precision: a run uses one of them, not both")
+        if self.offload_optimizer and self.fsdp:
+            out.append("optimizer offload here is DeepSpeed ZeRO-Offload; FSDP's CPU offload is not modelled")
+        elif self.offload_optimizer and self.zero_stage < 2:
+            out.append("optimizer offload is a DeepSpeed ZeRO feature (zero_optimization.offload_optimizer): "
+                       + ("without ZeRO nothing is offloaded" if not self.zero_stage else "ZeRO-1 offload is not modelled")
+                       + "; choose ZeRO stage 2 or 3 (the stages DeepSpeed's own memory estimators cover)")
+        if self.offload_params and self.zero_stage != 3 and not self.fsdp:
+            out.append("parameter offload (zero_optimization.offload_param) works only under ZeRO-3: DeepSpeed "
+                       "ignores it at lower stages")
+        if self.quantization and self.lora_rank is None:
+            out.append("4/8-bit weights are not trained directly: QLoRA trains LoRA adapters on the quantized, "
+                       "frozen base; give a LoRA rank")
+        return out
