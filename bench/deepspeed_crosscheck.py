@@ -104,7 +104,8 @@ for line in sys.stdin:
 
 def find_configs(paths: list[Path]) -> list[Path]:
     """DeepSpeed configs under `paths`, recognised with cfgfix's own reader."""
-    from cfgfix.documents.config import ConfigError, config_kinds, looks_like_config, parse_config
+    from cfgfix.analysis.config_kinds import config_kinds, looks_like_config
+    from cfgfix.documents.config import ConfigError, parse_config
     from cfgfix.documents.text import DecodeError, SourceText
 
     found = []

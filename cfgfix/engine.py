@@ -186,12 +186,13 @@ class Linter:
     def _config(self, sf: SourceFile, data: bytes) -> FileResult:
         """accelerate / DeepSpeed configs, recognised by content: a YAML or JSON file that is
         not one (a Helm chart, a data file) is never reported, even when it cannot be parsed."""
-        from cfgfix.documents.config import looks_like_config
+        from cfgfix.analysis.config_kinds import looks_like_config
 
         rules = [r for r in self.rules if sf.kind in r.kinds]
         if (not rules and not self.wants_config_kinds) or not looks_like_config(data):
             return FileResult()
-        from cfgfix.documents.config import ConfigError, config_kinds, parse_config
+        from cfgfix.analysis.config_kinds import config_kinds
+        from cfgfix.documents.config import ConfigError, parse_config
         from cfgfix.rules.context import ConfigContext
 
         try:

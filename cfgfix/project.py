@@ -3,7 +3,7 @@ processes, and which accelerate / DeepSpeed configs each launch uses. Built from
 per-file facts (launches, config kinds) after every file was linted.
 
 CFX105 reads it through `condition_holds("multi-process-launch", script)`; the project
-rules (`ProjectRule`, CFX402/CFX502) read the config links through `accelerate_links()`
+rules (`rules.base.ProjectRule`, CFX402/CFX502) read the config links through `accelerate_links()`
 and `deepspeed_uses()`. The model reads only the few config files that launches and
 accelerate configs reference (and the run's recognised configs), each once per run,
 memoised per path; it is rebuilt on every run, so edits to a referenced file are seen even
@@ -17,12 +17,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Iterable
+from typing import Iterable
 
-from cfgfix.core import Finding, Related, Span
+from cfgfix.core import Related, Span
 from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
 from cfgfix.documents.text import lone_cr_as_lf
-from cfgfix.rules.base import Rule
 
 
 @dataclass(frozen=True)
@@ -464,25 +463,8 @@ def accelerate_world_size(doc):
     return value, node
 
 
-class ProjectRule(Rule):
-    """A rule over the project model (several files at once). It runs after the per-file
-    stage on every run (never cached: its inputs are other files), so it must stay cheap:
-    it reads configs only through `project.read`, which parses each file once per run.
-    Findings may be on any file of the run; the engine keeps those on files it checks."""
-
-    scope: ClassVar[str] = "project"
-    kinds = ("yaml", "json")
-    triggers = ()
-
-    def check(self, ctx):  # per-file stage: nothing to do
-        return ()
-
-    def check_project(self, project: ProjectModel) -> Iterable[Finding]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
 def _accelerate_world_size(written: str, launch_file: Path, root: Path) -> int | None:
-    from cfgfix.documents.shell import accelerate_config_world_size
+    from cfgfix.documents.launches import accelerate_config_world_size
 
     path = _resolve(written, launch_file, root)
     if path is None:

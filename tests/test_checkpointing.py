@@ -6,7 +6,7 @@ import ast
 import pytest
 from conftest import lint_project, write_project
 
-from cfgfix.rules.checkpointing import use_reentrant_of
+from cfgfix.analysis.checkpointing import use_reentrant_of
 
 PINS_V4 = {"requirements.txt": "transformers==4.45.2\npeft==0.13.2\ntorch==2.4.1\n"}
 HEAD = (

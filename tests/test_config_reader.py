@@ -5,7 +5,8 @@ import json
 import pytest
 import yaml
 
-from cfgfix.documents.config import ConfigError, config_kinds, parse_config
+from cfgfix.analysis.config_kinds import config_kinds
+from cfgfix.documents.config import ConfigError, parse_config
 from cfgfix.documents.config_edits import delete_entry
 from cfgfix.documents.text import SourceText
 from conftest import lint_project, write_project

@@ -78,7 +78,7 @@ def test_link_out_of_the_project_is_refused(tmp_path):
 def test_a_fix_that_would_break_the_file_is_dropped(in_tmp, monkeypatch):
     """If a rule produced a broken edit, the fixer reports it and writes valid code."""
     from cfgfix.fixing import fix_file
-    from cfgfix.rules import loading
+    from cfgfix.rules.loading import cfx101_redundant_dtype_cast as loading
     from conftest import lint_project, write_project
 
     source = (

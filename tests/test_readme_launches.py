@@ -2,7 +2,8 @@
 
 from cfgfix.core import Span
 from cfgfix.documents.markdown import shell_blocks_only
-from cfgfix.documents.shell import find_launches, parse_shell
+from cfgfix.documents.launches import find_launches
+from cfgfix.documents.shell import parse_shell
 from cfgfix.documents.text import SourceText
 from conftest import lint_project, write_project
 

@@ -605,12 +605,6 @@ def test_accelerate_config_world_size(text, expected):
     assert accelerate_config_world_size(text) == expected
 
 
-def test_launch_names_are_reexported_from_shell():
-    from cfgfix.documents import shell
-
-    assert shell.find_launches is find_launches and shell.Launch is Launch
-
-
 def test_launcher_options_held_in_a_variable_are_word_split():
     """Qwen's finetune scripts: `torchrun $DISTRIBUTED_ARGS finetune.py ...`."""
     (launch,) = launches(

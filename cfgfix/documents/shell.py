@@ -932,12 +932,3 @@ def _dotenv_quoted(text: str, start: int, quote: str) -> tuple[int, str]:
         out.append(c)
         i += 1
     return -1, ""
-
-
-def __getattr__(name: str):
-    # Launch recognition lives in launches.py; keep `from ...shell import find_launches` working.
-    if name in ("Launch", "find_launches", "accelerate_config_world_size"):
-        from cfgfix.documents import launches
-
-        return getattr(launches, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,1 +1,2 @@
-"""Rules, one module per family; `base` holds the rule class and the registry."""
+"""Rules, one module per rule in its family's folder (`loading/cfx103_move_dispatched_model.py`);
+`base` holds the rule classes and the registry, `families` lists the rule modules."""

@@ -10,9 +10,12 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Iterator
 
 from cfgfix.core import Finding, Fix, Related, Severity, Span
+
+if TYPE_CHECKING:
+    from cfgfix.project import ProjectModel
 
 DOCS_URL = "https://github.com/cfgfix/cfgfix/blob/main/rules/{code}.md"
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
@@ -97,6 +100,23 @@ class Rule:
     @classmethod
     def url(cls) -> str:
         return DOCS_URL.format(code=cls.code)
+
+
+class ProjectRule(Rule):
+    """A rule over the project model (several files at once). It runs after the per-file
+    stage on every run (never cached: its inputs are other files), so it must stay cheap:
+    it reads configs only through `project.read`, which parses each file once per run.
+    Findings may be on any file of the run; the engine keeps those on files it checks."""
+
+    scope: ClassVar[str] = "project"
+    kinds = ("yaml", "json")
+    triggers = ()
+
+    def check(self, ctx):  # per-file stage: nothing to do
+        return ()
+
+    def check_project(self, project: ProjectModel) -> Iterable[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 def doc_sections(doc: str) -> dict[str, str]:

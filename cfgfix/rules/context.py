@@ -57,7 +57,7 @@ class ShellContext:
 
     @cached_property
     def launches(self):
-        from cfgfix.documents.shell import find_launches
+        from cfgfix.documents.launches import find_launches
 
         return find_launches(self.document)
 

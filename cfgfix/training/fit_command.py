@@ -32,7 +32,7 @@ class LaunchPlan:
 
 
 def plan_launches(project, setups) -> list[LaunchPlan]:
-    from cfgfix.rules.memory_budget import budgets
+    from cfgfix.training.budgets import budgets
     from cfgfix.training.fit import verdict_text
     from cfgfix.training.write_setup import SetupWriter
 

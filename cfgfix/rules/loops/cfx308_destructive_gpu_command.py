@@ -1,4 +1,4 @@
-"""CFX308: destructive commands in training launch scripts (shell)."""
+"""CFX308 destructive-gpu-command."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Shared wording and edits for the model-loading rules (CFX101-CFX105)."""
+"""Model loads and the calls on them, as the rules word and fix them: the text prefilter
+for a model class's `from_pretrained(`, a call's name and source text, the related span
+of a load, the edit that drops a call (CFX101-CFX105, CFX203, CFX205)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,282 @@
+"""Autocast regions and gradient scalers, as the CFX2xx rules see them: every spelling of
+autocast (`torch.autocast`, `torch.amp.autocast`, `torch.cuda.amp.autocast`, aliases, the
+dtype each one defaults to), GradScaler constructions, the frameworks that scale the loss
+themselves (accelerate, DeepSpeed, the HF Trainer, Lightning), and `Resolver`, what a name
+holds in one scope. `AmpFacts` is computed once per file and kept in `ctx.notes`.
+
+Moved here unchanged from `rules/amp.py`; the project-wide flow analysis is to replace
+`Resolver`."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+from cfgfix.analysis.names import DTYPE_ALIASES, dotted, single_assignments
+
+# -------------------------------------------------------------------------- vocabulary
+
+AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
+AUTOCAST_CUDA = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
+_AUTOCAST_CPU = frozenset({"torch.cpu.amp.autocast", "torch.cpu.amp.autocast_mode.autocast"})
+AUTOCAST_NAMES = AUTOCAST_GENERIC | AUTOCAST_CUDA | _AUTOCAST_CPU
+
+SCALER_CUDA = frozenset({"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"})
+_SCALER_GENERIC = frozenset(
+    {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler"}
+)
+SCALER_NAMES = SCALER_CUDA | _SCALER_GENERIC
+
+# Positional parameters: the generic API takes the device first; the deprecated
+# per-device classes start with `enabled` (torch/cuda/amp/autocast_mode.py).
+_GENERIC_PARAMS = ("device_type", "dtype", "enabled", "cache_enabled")
+LEGACY_PARAMS = ("enabled", "dtype", "cache_enabled")
+_SCALER_PARAMS_GENERIC = ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+_SCALER_PARAMS_LEGACY = _SCALER_PARAMS_GENERIC[1:]
+
+# Imported from these, something else owns the backward pass and its loss scaling:
+# `accelerator.backward`, DeepSpeed / Lightning engines, apex `amp.scale_loss`, ...
+_SCALING_FRAMEWORKS = (
+    "accelerate", "deepspeed", "lightning", "pytorch_lightning", "lightning_fabric", "apex",
+    "colossalai", "mmengine", "mmcv", "fairscale", "composer", "ignite", "megatron", "nemo",
+)
+# (trl's `SFTConfig` & co. are TrainingArguments.)
+_HF_TRAINER = re.compile(r"^(transformers\.\w*(Trainer|TrainingArguments)|trl\.\w*(Trainer|Config))$")
+OPTIMIZER = re.compile(
+    r"(^|\.)(Adam\w*|AdamW\w*|SGD\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|"
+    r"Adafactor|Lion\w*|LAMB|Lamb|PagedAdam\w*|AdEMAMix\w*)$"
+)
+
+
+# ------------------------------------------------------------------ resolving constants
+
+
+class Resolver:
+    """Resolves dtype, device and boolean arguments through names bound once in the scope
+    (or once at module level and never rebound or taken as a parameter in the function)."""
+
+    def __init__(self, ctx, function: ast.AST | None, module_consts: dict[str, ast.expr]) -> None:
+        self.imports = ctx.index.imports
+        if function is None or isinstance(function, ast.Lambda):
+            self.consts = module_consts
+            return
+        bound = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        args = function.args
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+        outer = {k: v for k, v in module_consts.items() if k not in bound | params}
+        local = {k: v for k, v in single_assignments(function.body).items() if k not in params}
+        self.consts = {**outer, **local}
+
+    def deref(self, node: ast.expr) -> ast.expr:
+        for _ in range(5):
+            if isinstance(node, ast.Name) and node.id in self.consts:
+                node = self.consts[node.id]
+            else:
+                break
+        return node
+
+    def dtype(self, node: ast.expr, strings: bool = False) -> str | None:
+        """"float16", "bfloat16", "float32", "float64", "default" (an explicit None), or None.
+        `strings`: also "float16" / "torch.float16" (what `from_pretrained` accepts)."""
+        node = self.deref(node)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return "default"
+        if strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return DTYPE_ALIASES.get(node.value.removeprefix("torch."))
+        name = self.imports.qualify(node)
+        if name and name.startswith("torch.") and name.count(".") == 1:
+            attr = name.split(".")[1]
+            return DTYPE_ALIASES.get(attr) or {"float64": "float64", "double": "float64"}.get(attr)
+        return None
+
+    def string(self, node: ast.expr) -> str | None:
+        node = self.deref(node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return None
+
+    def boolean(self, node: ast.expr) -> bool | None:
+        node = self.deref(node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            return node.value
+        return None
+
+
+def scope_resolver(ctx, function) -> Resolver:
+    cache = ctx.notes.setdefault("amp-resolvers", {})
+    if "module" not in cache:
+        cache["module"] = single_assignments(ctx.document.tree.body)
+    key = id(function)
+    if key not in cache:
+        cache[key] = Resolver(ctx, function, cache["module"])
+    return cache[key]
+
+
+def bind(call: ast.Call, params: tuple[str, ...]) -> tuple[dict[str, ast.expr], bool]:
+    """Arguments by parameter name, and whether `*args` / `**kwargs` hide some."""
+    bound: dict[str, ast.expr] = {}
+    hidden = False
+    for name, arg in zip(params, call.args):
+        if isinstance(arg, ast.Starred):
+            hidden = True
+            break
+        bound[name] = arg
+    if len(call.args) > len(params) or any(isinstance(a, ast.Starred) for a in call.args):
+        hidden = True
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            hidden = True
+        else:
+            bound[keyword.arg] = keyword.value
+    return bound, hidden
+
+
+# -------------------------------------------------------------------------- autocast
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """One autocast call and what it does, as far as the source says."""
+
+    call: ast.Call
+    api: str  # the qualified name called
+    dtype: str | None  # "float16", "bfloat16", "float32"; None when it cannot be resolved
+    defaulted: bool  # no dtype given: the API's default decided it
+    enabled: bool | None  # None: decided at run time
+    function: ast.AST | None
+
+
+def autocast_of(ctx, call: ast.Call, api: str, function) -> Autocast:
+    resolver = scope_resolver(ctx, function)
+    generic = api in AUTOCAST_GENERIC
+    args, hidden = bind(call, _GENERIC_PARAMS if generic else LEGACY_PARAMS)
+    enabled = resolver.boolean(args["enabled"]) if "enabled" in args else (None if hidden else True)
+    dtype, defaulted = None, False
+    explicit = resolver.dtype(args["dtype"]) if "dtype" in args else None
+    if "dtype" in args and explicit != "default":
+        dtype = explicit
+    elif not hidden:
+        defaulted = True
+        if api in AUTOCAST_CUDA:
+            dtype = "float16"  # `dtype: torch.dtype = torch.float16` in the signature
+        elif api in _AUTOCAST_CPU:
+            dtype = "bfloat16"
+        else:
+            device = resolver.string(args["device_type"]) if "device_type" in args else None
+            # torch.get_autocast_dtype(device): float16 on CUDA, bfloat16 on CPU, unless the
+            # program changed it (set_autocast_*dtype) or an outer region set another one.
+            if device is not None and not ctx.notes.get("amp-sets-dtype"):
+                dtype = {"cuda": "float16", "cpu": "bfloat16"}.get(device.split(":")[0])
+    return Autocast(call, api, dtype, defaulted, enabled, function)
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """One GradScaler construction."""
+
+    call: ast.Call
+    api: str
+    enabled: bool | None
+    key: str | None  # the name or `self.x` it is bound to, when a plain assignment
+    stmt: ast.stmt
+    function: ast.AST | None
+
+
+@dataclass
+class AmpFacts:
+    autocasts: list[Autocast]
+    scalers: list[Scaler]
+    framework: str | None  # a framework that scales the loss itself, imported here
+
+    @classmethod
+    def of(cls, ctx) -> AmpFacts:
+        if "amp" not in ctx.notes:
+            ctx.notes["amp-sets-dtype"] = "set_autocast_" in ctx.source.text
+            autocasts = [
+                autocast_of(ctx, site.node, site.name, site.context.function)
+                for site in ctx.index.calls_named(*AUTOCAST_NAMES)
+            ]
+            scalers = []
+            for site in ctx.index.calls_named(*SCALER_NAMES):
+                resolver = scope_resolver(ctx, site.context.function)
+                params = _SCALER_PARAMS_LEGACY if site.name in SCALER_CUDA else _SCALER_PARAMS_GENERIC
+                args, hidden = bind(site.node, params)
+                enabled = resolver.boolean(args["enabled"]) if "enabled" in args else (None if hidden else True)
+                stmt = site.context.stmt
+                key = None
+                if isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1:
+                    key = dotted(stmt.targets[0])
+                scalers.append(Scaler(site.node, site.name, enabled, key, stmt, site.context.function))
+            ctx.notes["amp"] = cls(autocasts, scalers, _framework(ctx))
+        return ctx.notes["amp"]
+
+
+def _framework(ctx) -> str | None:
+    for target in ctx.index.imports.aliases.values():
+        root = target.split(".")[0]
+        if root in _SCALING_FRAMEWORKS or _HF_TRAINER.match(target):
+            return target
+    return None
+
+
+# --------------------------------------------------------------------- small AST helpers
+
+
+def guarded_statements(body: list[ast.stmt], guarded: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
+    """Statements of one scope in source order (not inside nested functions or classes),
+    each with whether it runs only under a condition (if, loop, except, match)."""
+    for stmt in body:
+        yield stmt, guarded
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            yield from guarded_statements(stmt.body, guarded)
+        elif isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            yield from guarded_statements(stmt.body, guarded)
+            for handler in stmt.handlers:
+                yield from guarded_statements(handler.body, True)
+            yield from guarded_statements(stmt.orelse, True)
+            yield from guarded_statements(stmt.finalbody, guarded)
+        elif isinstance(stmt, ast.Match):
+            for case in stmt.cases:
+                yield from guarded_statements(case.body, True)
+        else:
+            for name in ("body", "orelse"):
+                yield from guarded_statements(getattr(stmt, name, None) or [], True)
+
+
+def assignments(stmt: ast.stmt) -> list[tuple[ast.AST, ast.expr | None]]:
+    if isinstance(stmt, ast.Assign):
+        return [(target, stmt.value) for target in stmt.targets]
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        return [(stmt.target, stmt.value)]
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [(stmt.target, None)]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [(item.optional_vars, None) for item in stmt.items if item.optional_vars is not None]
+    return []
+
+
+def short(src, node: ast.AST, limit: int = 70) -> str:
+    text = " ".join(src.node_text(node).split())
+    return text if len(text) <= limit else text[: limit - 5] + "...)"
+
+
+def scope_body(ctx, function) -> list[ast.stmt]:
+    return ctx.document.tree.body if function is None else function.body
+
+
+def _parents(ctx) -> dict[int, ast.AST]:
+    if "amp-parents" not in ctx.notes:
+        parents = {}
+        for node in ast.walk(ctx.document.tree):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        ctx.notes["amp-parents"] = parents
+    return ctx.notes["amp-parents"]
+
+
+def parent_of(ctx, node: ast.AST) -> ast.AST | None:
+    return _parents(ctx).get(id(node))

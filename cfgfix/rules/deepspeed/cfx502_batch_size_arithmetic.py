@@ -1,0 +1,188 @@
+"""CFX502 batch-size-arithmetic."""
+
+from __future__ import annotations
+
+from cfgfix.analysis.deepspeed_config import script_uses
+from cfgfix.core import Fix, Related, Severity
+from cfgfix.documents.config_edits import replace_scalar
+from cfgfix.rules.base import Example, ProjectRule, register
+
+
+def _count(node) -> int | None:
+    """A positive integer as written; None for "auto", strings, booleans and floats."""
+    if node is None or node.kind != "scalar":
+        return None
+    value = node.value
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _data_parallel_world(root, world: int) -> tuple[int, str] | None:
+    """The world size DeepSpeed's batch check multiplies by, and how a message says it: the
+    processes, divided by `sequence_parallel_size` (Ulysses), or `data_parallel_size` when
+    both are set (a device mesh); None when automatic tensor parallelism or a value this
+    cannot read leaves it unknown. DeepSpeed 0.19 `runtime/config.py` (DeepSpeedConfig
+    world_size) and `deepspeed/__init__.py` (initialize builds the mesh)."""
+    tensor = root.get("tensor_parallel")
+    if tensor is not None and tensor.kind == "mapping" and tensor.get("autotp_size") is not None:
+        size = tensor.get("autotp_size")
+        if not (size.kind == "scalar" and size.value in (0, 1) and not isinstance(size.value, bool)):
+            return None
+    if root.get("sequence_parallel_size") is None:
+        return world, f"{world} processes"
+    sequence = _count(root.get("sequence_parallel_size"))
+    if sequence is None:
+        return None
+    if root.get("data_parallel_size") is not None:
+        data = _count(root.get("data_parallel_size"))
+        return (data, f"data_parallel_size {data}") if data is not None else None
+    if world % sequence:
+        return None
+    return world // sequence, f"{world} processes / sequence_parallel_size {sequence}"
+
+
+def _passes_mpu(project, uses) -> bool:
+    """A launched script hands `mpu=` to deepspeed.initialize (Megatron-style model
+    parallelism): DeepSpeed then takes the data-parallel size from it, not the processes."""
+    return any(kw.arg == "mpu" for _, _, facts in script_uses(project, uses)
+               for call in facts.initialize for kw in call.keywords)
+
+
+@register
+class BatchSizeArithmetic(ProjectRule):
+    """## What it does
+    Flags a DeepSpeed config whose `train_batch_size` is not
+    `train_micro_batch_size_per_gpu` × `gradient_accumulation_steps` × the world size, where
+    all three numbers are known: the two keys are integers in the file and the world size
+    comes from the launches that use it (`--num_processes`, `--nproc_per_node` × nodes,
+    `--num_gpus`, or the accelerate config's `num_processes`).
+
+    ## Why is this bad?
+    DeepSpeed asserts before the first step: "Check batch related parameters.
+    train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size
+    16 != 2 * 4 * 4". The numbers are usually right for the machine the config was written
+    on and wrong for the one it runs on. Nothing is reported when any of the three is
+    `"auto"` (the HF Trainer or accelerate fills it) or unknown, or when the launches that
+    use the file disagree about the world size. With `sequence_parallel_size` DeepSpeed
+    counts data-parallel ranks only (the processes divided by it, or `data_parallel_size`
+    when that is set too), and so does this check; with automatic tensor parallelism
+    (`tensor_parallel.autotp_size` above 1) or an `mpu=` passed to `deepspeed.initialize`
+    the data-parallel size is not known from the files, and nothing is reported.
+
+    ## Example
+    ```json
+    {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    ```
+    launched with `accelerate launch --num_processes 4` (2 × 4 × 4 = 32).
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    ```
+    or `"train_batch_size": "auto"` under the HF Trainer or accelerate, or leave it out:
+    DeepSpeed derives it from the other two.
+
+    ## Fix safety
+    Safe: the fix writes the product, the only value DeepSpeed accepts for this launch; the
+    per-GPU batch and the accumulation, which decide memory and the optimizer step, stay.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/config.py` (`_batch_assertion`, and the world size in
+      `DeepSpeedConfig.__init__`), `deepspeed/__init__.py` (`initialize`: the device mesh)
+    """
+
+    code = "CFX502"
+    name = "batch-size-arithmetic"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+
+    def check_project(self, project):
+        for path, uses in project.deepspeed_uses().items():
+            if path not in project.displays:
+                continue  # not a file of this run: reported when it is checked
+            worlds = {use.world_size for use in uses}
+            if len(worlds) != 1 or None in worlds:
+                continue  # unknown, or launches that disagree: no single right number
+            world = worlds.pop()
+            doc = project.read(path)
+            if doc is None:
+                continue
+            root = doc.root
+            total, micro, steps = (root.get(k) for k in
+                                   ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+            numbers = [_count(total), _count(micro), _count(steps)]
+            if None in numbers:
+                continue
+            total_n, micro_n, steps_n = numbers
+            data_parallel = _data_parallel_world(root, world)
+            if data_parallel is None or _passes_mpu(project, uses):
+                continue  # model/sequence parallel groups this cannot size: no single right number
+            world, processes = data_parallel
+            product = micro_n * steps_n * world
+            if total_n == product:
+                continue
+            related = [Related(doc.span(micro), f"micro batch {micro_n}"),
+                       Related(doc.span(steps), f"gradient accumulation {steps_n}")]
+            related += [r for use in uses for r in use.related]
+            yield self.finding(
+                doc.span(total),
+                f"train_batch_size {total_n} != train_micro_batch_size_per_gpu {micro_n} x "
+                f"gradient_accumulation_steps {steps_n} x {processes} = {product}: DeepSpeed asserts "
+                f"'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size' "
+                f"before the first step",
+                fix=Fix((replace_scalar(doc, total, product),), f"Set train_batch_size to {product}"),
+                related=related,
+            )
+
+    _DS = '{{\n  "train_batch_size": {total},\n  "train_micro_batch_size_per_gpu": {micro},\n' \
+          '  "gradient_accumulation_steps": 4,\n  "zero_optimization": {{"stage": 2}}\n}}\n'
+    _ACC = HEAD_ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                       "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: {n}\n")
+    VALID = [
+        Example(_DS.format(total=32, micro=2), "2 x 4 x 4 processes = 32", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 4 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "no launch uses the file: the world size is unknown", path="ds.json"),
+        Example(_DS.format(total='"auto"', micro=2), "\"auto\": the HF Trainer fills it", path="ds.json",
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro='"auto"'), "micro batch \"auto\": not known from the files", path="ds.json",
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "two launches with different world sizes: no single right value",
+                path="ds.json", files={"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.json\n"
+                                            "deepspeed --num_gpus 4 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "the world size is a variable: unknown", path="ds.json",
+                files={"train.sh": "torchrun --nproc_per_node $NGPU train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "accelerate config with 2 processes: 2 x 4 x 2 = 16", path="ds.json",
+                files={"accelerate.yaml": _ACC.format(n=2)}),
+        Example(_DS.format(total=8, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                             '"zero_optimization"'),
+                "Ulysses sequence parallelism: 2 processes / sequence_parallel_size 2 = 1 data-parallel rank "
+                "(DeepSpeedExamples benchmarks/autosp)", path="ds.json", files={"accelerate.yaml": _ACC.format(n=2)}),
+        Example(_DS.format(total=16, micro=2).replace('"zero_optimization"', '"tensor_parallel": {"autotp_size": 4},'
+                                                                              '\n  "zero_optimization"'),
+                "automatic tensor parallelism: the data-parallel size is not the process count", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "Megatron-style mpu passed to deepspeed.initialize", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 pretrain.py --deepspeed --deepspeed_config ds.json\n",
+                       "pretrain.py": "import deepspeed\n\nengine, *_ = deepspeed.initialize(model=model, args=args, "
+                                      "mpu=mpu)\n"}),
+    ]
+    INVALID = [
+        Example(_DS.format(total=16, micro=2), "torchrun on 8 GPUs with an HF --deepspeed file", path="ds.json", line=2,
+                files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed=ds.json\n"},
+                fixed=_DS.format(total=64, micro=2)),
+        Example(_DS.format(total=16, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                              '"zero_optimization"'),
+                "sequence parallel: 8 processes / 2 = 4 data-parallel ranks, 2 x 4 x 4 = 32", path="ds.json", line=2,
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n"},
+                fixed=_DS.format(total=32, micro=2).replace('"zero_optimization"', '"sequence_parallel_size": 2,\n  '
+                                                                                    '"zero_optimization"')),
+        Example(_DS.format(total=16, micro=2), "world size from the accelerate config the launch uses", path="ds.json",
+                line=2, files={"accelerate.yaml": _ACC.format(n=4),
+                               "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n"},
+                fixed=_DS.format(total=32, micro=2)),
+        Example("train_batch_size: 8\ntrain_micro_batch_size_per_gpu: 1\ngradient_accumulation_steps: 4\n"
+                "zero_optimization:\n  stage: 3\n", "a YAML DeepSpeed config, deepspeed.initialize launch",
+                path="ds.yaml", line=1,
+                files={"run.sh": "deepspeed --num_gpus 1 train.py --deepspeed --deepspeed_config ds.yaml\n"},
+                fixed="train_batch_size: 4\ntrain_micro_batch_size_per_gpu: 1\ngradient_accumulation_steps: 4\n"
+                      "zero_optimization:\n  stage: 3\n"),
+    ]

@@ -1,0 +1,90 @@
+"""CFX503 offload-without-effect."""
+
+from __future__ import annotations
+
+from cfgfix.analysis.deepspeed_config import zero_block, zero_stage
+from cfgfix.core import Related, Severity
+from cfgfix.rules.base import Example, register
+from cfgfix.rules.deepspeed.common import DS, DeepSpeedRule
+
+
+@register
+class OffloadWithoutEffect(DeepSpeedRule):
+    """## What it does
+    Flags `offload_param` under ZeRO stage 0, 1 or 2, and `offload_optimizer` under stage 0,
+    when the offload device is not `"none"`.
+
+    ## Why is this bad?
+    DeepSpeed accepts both silently and does nothing with them: parameter offload is
+    implemented by ZeRO-3 only ("Valid only with stage 3"), and optimizer offload needs
+    ZeRO to be on. The run keeps the parameters (or optimizer states) on the GPU while the
+    config says they were moved to CPU, so memory estimates made from the config are wrong.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    ```
+    or remove `offload_param` and keep stage 2 with `offload_optimizer`.
+
+    ## Fix safety
+    No fix: moving to stage 3 changes how the model is sharded and saved; removing the
+    block changes what the author believed was offloaded.
+
+    ## References
+    - facts.md C12; DeepSpeed `runtime/zero/config.py` and `offload_config.py` docstrings
+    """
+
+    code = "CFX503"
+    name = "offload-without-effect"
+    severity = Severity.WARNING
+    triggers = DeepSpeedRule.triggers + ((b"offload_param", b"offload_optimizer"),)
+
+    def check_config(self, ctx, root):
+        zero = zero_block(root)
+        if zero is None or zero.get("stage") is None:
+            return  # no explicit stage: leave it to the reader
+        stage = zero_stage(zero)
+        if stage is None:
+            return
+        for block, limit, why in (
+            ("offload_param", 3, "parameter offload is implemented by ZeRO stage 3 only"),
+            ("offload_optimizer", 1, "optimizer offload needs ZeRO stage 1, 2 or 3"),
+        ):
+            entry = zero.entry(block)
+            if entry is None or stage >= limit or not _offloads(entry[1]):
+                continue
+            yield self.finding(
+                ctx.span(entry[0]),
+                f"{block} under ZeRO stage {stage} has no effect: {why}, and DeepSpeed accepts "
+                f"it silently, so nothing is offloaded",
+                related=[Related(ctx.span(zero.get("stage")), f"stage {stage} is set here")],
+            )
+
+    VALID = [
+        Example('{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
+                "stage 3 offloads parameters", path=DS),
+        Example('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "train_batch_size": 8}',
+                "optimizer offload under stage 2 works", path=DS),
+        Example('{"zero_optimization": {"stage": 2, "offload_param": {"device": "none"}}, "train_batch_size": 8}',
+                "device none: nothing is offloaded, nothing promised", path=DS),
+        Example('{"zero_optimization": {"stage": "auto", "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
+                "stage not known from the file", path=DS),
+    ]
+    INVALID = [
+        Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_param": {"device": "cpu"}\n  },\n'
+                '  "train_batch_size": 8\n}\n', "parameter offload under stage 2", path=DS, line=4),
+        Example("zero_optimization:\n  stage: 0\n  offload_optimizer:\n    device: cpu\ntrain_batch_size: 8\n",
+                "optimizer offload with ZeRO off", path="ds_config.yaml", line=3),
+    ]
+
+
+def _offloads(block) -> bool:
+    if block.kind != "mapping":
+        return False
+    device = block.get("device")
+    return device is None or device.value not in ("none", None)

@@ -1,0 +1,1 @@
+"""CFX1xx: model loading and placement (Python)."""

@@ -1,0 +1,249 @@
+"""CFX101 redundant-dtype-cast."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cfgfix.analysis.model_calls import (
+    LOAD_TRIGGERS,
+    MOVE_TRIGGERS,
+    call_text,
+    drop_call_edits,
+    load_related,
+    may_load_model,
+    name_of,
+)
+from cfgfix.core import Applicability, Finding, Fix, Related, Severity
+from cfgfix.documents import python_edits
+from cfgfix.rules.base import Example, Rule, register
+
+
+@register
+class RedundantDtypeCast(Rule):
+    """## What it does
+    Flags a cast of a model to the dtype its weights already have: a model loaded with
+    `from_pretrained(..., torch_dtype=torch.bfloat16)` (or `dtype=`, or `"bfloat16"`) and then
+    `.to(torch.bfloat16)`, `.to(dtype=torch.bfloat16)`, `.bfloat16()`, `.half()` after a
+    float16 load, or `.float()` after a float32 load.
+
+    ## Why is this bad?
+    It does nothing to the weights. `nn.Module.to()` converts parameters in place and
+    returns the same module; when the dtype already matches, not even a parameter is
+    touched (only float32 buffers, see Fix safety). The folklore
+    that `model = model.to(dtype)` "makes a second copy of the model" is wrong, and so is
+    the hope that repeating the cast saves memory: it costs 0 bytes and saves 0 bytes.
+    The line only misleads readers about where the dtype is decided.
+
+    ## Example
+    ```python
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+    model = model.to(torch.bfloat16)
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, torch_dtype=torch.bfloat16)
+    ```
+
+    One exception matters: transformers keeps a few modules in float32 on purpose
+    (`_keep_in_fp32_modules`, e.g. T5's `wo` layers under float16;
+    `_keep_in_fp32_modules_strict`, e.g. DeepSeek-V3's router bias, under any half dtype).
+    For those the repeated cast is not a no-op: it undoes that protection.
+
+    ## Fix safety
+    Unsafe: the removed cast changes no weight, but it did convert the floating-point
+    buffers that the load left in float32, such as the rotary embeddings' `inv_freq` of
+    Llama-family models (computed in float32 at construction), and, for float16, the modules
+    transformers keeps in float32 (`_keep_in_fp32_modules`, the T5 family). Without the cast
+    those stay float32: measured with `cfgfix verify` on a tiny Llama, the seeded losses
+    moved in the fifth decimal (6.255969 vs 6.255995). Memory is unchanged either way (the
+    buffers are a few hundred bytes). When the call also moves the model
+    (`.to("cuda", torch.bfloat16)`) only the dtype argument is removed. cfgfix stays silent
+    when anything between the load and the cast may have changed the dtype (a branch, a
+    loop, the model passed to another function).
+
+    ## References
+    - facts A1: `Module._apply` swaps `param.data` in place and returns `self`
+      (torch/nn/modules/module.py); `Tensor.to` returns `self` when nothing changes.
+    - PyTorch docs, `torch.nn.Module.to`: "This method modifies the module in-place."
+    """
+
+    code = "CFX101"
+    name = "redundant-dtype-cast"
+    severity = Severity.INFO
+    fix_availability = "unsafe"
+    trigger_check = staticmethod(may_load_model)
+    triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
+
+    VALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "model = model.to(torch.float16)\n",
+            why="a cast to a different dtype is a real conversion",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "model = build_other_model()\n"
+            "model = model.to(torch.bfloat16)\n",
+            why="the name was reassigned between load and cast",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "for batch in loader:\n"
+            "    batch = batch.to(torch.bfloat16)\n",
+            why="casts of tensors and batches are not casts of the model",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "model = prepare_model_for_kbit_training(model)\n"
+            "model = model.to(torch.bfloat16)\n",
+            why="the model went through a function that may up-cast parts of it",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "if args.fp32:\n"
+            "    model.float()\n"
+            "model.to(torch.bfloat16)\n",
+            why="branches disagree about the dtype",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoConfig, AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained('m'), torch_dtype=torch.bfloat16)\n"
+            "model = model.to(torch.bfloat16)\n",
+            why="models from `from_config` are not tracked",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=args.dtype)\n"
+            "model = model.to(torch.bfloat16)\n",
+            why="a dtype cfgfix cannot resolve",
+        ),
+        Example(
+            "import torch\nfrom diffusers import StableDiffusionXLPipeline\n"
+            "pipe = StableDiffusionXLPipeline.from_pretrained('m', vae=vae, torch_dtype=torch.float16)\n"
+            "pipe.to(torch.float16)\n",
+            why="a pipeline mixes components (a float32 VAE passed in): its cast is not a no-op",
+        ),
+        Example(
+            "import torch\nfrom diffusers import WanTransformer3DModel\n"
+            "t = WanTransformer3DModel.from_pretrained('m', torch_dtype=torch.bfloat16).to(torch.bfloat16)\n",
+            why="diffusers keeps `_keep_in_fp32_modules` in float32 under any dtype: the cast is real",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "m = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16, load_in_8bit=True)\n"
+            "m.half()\n",
+            why="a quantized model: the cast raises (CFX104), it is not a no-op",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "from mylib import model\n"
+            "model.to(torch.bfloat16)\n",
+            why="an import rebinds the name",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
+            "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16)\n"
+            "model = model.to(torch.bfloat16)\n"
+            "model.train()\n",
+            why="the classic: the same dtype again",
+            line=4,
+            fixed="import torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
+            "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16)\n"
+            "model.train()\n",
+        ),
+        Example(
+            "import torch as th\nfrom transformers import AutoModelForCausalLM as LM\n"
+            "DTYPE = 'bfloat16'\n"
+            "model = LM.from_pretrained('m', dtype=DTYPE).to(dtype=th.bfloat16)\n",
+            why="aliases, a string dtype through a constant, and a chained cast",
+            line=4,
+            fixed="import torch as th\nfrom transformers import AutoModelForCausalLM as LM\n"
+            "DTYPE = 'bfloat16'\n"
+            "model = LM.from_pretrained('m', dtype=DTYPE)\n",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.model = AutoModel.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "        self.model.half()\n",
+            why="`self.model` within one method; `.half()` after a float16 load",
+            line=6,
+            fixed="import torch\nfrom transformers import AutoModel\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.model = AutoModel.from_pretrained('m', torch_dtype=torch.float16)\n",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "model.to('cuda', torch.bfloat16)\n",
+            why="a move plus the same dtype: only the dtype argument goes",
+            line=4,
+            fixed="import torch\nfrom transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "model.to('cuda')\n",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "def main():\n"
+            "    model = AutoModel.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "    if True:\n"
+            "        model.bfloat16()\n"
+            "    return model\n",
+            why="the only statement of a block becomes `pass`",
+            line=6,
+            fixed="import torch\nfrom transformers import AutoModel\n"
+            "def main():\n"
+            "    model = AutoModel.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "    if True:\n"
+            "        pass\n"
+            "    return model\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src = ctx.source
+        for mc in ctx.models.calls:
+            state = mc.state
+            if mc.target_dtype is None or state.dtype != mc.target_dtype:
+                continue
+            if state.load.library != "transformers" or state.load.quant_keywords:
+                continue  # diffusers keeps float32 modules under any dtype; quantized: CFX104
+            if mc.moves_device is False:
+                edits = drop_call_edits(src, mc)
+                description = f"Remove the no-op `{call_text(src, mc)}`"
+            elif mc.moves_device is True and mc.dtype_arg is not None and mc.method == "to":
+                edits = [python_edits.remove_argument(src, mc.call, mc.dtype_arg)]
+                description = "Remove the dtype argument that changes nothing"
+            else:
+                edits = None
+                description = ""
+            if state.cast_by is None:
+                origin = f"loaded with `{ctx.source.node_text(state.load.dtype_keyword)}` on line {state.load.line}"
+                related = [load_related(src, state.load, f"loaded in {state.dtype} here")]
+            else:
+                origin = f"already cast on line {state.cast_by.lineno}"
+                related = [Related(src.span_of_node(state.cast_by), f"cast to {state.dtype} here")]
+            # unsafe: the cast also converts float32 buffers (rotary inv_freq) and, for float16,
+            # the modules kept in float32; dropping it changes numerics slightly
+            applicability = Applicability.UNSAFE
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} already holds {state.dtype} weights ({origin}): "
+                f"`{call_text(src, mc)}` returns the same module and copies no weight that is "
+                f"already {state.dtype}, so it neither costs nor saves memory. It only converts the "
+                "float32 buffers the load kept (such as rotary `inv_freq`) and any module transformers "
+                "keeps in float32 on purpose.",
+                fix=Fix(tuple(edits), description, applicability) if edits else None,
+                related=related,
+            )

@@ -1,0 +1,184 @@
+"""CFX103 move-dispatched-model."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cfgfix.analysis.model_calls import LOAD_TRIGGERS, call_text, drop_call_edits, load_related, may_load_model, name_of
+from cfgfix.core import Finding, Fix, Severity
+from cfgfix.rules.base import Example, Rule, register
+
+
+@register
+class MoveDispatchedModel(Rule):
+    """## What it does
+    Flags `.to(device)` or `.cuda()` on a model loaded with a `device_map` that can spread it
+    over several devices: `"auto"`, `"balanced"`, `"balanced_low_0"`, `"sequential"`, or an
+    explicit map naming more than one device.
+
+    ## Why is this bad?
+    accelerate already placed every module and attached hooks that move activations between
+    devices. Moving the model afterwards fights those hooks: accelerate warns "You shouldn't
+    move a model that is dispatched using accelerate hooks.", and when some modules were
+    offloaded to the CPU or disk (`"cpu"`/`"disk"` in the map, `max_memory=`,
+    `offload_folder=`) it raises `RuntimeError: You can't move a model that has some modules
+    offloaded to cpu or disk.` — that case is an error; the others are warnings, because the
+    move either crowds everything onto one GPU or does nothing useful.
+
+    ## Example
+    ```python
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, device_map="auto")
+    model.to(device)
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, device_map="auto")
+    ```
+
+    ## Fix safety
+    Safe: the move is dropped; the model stays where `device_map` put it. Inputs go to
+    `model.device` (the first device of the map). cfgfix stays silent for single-device maps
+    (`device_map="cuda"`, `{"": rank}`), where a `.to()` is harmless, and for maps it cannot
+    resolve.
+
+    ## References
+    - facts A3: accelerate `big_modeling.py` wraps `.to`/`.cuda` of dispatched models
+      (warning, and RuntimeError when a parameter is offloaded to `meta`).
+    """
+
+    code = "CFX103"
+    name = "move-dispatched-model"
+    severity = Severity.WARNING
+    fix_availability = "safe"
+    trigger_check = staticmethod(may_load_model)
+    triggers = (LOAD_TRIGGERS, (b"device_map",), (b".to(", b".cuda("))
+
+    VALID = [
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m')\n"
+            "model.to(device)\n",
+            why="`.to(device)` on a model built without `device_map`",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map={'': accelerator.process_index})\n"
+            "model.to(accelerator.device)\n",
+            why="a single-device map attaches no hooks",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map=args.device_map)\n"
+            "model.to(device)\n",
+            why="`device_map` from a value that cannot be resolved",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "for batch in loader:\n"
+            "    batch = {k: v.to(model.device) for k, v in batch.items()}\n",
+            why="moving the inputs to the model's device is right",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "model = get_peft_model(model, config)\n"
+            "model.to(device)\n",
+            why="the model was wrapped by a function cfgfix does not follow",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "moved = [model.to('cuda') for model in others]\n",
+            why="a comprehension variable shadows the name",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto', load_in_8bit=True).cuda()\n",
+            why="a quantized model: whether moving it works depends on bitsandbytes (CFX104's call)",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "from transformers import AutoModelForSeq2SeqLM\n"
+            "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', device_map='auto')\n"
+            "model.to(device)  # make sure it is on the GPU\n"
+            "model.train()\n",
+            why="the story's move after an auto map",
+            line=3,
+            fixed="from transformers import AutoModelForSeq2SeqLM\n"
+            "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', device_map='auto')\n"
+            "model.train()\n",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto', max_memory={0: '20GiB', 'cpu': '60GiB'})\n"
+            "model = model.cuda()\n",
+            why="with offloading possible, accelerate raises: an error",
+            line=3,
+            fixed="from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto', max_memory={0: '20GiB', 'cpu': '60GiB'})\n",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "class Runner:\n"
+            "    def __init__(self):\n"
+            "        self.model = AutoModel.from_pretrained('m', device_map={'encoder': 0, 'decoder': 'cpu'})\n"
+            "    def train(self):\n"
+            "        self.model.to('cuda')\n",
+            why="`self.model` across methods, and an explicit map with a CPU entry",
+            line=6,
+            fixed="from transformers import AutoModel\n"
+            "class Runner:\n"
+            "    def __init__(self):\n"
+            "        self.model = AutoModel.from_pretrained('m', device_map={'encoder': 0, 'decoder': 'cpu'})\n"
+            "    def train(self):\n"
+            "        pass\n",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = (AutoModelForCausalLM.from_pretrained('m', device_map='auto')  # load\n"
+            "         .to('cuda'))  # move\n",
+            why="a chained move over two lines: only `.to('cuda')` goes, both comments stay",
+            line=2,
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "model = (AutoModelForCausalLM.from_pretrained('m', device_map='auto')  # load\n"
+            "         )  # move\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src = ctx.source
+        for mc in ctx.models.calls:
+            device_map = mc.state.load.device_map
+            if device_map is None or device_map.kind != "multi" or mc.state.load.library is None:
+                continue
+            if mc.state.load.quant_keywords:
+                continue  # moving a quantized model is CFX104's call (it depends on bitsandbytes)
+            moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
+            casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
+            if not (moves or casts_offloaded):
+                continue
+            severity = Severity.ERROR if device_map.offload else Severity.WARNING
+            map_text = src.node_text(device_map.node)
+            if device_map.offload:
+                consequence = (
+                    "with modules offloaded to the CPU or disk, accelerate raises "
+                    "`RuntimeError: You can't move a model that has some modules offloaded to cpu or disk.`"
+                )
+            else:
+                consequence = (
+                    "accelerate warns \"You shouldn't move a model that is dispatched using accelerate hooks.\" "
+                    "and the move crowds the model onto one device"
+                )
+            pure_move = mc.method == "cuda" or mc.target_dtype is None
+            edits = drop_call_edits(src, mc) if pure_move and moves else None
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} was dispatched with `device_map={map_text}` "
+                f"(line {mc.state.load.line}); `{call_text(src, mc)}` moves it again: {consequence}.",
+                fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`; `device_map` already placed the model") if edits else None,
+                related=[load_related(src, mc.state.load, "dispatched here")],
+                severity=severity,
+            )

@@ -1,0 +1,148 @@
+"""CFX104 move-or-cast-quantized-model."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cfgfix.analysis.model_calls import (
+    LOAD_TRIGGERS,
+    MOVE_TRIGGERS,
+    call_text,
+    drop_call_edits,
+    load_related,
+    may_load_model,
+    name_of,
+)
+from cfgfix.core import Finding, Fix, Severity
+from cfgfix.rules.base import Example, Rule, register
+
+
+@register
+class MoveOrCastQuantizedModel(Rule):
+    """## What it does
+    Flags a dtype cast (`.to(dtype)`, `.half()`, `.float()`, `.bfloat16()`) of a model loaded
+    4-bit or 8-bit (`load_in_4bit=True`, `load_in_8bit=True`, `quantization_config=...`), and
+    device moves that the project's bitsandbytes cannot do: `.cuda()` on an 8-bit model,
+    `.to(device)` on 8-bit with bitsandbytes < 0.48 or on 4-bit with bitsandbytes < 0.43.2.
+
+    ## Why is this bad?
+    transformers refuses: `ValueError: You cannot cast a bitsandbytes model in a new dtype`,
+    "`.half()` is not supported for quantized model", "Calling `cuda()` is not supported for
+    `8-bit` quantized models". The quantized weights were already placed and typed by the
+    load; the compute dtype is `bnb_4bit_compute_dtype`, not a cast.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb_config)
+    model = model.to(torch.float16)
+    ```
+
+    ## Use instead
+    ```python
+    bnb_config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)
+    model = AutoModelForCausalLM.from_pretrained(name, quantization_config=bnb_config)
+    ```
+
+    ## Fix safety
+    Safe: the call raises, so removing it cannot change a run that worked. Moves of 4-bit
+    models on a recent or unknown bitsandbytes are left alone: they work there.
+
+    ## References
+    - facts A3: transformers `modeling_utils.py` (5.23 L3716, L3766; 4.46.3) errors for
+      `.to`, `.cuda`, `.half`, `.float` on quantized models.
+    """
+
+    code = "CFX104"
+    name = "move-or-cast-quantized-model"
+    severity = Severity.ERROR
+    fix_availability = "safe"
+    trigger_check = staticmethod(may_load_model)
+    triggers = (LOAD_TRIGGERS, (b"load_in_", b"quantization_config"), MOVE_TRIGGERS)
+
+    VALID = [
+        Example(
+            "from transformers import AutoModel, BitsAndBytesConfig\n"
+            "model = AutoModel.from_pretrained('m', quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            "model.to('cuda')\n",
+            why="moving a 4-bit model works on a recent bitsandbytes",
+            files={"requirements.txt": "bitsandbytes>=0.45\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', quantization_config=qconfig)\n"
+            "model.half()\n",
+            why="a quantization config variable that may hold None",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', load_in_8bit=False)\n"
+            "model.half()\n",
+            why="`load_in_8bit=False` is not quantized",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', load_in_4bit=True)\n"
+            "inputs = inputs.to(torch.float16)\n",
+            why="a tensor cast, not the model",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=bnb)\n"
+            "model = model.to(torch.float16)\n",
+            why="a dtype cast of a 4-bit model raises",
+            line=5,
+            fixed="import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=bnb)\n",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=True)\n"
+            "model.cuda()\n",
+            why="`.cuda()` on an 8-bit model raises on every version",
+            line=3,
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=True)\n",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=True)\n"
+            "model.to('cuda:0')\n",
+            why="8-bit `.to(device)` needs bitsandbytes >= 0.48",
+            line=3,
+            files={"requirements.txt": "bitsandbytes==0.41.1\n"},
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=True)\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src = ctx.source
+        bnb = ctx.versions.get("bitsandbytes")
+        for mc in ctx.models.calls:
+            bits = mc.state.load.quantized
+            if bits is None or mc.state.load.library != "transformers":
+                continue
+            casts = mc.method in ("half", "float", "bfloat16") or mc.target_dtype is not None
+            if casts:
+                problem = "transformers raises `ValueError`: a quantized model cannot be cast to another dtype"
+            elif mc.method == "cuda" and bits == "8bit":
+                problem = "transformers raises `ValueError`: calling `cuda()` is not supported for 8-bit models"
+            elif mc.moves_device and bits == "8bit" and bnb.below("0.48") is True:
+                problem = f"moving an 8-bit model needs bitsandbytes >= 0.48 (the project has {bnb.specifier})"
+            elif mc.moves_device and bits == "4bit" and bnb.below("0.43.2") is True:
+                problem = f"moving a 4-bit model needs bitsandbytes >= 0.43.2 (the project has {bnb.specifier})"
+            else:
+                continue
+            edits = drop_call_edits(src, mc) if (casts and mc.moves_device is not True) or not casts else None
+            kind = {"4bit": "4-bit", "8bit": "8-bit"}.get(bits, "quantized")
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} is loaded {kind} (line {mc.state.load.line}); "
+                f"`{call_text(src, mc)}`: {problem}. The load already chose its device and dtype.",
+                fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`") if edits else None,
+                related=[load_related(src, mc.state.load, f"loaded {kind} here")],
+            )

@@ -1,0 +1,216 @@
+"""CFX105 device-map-in-distributed-training."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cfgfix.analysis.model_calls import LOAD_TRIGGERS, may_load_model
+from cfgfix.core import Applicability, Finding, Fix, Severity
+from cfgfix.documents import python_edits
+from cfgfix.rules.base import Example, Rule, register
+
+_LAUNCH_2 = {"launch.sh": "torchrun --nproc_per_node 2 train.py\n"}
+
+
+@register
+class DeviceMapInDistributedTraining(Rule):
+    """## What it does
+    Flags `device_map="auto"` (or `"balanced"`, `"sequential"`) in a training script that a
+    launch script of the project starts with more than one process (`torchrun
+    --nproc_per_node 2`, `accelerate launch --num_processes 4`, `deepspeed --num_gpus 8`, or
+    an accelerate config with `num_processes: 4`).
+
+    ## Why is this bad?
+    Each process would spread its own copy of the model over all visible GPUs, and
+    accelerate refuses to train it: `ValueError: You can't train a model that has been loaded
+    with device_map='auto' in any distributed mode.` (raised by `accelerator.prepare`, which
+    the HF `Trainer` calls too). Data-parallel training wants one whole model per process, on
+    that process's GPU.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")
+    ```
+    launched by `torchrun --nproc_per_node 2 train.py`.
+
+    ## Use instead
+    ```python
+    from accelerate import PartialState
+    model = AutoModelForCausalLM.from_pretrained(name, device_map={"": PartialState().local_process_index})
+    ```
+
+    ## Fix safety
+    Unsafe: it changes where the model lives, and a model that only fits when split over
+    several GPUs needs a sharding strategy (FSDP, DeepSpeed ZeRO-3) instead. The fix uses
+    `local_process_index` rather than `process_index`, so it stays right on several nodes.
+    The rule is silent for single-process launches, for scripts that no launch script
+    starts, and for loads that never reach training: the loaded model (through wrappers
+    such as `get_peft_model` and functions that return it) must be handed to a `*Trainer`,
+    `accelerator.prepare` or `deepspeed.initialize`, or be loaded in a function that calls
+    `backward()`. A model loaded after training to merge adapters is left alone.
+
+    ## References
+    - facts A3: accelerate `accelerator.py` `verify_device_map` and the ValueError in
+      `prepare` (L1479, L1820); HF Trainer goes through `accelerator.prepare` under torchrun.
+    """
+
+    code = "CFX105"
+    name = "device-map-in-distributed-training"
+    severity = Severity.ERROR
+    fix_availability = "unsafe"
+    trigger_check = staticmethod(may_load_model)
+    triggers = (LOAD_TRIGGERS, (b"device_map",))
+    condition = "multi-process-launch"
+
+    VALID = [
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "loss = model(**batch).loss\nloss.backward()\n",
+            why="no launch script starts it with more than one process",
+            files={"launch.sh": "python train.py --lr 1e-4\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "loss = model(**batch).loss\nloss.backward()\n",
+            why="a single-process torchrun",
+            files={"launch.sh": "torchrun --nproc_per_node 1 train.py\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "print(model.generate(**inputs))\n",
+            why="inference only: nothing is trained",
+            files=_LAUNCH_2,
+        ),
+        Example(
+            "from accelerate import Accelerator\nfrom peft import AutoPeftModelForCausalLM\n"
+            "from transformers import AutoModelForCausalLM\nfrom trl import SFTTrainer\n"
+            "def main():\n"
+            "    base = AutoModelForCausalLM.from_pretrained('m', device_map={'': Accelerator().local_process_index})\n"
+            "    SFTTrainer(model=base).train()\n"
+            "    model = AutoPeftModelForCausalLM.from_pretrained('out', device_map='auto')\n"
+            "    model = model.merge_and_unload()\n"
+            "    model.save_pretrained('merged')\n",
+            why="a model loaded after training only to merge adapters is never prepared",
+            files=_LAUNCH_2,
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map={'': rank})\n"
+            "loss = model(**batch).loss\nloss.backward()\n",
+            why="one device per process is the right map",
+            files=_LAUNCH_2,
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "loss = model(**batch).loss\nloss.backward()\n",
+            why="a world size from a variable the script cannot prove",
+            files={"launch.sh": "torchrun --nproc_per_node ${NGPU:-2} train.py\n"},
+        ),
+    ]
+    INVALID = [
+        Example(
+            "from transformers import AutoModelForCausalLM, Trainer\n"
+            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', device_map='auto')\n"
+            "Trainer(model=model, args=args).train()\n",
+            why="torchrun with two processes",
+            line=2,
+            files=_LAUNCH_2,
+            fixed="from transformers import AutoModelForCausalLM, Trainer\n"
+            "from accelerate import PartialState\n"
+            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', device_map={\"\": PartialState().local_process_index})\n"
+            "Trainer(model=model, args=args).train()\n",
+        ),
+        Example(
+            "from accelerate import (\n    Accelerator,\n)\nfrom transformers import AutoModel\n"
+            "accelerator = Accelerator()\n"
+            "model = AutoModel.from_pretrained('m', device_map='sequential')\n"
+            "accelerator.backward(model(**batch).loss)\n",
+            why="deepspeed launcher with --num_gpus; the existing `from accelerate import` is extended",
+            line=6,
+            files={"train.sh": "deepspeed --num_gpus=8 train.py --deepspeed ds.json\n"},
+            fixed="from accelerate import (\n    Accelerator, PartialState,\n)\nfrom transformers import AutoModel\n"
+            "accelerator = Accelerator()\n"
+            "model = AutoModel.from_pretrained('m', device_map={\"\": PartialState().local_process_index})\n"
+            "accelerator.backward(model(**batch).loss)\n",
+        ),
+        Example(
+            "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "def load(name):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+            "    return get_peft_model(model, config)\n"
+            "def main():\n"
+            "    model = load('m')\n"
+            "    Trainer(model=model).train()\n",
+            why="the model reaches the Trainer through a wrapper and a returning function",
+            line=4,
+            files=_LAUNCH_2,
+            fixed="from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "from accelerate import PartialState\n"
+            "def load(name):\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": PartialState().local_process_index})\n"
+            "    return get_peft_model(model, config)\n"
+            "def main():\n"
+            "    model = load('m')\n"
+            "    Trainer(model=model).train()\n",
+        ),
+        Example(
+            "import accelerate\nfrom transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='balanced')\n"
+            "accelerator.backward(model(**batch).loss)\n",
+            why="accelerate launch with an accelerate config of 4 processes; accelerate already imported",
+            line=3,
+            files={
+                "scripts/run.sh": "accelerate launch --config_file configs/acc.yaml train.py\n",
+                "configs/acc.yaml": "distributed_type: MULTI_GPU\nnum_processes: 4\nnum_machines: 1\n",
+            },
+            fixed="import accelerate\nfrom transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map={\"\": accelerate.PartialState().local_process_index})\n"
+            "accelerator.backward(model(**batch).loss)\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src = ctx.source
+        candidates = [
+            load
+            for load in ctx.models.loads
+            if load.device_map is not None and load.device_map.kind == "multi" and load.library is not None
+        ]
+        if not candidates or not ctx.models.trains:
+            return
+        from cfgfix.analysis.training_flow import model_is_trained
+
+        for load in candidates:
+            if not model_is_trained(ctx.index, load.call):
+                continue  # loaded to merge adapters or to generate: accelerate never prepares it
+            device_map = load.device_map
+            keyword = next(k for k in load.call.keywords if k.arg == "device_map")
+            yield self.finding(
+                src.span_of_node(keyword),
+                f"`device_map={src.node_text(device_map.node)}` spreads the model over every GPU of "
+                "each process, but this script is launched with more than one process: "
+                "`accelerator.prepare` (and the HF Trainer) raise `ValueError: You can't train a "
+                "model that has been loaded with device_map='auto' in any distributed mode.` Load "
+                "one whole model per process instead.",
+                fix=self._fix(ctx, keyword),
+            )
+
+    def _fix(self, ctx, keyword) -> Fix:
+        src, imports = ctx.source, ctx.models.imports
+        edits = []
+        local = imports.local_name_for("accelerate.PartialState")
+        if local is None:
+            module = imports.local_name_for("accelerate")
+            if module is not None:
+                local = f"{module}.PartialState"
+            else:
+                local = "PartialState"
+                edits.append(
+                    python_edits.import_name(src, ctx.document.tree, "accelerate", "PartialState", keyword.value.lineno)
+                )
+        edits.append(python_edits.replace_node(src, keyword.value, f'{{"": {local}().local_process_index}}'))
+        return Fix(tuple(edits), "Load one whole model per process", Applicability.UNSAFE)

@@ -1,0 +1,417 @@
+"""CFX301 empty-cache-in-loop."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterable
+
+from cfgfix.analysis.loop_text import LOOP_WORDS, header_span, in_loop_text
+from cfgfix.analysis.loops import identifiers, last_part, loop_analysis
+from cfgfix.analysis.names import dotted, iter_statements
+from cfgfix.analysis.structure import Loop
+from cfgfix.core import Applicability, Finding, Fix, Related, Severity
+from cfgfix.documents import python_edits
+from cfgfix.rules.base import Example, Rule, register
+
+EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
+
+
+_BOUNDARY_CALL = re.compile(
+    r"^_*(?:evaluate|validate|validation|eval|val|test|save|log_validation|generate|sample|checkpoint|export|push_to_hub)"
+    r"|(?:_eval|_evaluation|_validation|_validate|_save|_checkpoint|_test)$"
+)
+_PURE_CALLS = frozenset({"torch.cuda.is_available", "len"})
+
+_TRAIN_LOOP = """\
+import gc
+import torch
+
+for epoch in range(epochs):
+    for step, batch in enumerate(train_loader):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@register
+class EmptyCacheInLoop(Rule):
+    """## What it does
+    Flags `torch.cuda.empty_cache()` inside a training or evaluation step loop: a loop whose
+    body runs a backward pass, an optimizer step or a forward pass over the batches of a data
+    loader, every iteration or every few (`if step % 10 == 0`).
+
+    ## Why is this bad?
+    It never lowers the peak. `empty_cache()` only hands back cached blocks that no tensor
+    uses; the memory your tensors hold stays. It first synchronises the device, and the next
+    step has to `cudaMalloc` every block again, so the loop gets slower. It does not prevent
+    an out-of-memory error either: before raising one, the caching allocator already frees
+    its cached blocks and retries by itself.
+
+    ## Example
+    ```python
+    for step, batch in enumerate(train_loader):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        gc.collect()
+        torch.cuda.empty_cache()
+    ```
+
+    ## Use instead
+    ```python
+    for step, batch in enumerate(train_loader):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    ```
+
+    Call it at phase boundaries, where another process or library needs memory that this
+    one will not use again: after training, between two models, after evaluation. cfgfix
+    stays silent there: outside step loops, in loops over models or checkpoints, in an
+    `except` handler (out-of-memory recovery), in a branch that also evaluates or saves,
+    and behind an explicit option (`if args.empty_cache_steps and ...`).
+
+    ## Fix safety
+    Safe: the call changes no value and no result. The fix removes it, together with a
+    `gc.collect()` right beside it in the same block and a comment right above them that
+    talks about the cache; a block left empty becomes `pass`, and an `if` that only did
+    this (`if step % 10 == 0: torch.cuda.empty_cache()`) goes as a whole.
+
+    ## References
+    - facts A7: `torch/cuda/memory.py` ("`empty_cache` doesn't increase the amount of GPU
+      memory available for PyTorch"); `c10/cuda/CUDACachingAllocator.cpp`
+      (`release_cached_blocks` synchronises, and a failed `cudaMalloc` frees cached blocks
+      and retries before raising).
+    - PyTorch docs, notes/cuda: "the occupied GPU memory by tensors will not be freed".
+    """
+
+    code = "CFX301"
+    name = "empty-cache-in-loop"
+    severity = Severity.WARNING
+    fix_availability = "safe"
+    triggers = ((b"empty_cache",), LOOP_WORDS)
+    trigger_check = staticmethod(lambda data: _word_in_loop_text(data, b"empty_cache"))
+
+    VALID = [
+        Example(
+            _TRAIN_LOOP + "del optimizer\ngc.collect()\ntorch.cuda.empty_cache()\n",
+            why="after the training loop: a phase boundary",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "for name in ['a', 'b']:\n"
+            "    model = AutoModel.from_pretrained(name).cuda()\n"
+            "    for batch in loader:\n"
+            "        scores.append(model(**batch).logits)\n"
+            "    del model\n"
+            "    torch.cuda.empty_cache()\n",
+            why="a loop over models: one model per iteration",
+        ),
+        Example(
+            "import torch\n"
+            "for ckpt in checkpoints:\n"
+            "    model.load_state_dict(torch.load(ckpt))\n"
+            "    out = model(batch)\n"
+            "    torch.cuda.empty_cache()\n",
+            why="a loop over checkpoints",
+        ),
+        Example(
+            _TRAIN_LOOP + "    model.eval()\n    evaluate(model)\n    torch.cuda.empty_cache()\n",
+            why="once per epoch, after evaluation: not inside the step loop",
+        ),
+        Example(
+            "import torch\n"
+            "for step, batch in enumerate(loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    if step % eval_steps == 0:\n"
+            "        evaluate(model, eval_loader)\n"
+            "        torch.cuda.empty_cache()\n",
+            why="in a branch that evaluates: a phase boundary inside the loop",
+        ),
+        Example(
+            "import torch\n"
+            "for batch in loader:\n"
+            "    try:\n"
+            "        loss = model(**batch).loss\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n"
+            "    except torch.cuda.OutOfMemoryError:\n"
+            "        optimizer.zero_grad()\n"
+            "        torch.cuda.empty_cache()\n",
+            why="out-of-memory recovery in an except handler",
+        ),
+        Example(
+            "import torch\n"
+            "for step, batch in enumerate(loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    if args.empty_cache_steps and step % args.empty_cache_steps == 0:\n"
+            "        torch.cuda.empty_cache()\n",
+            why="behind an explicit option the user turns on",
+        ),
+        Example(
+            "import torch\n"
+            "for path in image_paths:\n"
+            "    image = pipe(prompt, image=load(path)).images[0]\n"
+            "    torch.cuda.empty_cache()\n",
+            why="a loop over files through a pipeline: no training or evaluation step",
+        ),
+        Example(
+            "import gc\nimport torch\n"
+            "candidates = generate_candidates(model, tickets)\n"
+            "del model\ngc.collect()\ntorch.cuda.empty_cache()\n"
+            "model = load_reranker()\n",
+            why="between two models, not in a loop",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "import gc\nimport torch\n"
+            "for step, batch in enumerate(train_loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    optimizer.zero_grad()\n"
+            "    # free cached blocks so the next step does not OOM\n"
+            "    gc.collect()\n"
+            "    torch.cuda.empty_cache()\n"
+            "\n"
+            "    if step >= max_steps:\n"
+            "        break\n",
+            why="every step, with a `gc.collect()` beside it: both go, with the comment about them",
+            line=10,
+            fixed="import gc\nimport torch\n"
+            "for step, batch in enumerate(train_loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    optimizer.zero_grad()\n"
+            "\n"
+            "    if step >= max_steps:\n"
+            "        break\n",
+        ),
+        Example(
+            "import torch\n"
+            "def train(model, loader, optimizer):\n"
+            "    for step, batch in enumerate(loader):\n"
+            "        model(**batch).loss.backward()\n"
+            "        optimizer.step()\n"
+            "        if step % 10 == 0:\n"
+            "            torch.cuda.empty_cache()\n"
+            "        optimizer.zero_grad()\n",
+            why="every 10 steps: the whole `if` goes",
+            line=7,
+            fixed="import torch\n"
+            "def train(model, loader, optimizer):\n"
+            "    for step, batch in enumerate(loader):\n"
+            "        model(**batch).loss.backward()\n"
+            "        optimizer.step()\n"
+            "        optimizer.zero_grad()\n",
+        ),
+        Example(
+            "import torch\n"
+            "model.eval()\n"
+            "with torch.no_grad():\n"
+            "    for batch in eval_loader:\n"
+            "        preds.append(model(**batch).logits.argmax(-1))\n"
+            "        torch.cuda.empty_cache()\n",
+            why="an evaluation step loop: a forward pass per batch",
+            line=6,
+            fixed="import torch\n"
+            "model.eval()\n"
+            "with torch.no_grad():\n"
+            "    for batch in eval_loader:\n"
+            "        preds.append(model(**batch).logits.argmax(-1))\n",
+        ),
+        Example(
+            "from torch.cuda import empty_cache\n"
+            "def train_step(batch):\n"
+            "    loss = model(**batch).loss\n"
+            "    accelerator.backward(loss)\n"
+            "    optimizer.step()\n"
+            "for batch in loader:\n"
+            "    train_step(batch)\n"
+            "    if clean:\n"
+            "        empty_cache()\n"
+            "    else:\n"
+            "        log(batch)\n",
+            why="an imported alias; the step in a function; a branch with an else keeps `pass`",
+            line=9,
+            fixed="from torch.cuda import empty_cache\n"
+            "def train_step(batch):\n"
+            "    loss = model(**batch).loss\n"
+            "    accelerator.backward(loss)\n"
+            "    optimizer.step()\n"
+            "for batch in loader:\n"
+            "    train_step(batch)\n"
+            "    if clean:\n"
+            "        pass\n"
+            "    else:\n"
+            "        log(batch)\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        if not _call_line_in_loop(ctx, "empty_cache"):
+            return  # most modules: no need for the module index
+        analysis = loop_analysis(ctx)
+        src = ctx.source
+        for site in ctx.index.calls_named(*EMPTY_CACHE):
+            context = site.context
+            if not context.loops:
+                continue
+            loop = context.loops[-1]
+            kind = analysis.is_step_loop(loop)
+            if kind is None:
+                continue
+            chain = analysis.chain(context.stmt, loop)
+            if any(isinstance(node, ast.ExceptHandler) for node in chain):
+                continue  # out-of-memory recovery runs once, not every step
+            branches = [node for node in chain if isinstance(node, ast.If)]
+            if any(any("cache" in word for word in identifiers(node.test)) for node in branches):
+                continue  # an explicit option: the user asked for it
+            if branches and self._phase_boundary(ctx, analysis, branches[0], context.stmt):
+                continue
+            how_often = "in a branch of" if branches else "every iteration of"
+            yield self.finding(
+                src.span_of_node(site.node),
+                f"`{src.node_text(site.node)}` runs {how_often} the {kind} loop on line {loop.lineno}: it "
+                "synchronises the GPU and gives cached blocks back to the driver, which the next step "
+                "must `cudaMalloc` again. It does not lower peak memory (tensors in use are not "
+                "cache), and the allocator already empties its cache and retries before it raises "
+                "out-of-memory. Keep it for phase boundaries (after training, between models).",
+                fix=self._fix(ctx, analysis, site),
+                related=[Related(header_span(src, loop), f"the {kind} loop")],
+            )
+
+    @staticmethod
+    def _phase_boundary(ctx, analysis, branch: ast.If, stmt: ast.stmt) -> bool:
+        """The branch holding the call also evaluates, saves, generates or runs a loop."""
+        body = branch.body if _inside(branch.body, stmt) else branch.orelse
+        for node in body:
+            if any(isinstance(sub, Loop) for sub in ast.walk(node)):
+                return True
+            for site in ctx.index.calls_within(node):
+                name = last_part(site.name or dotted(site.node.func) or "")
+                if site.method == "eval" or _BOUNDARY_CALL.search(name):
+                    return True
+        return False
+
+    @staticmethod
+    def _fix(ctx, analysis, site) -> Fix | None:
+        src = ctx.source
+        stmt = site.context.stmt
+        if not (isinstance(stmt, ast.Expr) and stmt.value is site.node):
+            return None
+        block = list(site.context.block)
+        index = next(i for i, s in enumerate(block) if s is stmt)
+        drop = [stmt] + [
+            block[j] for j in (index - 1, index + 1) if 0 <= j < len(block) and _is_gc_collect(ctx, block[j])
+        ]
+        drop.sort(key=lambda s: s.lineno)
+        remaining = [s for s in block if not any(s is d for d in drop)]
+        owner = analysis.parents.get(id(stmt))
+        if remaining:
+            edits = [_delete_lines(src, drop)]
+        elif isinstance(owner, ast.If) and owner.body and owner.body[0] is block[0] and not owner.orelse and _pure(ctx, owner.test):
+            if ctx.index.context_of_stmt(owner).sole_in_block:
+                edits = [python_edits.delete_statement(src, owner, True)]
+            else:
+                edits = [_delete_lines(src, [owner])]
+        else:
+            edits = [python_edits.delete_statement(src, drop[0], True)] + [
+                python_edits.delete_statement(src, s, False) for s in drop[1:]
+            ]
+        if any(edit is None for edit in edits):
+            return None
+        what = "`torch.cuda.empty_cache()`" + (" and `gc.collect()`" if len(drop) > 1 else "")
+        return Fix(tuple(edits), f"Remove {what} from the step loop", Applicability.SAFE)
+
+
+_CACHE_COMMENT = re.compile(r"cache|memory|fragment|\boom\b|gc\b|\bfree", re.IGNORECASE)
+
+
+def _delete_lines(src, stmts: list[ast.stmt]):
+    """Delete adjacent whole-line statements as one edit, with a comment block right above
+    them that talks about the cache (it would describe nothing now), and one of two blank
+    lines that would end up next to each other. None when a statement shares its lines."""
+    if any(python_edits.delete_statement(src, s, False) is None for s in stmts):
+        return None
+    first = min(s.lineno for s in stmts)
+    last = max(s.end_lineno or s.lineno for s in stmts)
+    indent = src.line_text(first)[: len(src.line_text(first)) - len(src.line_text(first).lstrip())]
+    top = first
+    while top > 1 and src.line_text(top - 1).startswith(indent + "#"):
+        top -= 1
+    if top < first and any(_CACHE_COMMENT.search(src.line_text(row)) for row in range(top, first)):
+        first = top
+    rows = len(src.line_starts)
+    if 1 < first and last < rows and not src.line_text(first - 1).strip() and not src.line_text(last + 1).strip():
+        last += 1
+    start = src.line_starts[first - 1]
+    end = src.line_starts[last] if last < rows else len(src.text)
+    return python_edits.Edit(src.path, start, end, "")
+
+
+def _call_line_in_loop(ctx, word: str) -> bool:
+    """Text and statements only: a line that mentions `word` lies inside some loop."""
+    src = ctx.source
+    lines = set()
+    pos = src.text.find(word)
+    while pos >= 0:
+        lines.add(src.position(pos)[0])
+        pos = src.text.find(word, pos + 1)
+    if not lines:
+        return False
+    for stmt in iter_statements(ctx.document.tree.body):
+        if isinstance(stmt, Loop) and any(stmt.lineno < line <= (stmt.end_lineno or stmt.lineno) for line in lines):
+            return True
+    return False
+
+
+def _inside(body: list[ast.stmt], stmt: ast.stmt) -> bool:
+    return any(node is stmt for top in body for node in ast.walk(top))
+
+
+def _is_gc_collect(ctx, stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and ctx.index.imports.qualify(stmt.value.func) == "gc.collect"
+    )
+
+
+def _pure(ctx, test: ast.expr) -> bool:
+    """A condition that can be dropped with its branch: no calls with side effects."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            if ctx.index.imports.qualify(node.func) not in _PURE_CALLS:
+                return False
+        elif not isinstance(
+            node,
+            (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.BinOp, ast.UnaryOp,
+             ast.Subscript, ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.expr_context),
+        ):
+            return False
+    return True
+
+
+def _word_in_loop_text(data: bytes, word: bytes) -> bool:
+    """Text only: `word` on a line inside a `for`/`while` block by indentation."""
+    pos = data.find(word)
+    while pos >= 0:
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        if in_loop_text(data, start, data[start:end]):
+            return True
+        pos = data.find(word, end)
+    return False

@@ -1,0 +1,282 @@
+"""CFX307 checkpoint-without-use-reentrant."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+
+from cfgfix.analysis.checkpointing import (
+    GC_METHODS,
+    TRAINING_FLAGS,
+    kwargs_argument,
+    may_break_peft,
+    peft_analysis,
+    set_reentrant_false,
+    trainer_drops,
+    use_reentrant_of,
+)
+from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.core import Applicability, Finding, Fix, Severity
+from cfgfix.documents import python_edits
+from cfgfix.rules.base import Example, Rule, register
+
+TORCH_CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+TORCH_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
+
+
+def _named_calls(ctx) -> list[tuple[str | None, ast.Call]]:
+    """Every call with its qualified name, in source order. Uses the shared index when another
+    rule already built it; otherwise one walk with the import map, which is much cheaper than
+    the model analysis the index is built on (CFX307 runs on big modeling files)."""
+    if "index" in vars(ctx):
+        return [(site.name, site.node) for site in ctx.index.calls]
+    if "cfx307-calls" not in ctx.notes:
+        tree = ctx.document.tree
+        imports = ImportMap(tree)
+        calls = []
+        stack: list[ast.AST] = [tree]
+        while stack:  # like the shared index: not into lambdas
+            node = stack.pop()
+            if isinstance(node, ast.Lambda):
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = imports.qualify(func) or (dotted(func) if isinstance(func, ast.Attribute) else None)
+                calls.append((name, node))
+        calls.sort(key=lambda item: (item[1].lineno, item[1].col_offset))
+        ctx.notes["cfx307-calls"] = calls
+    return ctx.notes["cfx307-calls"]
+
+
+_CALLS_CHECKPOINT = re.compile(rb"\bcheckpoint(?:_sequential)?\s*\(")
+_INLINE_KWARGS = re.compile(rb"checkpointing_kwargs\s*=\s*(?:\{|dict\()|checkpointing_enable\(\s*(?:\{|dict\()")
+
+
+def _may_checkpoint(data: bytes) -> bool:
+    """A kwargs dict written inline, or a call of torch's checkpoint in a file importing it."""
+    if _INLINE_KWARGS.search(data):
+        return True
+    imports = b"utils.checkpoint" in data or (b"torch.utils import" in data and b"checkpoint" in data)
+    return imports and bool(_CALLS_CHECKPOINT.search(data))
+
+
+@register
+class CheckpointWithoutUseReentrant(Rule):
+    """## What it does
+    Flags `torch.utils.checkpoint.checkpoint(...)` and `checkpoint_sequential(...)` calls
+    (however imported: `from torch.utils.checkpoint import checkpoint`,
+    `import torch.utils.checkpoint as cp`) that do not pass `use_reentrant`, and
+    `gradient_checkpointing_kwargs` dicts (of `gradient_checkpointing_enable` or
+    `TrainingArguments`) that do not set it either: transformers hands those dicts to
+    torch's `checkpoint` as they are.
+
+    ## Why is this bad?
+    Without it torch picks the *reentrant* variant and warns: "torch.utils.
+    checkpoint: the use_reentrant parameter should be passed explicitly ... use_reentrant=False
+    is recommended". The docs announced an exception for a missing `use_reentrant` (for 2.4,
+    then 2.9); torch 2.13 still only warns, so nothing forces the choice. The reentrant
+    variant drops gradients when no *input* of the checkpointed block requires grad (frozen
+    embeddings, LoRA, a frozen backbone), does not support `torch.autograd.grad`, and rejects
+    keyword arguments for the checkpointed function. Saying which variant you want makes the behaviour explicit and
+    survives the day the default changes.
+
+    ## Example
+    ```python
+    from torch.utils.checkpoint import checkpoint
+    hidden = checkpoint(layer, hidden, attention_mask)
+    ```
+
+    ## Use instead
+    ```python
+    hidden = checkpoint(layer, hidden, attention_mask, use_reentrant=False)
+    ```
+
+    ## Fix safety
+    Unsafe: it switches to the non-reentrant variant, whose gradients are the same but
+    whose memory profile, RNG handling and hooks differ slightly (and which, unlike the
+    reentrant one, does produce gradients for blocks whose inputs are frozen). Pass
+    `use_reentrant=True` instead to keep the current behaviour and silence the warning.
+    Calls with `**kwargs` (which may carry `use_reentrant`) and kwargs dicts held in
+    variables are left alone; on torch < 1.11 (`checkpoint`) or < 2.0
+    (`checkpoint_sequential`), which have no such parameter, nothing is flagged.
+
+    ## References
+    - facts A4: torch 2.13 `checkpoint.py` L486-496 (the warning; default still True).
+    - PyTorch docs, `torch.utils.checkpoint.checkpoint`: "The `use_reentrant` parameter should
+      be passed explicitly." (pytorch/pytorch#116710).
+    """
+
+    code = "CFX307"
+    name = "checkpoint-without-use-reentrant"
+    severity = Severity.WARNING
+    fix_availability = "unsafe"
+    triggers = ((b"checkpoint(", b"checkpoint_sequential(", b"checkpointing_kwargs"),)
+    trigger_check = staticmethod(_may_checkpoint)
+
+    VALID = [
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    return checkpoint(self.block, x, use_reentrant=False)\n",
+            why="an explicit use_reentrant",
+        ),
+        Example(
+            "from torch.utils import checkpoint as ckpt\n"
+            "out = ckpt.checkpoint(block, x, use_reentrant=True)\n",
+            why="an explicit use_reentrant=True keeps today's behaviour on purpose",
+        ),
+        Example(
+            "import torch\n"
+            "def forward(self, x):\n"
+            "    return torch.utils.checkpoint.checkpoint(self.block, x, **self.ckpt_kwargs)\n",
+            why="`**kwargs` may carry use_reentrant (the diffusers pattern)",
+        ),
+        Example(
+            "import deepspeed\n"
+            "def forward(self, x):\n"
+            "    return deepspeed.checkpointing.checkpoint(self.block, x)\n",
+            why="another library's checkpoint function",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint_sequential\n"
+            "out = checkpoint_sequential(model, 4, x, False)\n",
+            why="use_reentrant passed positionally to checkpoint_sequential",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "out = checkpoint(block, x)\n",
+            why="torch 1.10 has no use_reentrant parameter",
+            files={"requirements.txt": "torch==1.10.2\n"},
+        ),
+        Example(
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)\n",
+            why="a kwargs dict held in a variable",
+        ),
+        Example(
+            "model.gradient_checkpointing_enable()\n",
+            why="no kwargs: transformers passes use_reentrant itself",
+        ),
+        Example(
+            "from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
+            why="kwargs without checkpointing turned on are never used",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "layer_fn = checkpoint\n"
+            "self._gradient_checkpointing_func = checkpoint\n",
+            why="references to the function, not calls",
+        ),
+    ]
+    INVALID = [
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    for block in self.blocks:\n"
+            "        x = checkpoint(block, x)\n"
+            "    return x\n",
+            why="the plain call",
+            line=4,
+            fixed="from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    for block in self.blocks:\n"
+            "        x = checkpoint(block, x, use_reentrant=False)\n"
+            "    return x\n",
+        ),
+        Example(
+            "import torch.utils.checkpoint as cp\n"
+            "out = cp.checkpoint_sequential(layers, 2, x)\n",
+            why="a module alias and checkpoint_sequential",
+            line=2,
+            fixed="import torch.utils.checkpoint as cp\n"
+            "out = cp.checkpoint_sequential(layers, 2, x, use_reentrant=False)\n",
+        ),
+        Example(
+            "import torch\n"
+            "h = torch.utils.checkpoint.checkpoint(self.mlp, *inputs, preserve_rng_state=False)\n",
+            why="the fully qualified spelling with other keywords and *args",
+            line=2,
+            fixed="import torch\n"
+            "h = torch.utils.checkpoint.checkpoint(self.mlp, *inputs, preserve_rng_state=False, use_reentrant=False)\n",
+        ),
+        Example(
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
+            why="a kwargs dict without use_reentrant reaches torch's checkpoint as it is",
+            line=1,
+            fixed="model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False, \"use_reentrant\": False})\n",
+        ),
+        Example(
+            "from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing=True, gradient_checkpointing_kwargs={})\n",
+            why="TrainingArguments with an empty kwargs dict on transformers 4",
+            line=2,
+            files={"requirements.txt": "transformers==4.46.3\n"},
+            fixed="from transformers import TrainingArguments\n"
+            "args = TrainingArguments('out', gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": False})\n",
+        ),
+    ]
+
+    def check(self, ctx) -> Iterable[Finding]:
+        src = ctx.source
+        torch = ctx.versions.get("torch")
+        flagged = set()
+        if may_break_peft(src.text):  # what CFX306 reports, CFX307 leaves alone
+            flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
+        calls = _named_calls(ctx)
+        for name, call in calls:
+            if name not in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
+                continue
+            sequential = name == TORCH_SEQUENTIAL
+            if torch.below("2.0" if sequential else "1.11") is True:
+                continue  # no such parameter yet
+            if any(k.arg in ("use_reentrant", None) for k in call.keywords):
+                continue
+            if sequential and len(call.args) >= 4:
+                continue  # checkpoint_sequential(functions, segments, input, use_reentrant)
+            spelled = src.node_text(call.func)
+            edit = python_edits.add_keyword(src, call, "use_reentrant=False")
+            yield self.finding(
+                src.span_of_node(call),
+                f"`{spelled}(...)` does not pass `use_reentrant`: torch falls back to the reentrant "
+                "variant and warns. That variant gives no gradient to a block whose "
+                "inputs do not require grad (frozen embeddings, LoRA) and the docs announce an "
+                "error for the missing argument. Pass `use_reentrant=False` (recommended) or `True` "
+                "to keep today's behaviour.",
+                fix=Fix((edit,), "Pass `use_reentrant=False`", Applicability.UNSAFE) if edit else None,
+            )
+        tf = ctx.versions.get("transformers")
+        for name, call in calls:
+            if id(call) in flagged:
+                continue
+            method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+            if method in GC_METHODS:
+                value, _ = kwargs_argument(call, GC_METHODS[method])
+                if isinstance(value, (ast.Dict, ast.Call)) and use_reentrant_of(value) == "missing":
+                    yield self._dict_finding(src, value, f"`{method}`")
+                continue
+            if not (name and name.startswith("transformers.") and name.endswith("TrainingArguments")):
+                continue
+            keywords = {k.arg: k.value for k in call.keywords if k.arg}
+            flag_on = any(
+                k in keywords and not (isinstance(keywords[k], ast.Constant) and not keywords[k].value)
+                for k in TRAINING_FLAGS
+            )
+            value = next((keywords[k] for k in TRAINING_FLAGS.values() if k in keywords), None)
+            if not flag_on or not isinstance(value, (ast.Dict, ast.Call)) or use_reentrant_of(value) != "missing":
+                continue
+            if trainer_drops(value) and tf.below("5") is not True:
+                continue  # transformers 5's Trainer turns such a dict into None (use_reentrant=False)
+            yield self._dict_finding(src, value, "`TrainingArguments`")
+
+    def _dict_finding(self, src, value, owner: str) -> Finding:
+        edit = set_reentrant_false(src, value)
+        return self.finding(
+            src.span_of_node(value),
+            f"The checkpointing kwargs given to {owner} do not set `use_reentrant`: transformers passes "
+            "them to `torch.utils.checkpoint.checkpoint` as they are, so torch falls back to the "
+            "reentrant variant and warns (the variant that gives frozen-input blocks, "
+            "e.g. LoRA, no gradient). Add `\"use_reentrant\": False` (recommended) or `True`.",
+            fix=Fix((edit,), "Set `use_reentrant` to False", Applicability.UNSAFE) if edit else None,
+        )

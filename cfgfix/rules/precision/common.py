@@ -1,0 +1,34 @@
+"""What CFX203 and CFX205 share: the text prefilter for a torch Adam/AdamW build, the
+wording of where the weights got their dtype, and the transformers 5 pin of the examples."""
+
+from __future__ import annotations
+
+import re
+
+from cfgfix.core import Related
+
+_ADAM_CALL = re.compile(rb"\bAdamW?\s*\(")  # `torch.optim.AdamW(`, not `PagedAdamW(`
+
+
+def builds_torch_adam(data: bytes) -> bool:
+    return _ADAM_CALL.search(data) is not None
+
+
+V5 = {"requirements.txt": "transformers>=5.0\n"}
+
+
+def dtype_origin(src, source) -> tuple[str, Related]:
+    """How the weights got their dtype: `loaded with torch_dtype=... on line 3`."""
+    state = source.state
+    if state.cast_by is None:
+        load = state.load
+        text = f"loaded with `{src.node_text(load.dtype_keyword)}` on line {load.line}"
+        return text, Related(src.span_of_node(load.call), f"loaded in {state.dtype} here")
+    cast = state.cast_by
+    method = src.node_text(cast)[len(src.node_text(cast.func.value)):]
+    text = f"cast with `{' '.join(method.split())}` on line {cast.lineno}"
+    return text, Related(src.span_of_node(cast), f"cast to {state.dtype} here")
+
+
+def optimizer_name(build) -> str:
+    return f"torch.optim.{build.cls}"

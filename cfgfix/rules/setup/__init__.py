@@ -1,0 +1,1 @@
+"""CFX6xx: training configs, on each launch's resolved training setup [B10]."""

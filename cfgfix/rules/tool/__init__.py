@@ -1,0 +1,1 @@
+"""CFX9xx: findings about cfgfix's own input (emitted by the engine)."""
