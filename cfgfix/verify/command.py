@@ -73,7 +73,45 @@ def project_launch(folder: Path) -> tuple[list[str] | None, str]:
     return ["bash", os.path.relpath(scripts[0], folder)], ""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a CI timeout, `timeout 2 cfgfix verify`, a closed terminal). A
+    KeyboardInterrupt, so it unwinds the way Ctrl-C does: the running launch's process group
+    is stopped (runner.run_launch) and the temporary folders are removed on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, _frame) -> None:
+    raise Interrupted(signum)
+
+
 def run(options: Options, out=None, err=None) -> int:
+    """`verify`, with SIGTERM and SIGHUP turned into a clean stop: the launch (its whole
+    process group) is killed, its folders removed, and the exit code is the signal's (128+N),
+    as a shell reports a process the signal killed."""
+    import signal
+    import threading
+
+    err = err or sys.stderr
+    if threading.current_thread() is not threading.main_thread():
+        return _verify(options, out, err)
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {n: signal.signal(getattr(signal, n), _interrupt) for n in names}
+    try:
+        return _verify(options, out, err)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP as Interrupted
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        err.write(f"cfgfix verify: stopped by {name}: the launch was killed and its temporary folders removed\n")
+        return 128 + signum
+    finally:
+        for n, handler in previous.items():
+            signal.signal(getattr(signal, n), handler)
+
+
+def _verify(options: Options, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
 

@@ -90,8 +90,9 @@ def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device
                 return result
             try:
                 result.returncode = _wait(proc, reports, started, timeout, label, steps, progress)
-            except KeyboardInterrupt:
-                _stop(proc, reports)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (command.Interrupted)
+                _stop(proc, reports, quick=True)
+                proc.wait()
                 raise
             if result.returncode is None:
                 result.timed_out = True
@@ -137,14 +138,25 @@ def _latest_step(reports: Path) -> int:
     return best
 
 
-def _stop(proc, reports: Path) -> None:
-    """Dump the stacks of the launch's Python processes, then kill them all."""
+def _stop(proc, reports: Path, quick: bool = False) -> None:
+    """Dump the stacks of the launch's Python processes (unless `quick`: an interrupted
+    verify has no report to write), then kill them all: the process group the launch leads
+    (start_new_session) and every descendant that left it."""
     pids = [proc.pid, *_descendants(proc.pid)]
-    _signal_all(pids, signal.SIGUSR1)
-    deadline = time.monotonic() + STACK_WAIT_S
-    while time.monotonic() < deadline and not _stacks_written(reports, pids):
-        time.sleep(0.05)
+    if not quick:
+        _signal_all(pids, signal.SIGUSR1)
+        deadline = time.monotonic() + STACK_WAIT_S
+        while time.monotonic() < deadline and not _stacks_written(reports, pids):
+            time.sleep(0.05)
+    _kill_group(proc.pid)
     _signal_all([proc.pid, *_descendants(proc.pid)], signal.SIGKILL)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
 
 
 def _stacks_written(reports: Path, pids: list[int]) -> bool:
@@ -163,6 +175,7 @@ def _signal_all(pids: list[int], sig) -> None:
 
 def _reap_descendants(pid: int) -> None:
     """Nothing of the launch may outlive verify (a worker whose launcher died)."""
+    _kill_group(pid)
     _signal_all(_descendants(pid), signal.SIGKILL)
 
 
