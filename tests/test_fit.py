@@ -208,3 +208,25 @@ def test_two_launches_sharing_a_file_are_fixed_one_run_at_a_time(tmp_path, monke
     code, out = _run("fix", "--fit")
     assert code == 0, out
     assert (tmp_path / "run.sh").read_text().count("--deepspeed ds_zero2.json") == 2
+
+
+def test_fit_never_writes_outside_the_project(tmp_path, monkeypatch):
+    """A launch naming its DeepSpeed JSON as `../ds.json`, by an absolute path, or through a
+    link out of the tree: the plan is printed, nothing is written anywhere (issue 14)."""
+    outside = tmp_path / "shared"
+    outside.mkdir()
+    ds = '{"zero_optimization": {"stage": 1}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}\n'
+    launch = ("#!/bin/bash\ntorchrun --nproc_per_node 4 train.py --output_dir out --deepspeed {} "
+              "--per_device_train_batch_size 4 --bf16 True --max_seq_length 2048 --gradient_checkpointing True\n")
+    for name, written in (("rel", "../shared/ds.json"), ("abs", str(outside / "ds.json")), ("link", "ds.json")):
+        project = tmp_path / name
+        write_project(project, {"train.py": HF_TRAIN, "run.sh": launch.format(written), "cfgfix.toml": 'gpu = "A100 40GB"\n'})
+        (outside / "ds.json").write_text(ds)
+        if name == "link":
+            (project / "ds.json").symlink_to(outside / "ds.json")
+        monkeypatch.chdir(project)
+        code, out = _run("fix", "--fit")
+        assert code == 2, out
+        assert "is outside the project" in out and "zero_optimization.stage 2" in out  # the plan, as advice
+        assert (outside / "ds.json").read_text() == ds
+        assert (project / "run.sh").read_text() == launch.format(written)  # half a plan is never written

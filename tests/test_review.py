@@ -381,3 +381,103 @@ def test_a_conflicting_config_value_is_reviewed_with_its_fix(tmp_path, monkeypat
     fixed = CliRunner().invoke(cli, ["fix", "--no-cache", "ds.json"], catch_exceptions=False)
     assert fixed.exit_code == 0, fixed.output
     assert (root / "ds.json").read_text() == base
+
+
+# -- posting against a hostile or broken API (issue 14) ----------------------------------------
+def test_post_never_sends_the_token_to_another_origin(env, monkeypatch):
+    with FakeGitHub() as other:
+        script = {("GET", "/repos/octo/proj/pulls/7/comments"): [(302, {"Location": other.url + "/steal"}, None)]}
+        with FakeGitHub(script=script) as server:
+            result = _post(server, monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert "another origin" in result.output and "ghs_secret_token_value" not in result.output
+    assert other.requests == []  # not even a request without the token
+
+
+def test_post_follows_a_read_redirect_on_the_api_origin(env, monkeypatch):
+    script = {("GET", "/repos/octo/proj/pulls/7/comments"): [(301, {"Location": "/moved/comments"}, None)]}
+    with FakeGitHub(script=script) as server:
+        result = _post(server, monkeypatch)
+    assert result.exit_code == 1, result.output
+    assert [(m, p) for m, p, *_ in server.requests][:2] == [
+        ("GET", "/repos/octo/proj/pulls/7/comments?per_page=100&page=1"), ("GET", "/moved/comments")]
+    _check_headers(server)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirected_write_is_a_failure(env, monkeypatch, status):
+    script = {("POST", "/repos/octo/proj/pulls/7/reviews"): [(status, {"Location": "/elsewhere"}, None)]}
+    with FakeGitHub(script=script) as server:
+        result = _post(server, monkeypatch)
+    assert result.exit_code == 2, result.output
+    assert "nothing was written" in result.output
+    assert [m for m, p, *_ in server.requests if p == "/elsewhere"] == []  # never re-sent as a GET
+
+
+@pytest.mark.parametrize("retry_after", ["nan", "-5", "inf", "Wed, 21 Oct 2015 07:28:00 GMT", "1e400"])
+def test_odd_retry_after_values_back_off(env, monkeypatch, retry_after):
+    script = {("POST", "/repos/octo/proj/pulls/7/reviews"): [(429, {"Retry-After": retry_after}, {"message": "slow"})]}
+    with FakeGitHub(script=script) as server:
+        result = _post(server, monkeypatch)
+    assert result.exit_code == 1, result.output  # retried once after a plain back-off, then posted
+    assert env == [1.0]
+
+
+class _RawServer:
+    """Answers every request with the same raw status and body (not JSON, wrong shapes)."""
+
+    def __init__(self, status, body: bytes):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status, body, needle", [
+    (200, b"<html>proxy login</html>", "not JSON"),
+    (200, b'{"message": "not a list"}', "not a list of objects"),
+    (200, b'["a", "b"]', "not a list of objects"),
+    (200, b'[{"id": "x"}]', "not a list of objects"),
+    (500, b"<html>oops</html>", "HTTP 500"),
+    (422, b"[" * 100000, "422"),
+])
+def test_malformed_api_answers_are_a_clear_error(env, monkeypatch, status, body, needle):
+    with _RawServer(status, body) as server:
+        monkeypatch.setenv("GITHUB_API_URL", server.url)
+        result = CliRunner().invoke(cli, ["review", "--no-cache", "--base", "main", "--post"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert needle in result.output and "ghs_secret_token_value" not in result.output
+
+
+@pytest.mark.parametrize("event", [{"pull_request": "x"}, {"pull_request": {"number": "7; rm"}}, [1], {"number": True}])
+def test_malformed_event_payloads_are_a_clear_error(env, monkeypatch, tmp_path, event):
+    path = tmp_path / "odd-event.json"
+    path.write_text(json.dumps(event))
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(path))
+    with FakeGitHub() as server:
+        result = _post(server, monkeypatch)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "pull request number" in result.output

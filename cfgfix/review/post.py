@@ -7,10 +7,13 @@ ones are deleted, the earlier summary is updated; nothing without the marker is 
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -53,11 +56,24 @@ def target_from_env(pr: int | None, environ=os.environ) -> Target:
     if "/" not in repository:
         raise PostError("GITHUB_REPOSITORY is not set (owner/name)")
     if pr is None:
-        pr = _event(environ).get("pull_request", {}).get("number") or _event(environ).get("number")
-    if not pr:
+        event = _event(environ)
+        pr = _get(event, "pull_request", "number") or event.get("number")
+    if isinstance(pr, bool) or not isinstance(pr, int) or pr < 1:
+        if pr:
+            raise PostError(f"the event's pull request number is not a number ({str(pr)[:40]!r}): pass --pr N")
         raise PostError("no pull request number: pass --pr N or run on a pull_request event")
     api = (environ.get("GITHUB_API_URL") or DEFAULT_API).rstrip("/")
-    return Target(api, repository, int(pr), token)
+    if urllib.parse.urlsplit(api).scheme not in ("http", "https"):
+        raise PostError(f"GITHUB_API_URL is not an http(s) URL: {api[:80]!r}")
+    return Target(api, repository, pr, token)
+
+
+def _get(data, *keys):
+    """data[k1][k2]... or None when any level is missing or not an object (a payload of
+    the wrong shape is no payload)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def _event(environ) -> dict:
@@ -68,12 +84,33 @@ def _event(environ) -> dict:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
 def event_head_sha(environ=os.environ) -> str | None:
-    return _event(environ).get("pull_request", {}).get("head", {}).get("sha")
+    sha = _get(_event(environ), "pull_request", "head", "sha")
+    return sha if isinstance(sha, str) else None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are never followed by urllib: its handler would resend the Authorization
+    header to whatever host the answer names, and turn a POST into a GET. `Client.request`
+    decides instead (a read may follow one on the API's own origin; a write never)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+_WRITES = ("POST", "PUT", "PATCH", "DELETE")
+MAX_REDIRECTS = 3
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 def _sleep(seconds: float) -> None:
@@ -102,24 +139,59 @@ class Client:
         }
         if data is not None:
             headers["Content-Type"] = "application/json"
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        redirects = 0
+        attempt = 1
+        while attempt <= MAX_ATTEMPTS:
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(request, timeout=30) as response:
+                with _OPENER.open(request, timeout=30) as response:
                     body = response.read()
-                    return json.loads(body) if body.strip() else None
+                return self._decode(method, path, body)
             except urllib.error.HTTPError as exc:
-                body = exc.read().decode("utf-8", "replace")
+                try:
+                    body = exc.read().decode("utf-8", "replace")
+                except (OSError, http.client.HTTPException):
+                    body = ""
+                if 300 <= exc.code < 400:
+                    url = self._follow(method, path, url, exc.code, exc.headers.get("Location"))
+                    redirects += 1
+                    if redirects > MAX_REDIRECTS:
+                        raise PostError(self._scrub(f"GitHub redirected {method} {path} more than {MAX_REDIRECTS} times")) from None
+                    continue
                 wait = self._retry_wait(exc.code, exc.headers, body, attempt)
                 if wait is None or attempt == MAX_ATTEMPTS:
                     raise PostError(self._explain(method, path, exc.code, body)) from None
                 self.log(f"{method} {path}: HTTP {exc.code}, retrying in {wait:g} s")
                 self.sleep(wait)
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
                 if attempt == MAX_ATTEMPTS:
                     raise PostError(self._scrub(f"cannot reach {self.target.api_url}: {getattr(exc, 'reason', exc)}")) from None
                 self.sleep(min(MAX_WAIT, 2.0 ** (attempt - 1)))
-        raise PostError("unreachable")  # pragma: no cover
+            attempt += 1
+        raise PostError(self._scrub(f"gave up on {method} {path} after {MAX_ATTEMPTS} attempts"))
+
+    def _follow(self, method: str, path: str, url: str, status: int, location: str | None) -> str:
+        """Where a redirected read goes next; a PostError for anything else. A write that is
+        redirected did not happen (urllib would have re-sent it as a GET and reported
+        success), and the token never leaves the API's origin."""
+        if method in _WRITES:
+            raise PostError(self._scrub(f"GitHub answered {method} {path} with a redirect (HTTP {status}) "
+                                        f"to {location or 'nowhere'}: nothing was written; check GITHUB_API_URL"))
+        if not location:
+            raise PostError(self._scrub(f"GitHub answered {method} {path} with HTTP {status} and no Location"))
+        target = urllib.parse.urljoin(url, location)
+        if _origin(target) != _origin(self.target.api_url):
+            raise PostError(self._scrub(f"GitHub redirected {method} {path} to another origin ({target[:120]}); "
+                                        f"the token is not sent there: check GITHUB_API_URL"))
+        return target
+
+    def _decode(self, method: str, path: str, body: bytes):
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            raise PostError(self._scrub(f"GitHub's answer to {method} {path} is not JSON: {body[:120]!r}")) from None
 
     def _retry_wait(self, status: int, headers, body: str, attempt: int) -> float | None:
         limited = status == 429 or (status == 403 and (
@@ -127,18 +199,14 @@ class Client:
             or "rate limit" in body.lower()))
         if not limited and status < 500:
             return None
+        backoff = 2.0 ** (attempt - 1)
+        wait = None
         if headers.get("Retry-After"):
-            try:
-                wait = float(headers["Retry-After"])
-            except ValueError:
-                wait = 2.0 ** (attempt - 1)
+            wait = _seconds(headers["Retry-After"])  # "nan", "-5", an HTTP date: back off instead
         elif limited and headers.get("X-RateLimit-Reset"):
-            try:
-                wait = max(0.0, float(headers["X-RateLimit-Reset"]) - self.clock()) + 1
-            except ValueError:
-                wait = 2.0 ** (attempt - 1)
-        else:
-            wait = 2.0 ** (attempt - 1)
+            reset = _seconds(headers["X-RateLimit-Reset"])
+            wait = max(0.0, reset - self.clock()) + 1 if reset is not None else None
+        wait = backoff if wait is None else wait
         return None if wait > MAX_WAIT else wait
 
     def _explain(self, method: str, path: str, status: int, body: str) -> str:
@@ -149,7 +217,7 @@ class Client:
             errors = data.get("errors")
             if errors:
                 detail += ": " + "; ".join(e if isinstance(e, str) else json.dumps(e) for e in errors)
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):  # not JSON, or not an object
             detail = body[:200]
         base = _STATUS_HELP.get(status, f"GitHub answered HTTP {status}")
         return self._scrub(f"{base} [{method} {path}]" + (f" ({detail})" if detail else ""))
@@ -158,11 +226,22 @@ class Client:
         items, page = [], 1
         while page <= 50:
             batch = self.request("GET", f"{path}?per_page=100&page={page}") or []
+            if not isinstance(batch, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), int) for i in batch):
+                raise PostError(f"GitHub's answer to GET {path} is not a list of objects with ids: {str(batch)[:120]}")
             items.extend(batch)
             if len(batch) < 100:
                 break
             page += 1
         return items
+
+
+def _seconds(text: str) -> float | None:
+    """A finite, non-negative number of seconds, or None."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _same(old: dict, new: dict) -> bool:

@@ -113,8 +113,11 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
         by_path: dict[str, list] = {}
         for edit in launch_plan.edits:
             by_path.setdefault(edit.path, []).append(edit)
-        problem = None
+        problem = _outside(project, [project.real_path(shown) for shown in by_path]
+                           + [Path(os.path.realpath(shown)) for shown in launch_plan.created])
         for shown, edits in by_path.items():
+            if problem is not None:
+                break
             path = project.real_path(shown)
             try:
                 old = path.read_text(encoding="utf-8")
@@ -166,6 +169,18 @@ def apply_plans(project, plans, diff: bool, echo) -> int:
                 echo(f"  written: {', '.join(list(launch_plan.created) + list(texts))}")
         echo("")
     return status
+
+
+def _outside(project, paths: list[Path]) -> str | None:
+    """A plan never writes outside the project: a launch that names its DeepSpeed JSON as
+    `../shared/ds.json`, an absolute path or a link out of the tree gets advice, not an edit."""
+    root = Path(os.path.realpath(project.root))
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        if real != root and root not in real.parents:
+            return (f"{project.display(path)} is outside the project "
+                    f"({real}); cfgfix never writes there: apply the plan above by hand")
+    return None
 
 
 def _check_after(project, launch_plan, texts) -> str | None:
