@@ -469,6 +469,12 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
 @click.option("--quantize", type=click.Choice(("4bit", "8bit")), default=None, help="QLoRA: the frozen base's storage.")
 @click.option("--checkpointing/--no-checkpointing", default=False, show_default=True, help="Gradient checkpointing.")
+@click.option("--device", type=click.Choice(("cuda", "cpu")), default="cuda", show_default=True,
+              help="Whose kernels the activation terms follow: cuda (a GPU run), or cpu (what `verify --device cpu` and --simulate measure; no CUDA context).")
+@click.option("--attention", type=click.Choice(("sdpa", "eager", "flash")), default=None,
+              help="The load's attn_implementation (default: the family's default in transformers).")
+@click.option("--optimizer-impl", type=click.Choice(("foreach", "fused", "for-loop")), default=None,
+              help="torch's optimizer implementation (default: torch's for the device; the HF Trainer uses fused).")
 @click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient accumulation steps.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
@@ -476,7 +482,8 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--list-gpus", is_flag=True, help="List the catalog's GPUs and exit.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, offload, batch, seq, target_seq, resolution,
-             lora_rank, quantize, checkpointing, grad_accum, output_format, simulate, list_models, list_gpus, paths) -> None:
+             lora_rank, quantize, checkpointing, device, attention, optimizer_impl, grad_accum, output_format, simulate,
+             list_models, list_gpus, paths) -> None:
     """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
     GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
     launch found in PATHS (default: the current folder) is estimated from its configs."""
@@ -526,9 +533,12 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         deepspeed_half=ds_half, optimizer=optimizer, zero_stage=zero, fsdp=fsdp,
         offload_optimizer=offload != "none", offload_params=offload == "optimizer+params", num_gpus=num_gpus,
         micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
-        lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum,
+        lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum, device=device,
+        attention=attention, optimizer_impl=optimizer_impl,
     )
     problems = setup.impossible() + setup.conflicts()
+    if device == "cpu" and gpu:
+        problems.append("--device cpu estimates a CPU run (no GPU to fit); drop --gpu, or estimate --device cuda")
     if problems:
         _fail("; ".join(problems))
     result = run_estimate(setup, shape)

@@ -23,7 +23,9 @@ MIB = 1024**2
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 # The CUDA context, kernels and cuBLAS/cuDNN workspaces sit outside torch's allocator but inside
-# the card's capacity. Typical for CUDA 12 with lazy module loading; not measured here (no GPU).
+# the card's capacity. A stated typical figure (CUDA 12, lazy module loading); measured once:
+# 765 MiB on an H200 with CUDA 13 and torch 2.11 (bench/gpu_results.md), so the figure varies
+# with the card, driver and torch build. A CPU run has none.
 CUDA_CONTEXT_BYTES = 512 * MIB
 
 # bitsandbytes NF4 / FP4: half a byte per weight plus one fp32 absmax per 64-weight block
@@ -57,6 +59,7 @@ class Estimate:
     cpu: tuple[Component, ...] = ()  # host RAM per node when offloading
     assumptions: tuple[str, ...] = ()
     trainable_params: int = 0
+    phases: dict = field(default_factory=dict, compare=False)  # bytes per GPU at each moment of a step
 
     def component(self, name: str) -> Component:
         for comp in self.components:
@@ -151,7 +154,35 @@ class _States:
     grads_formula: str
     optimizer_formula: str
     master_formula: str
-    step_temp: int  # optimizer-step temporaries (torch foreach)
+    step_temp: int  # optimizer-step temporaries (foreach / for-loop; fused none)
+
+
+def optimizer_impl(setup: MemorySetup) -> str:
+    """torch's optimizer implementation the run uses: the setup's, else torch's default for
+    the device (torch/optim/optimizer.py `_default_to_fused_or_foreach`: foreach when every
+    parameter is on CUDA, the per-parameter loop otherwise)."""
+    return setup.optimizer_impl or ("foreach" if setup.device == "cuda" else "for-loop")
+
+
+def _step_temporaries(setup: MemorySetup, shape: ModelShape, trainable: int, t_bytes: int, notes: _Notes) -> int:
+    """What torch's AdamW / SGD-momentum step allocates besides the states, measured on an
+    H200 (bench/gpu_results.md: a 160M fp32 Llama, weights + grads + states 2,558 MiB):
+    foreach builds sqrt(exp_avg_sq) for every parameter at once (`_multi_tensor_adamw`,
+    torch._foreach_sqrt: +623 MiB, one copy of the 610 MiB of parameters); the per-parameter
+    loop two temporaries of one parameter at a time (+250 MiB, twice the 125 MiB embedding);
+    the fused kernel none (+0)."""
+    impl = optimizer_impl(setup)
+    if setup.optimizer_impl is None:
+        notes.add(f"optimizer implementation not stated: torch's default on {setup.device.upper()} ({impl}) assumed")
+    if impl == "fused":
+        return 0
+    if impl == "foreach":
+        return trainable * t_bytes
+    if setup.lora_rank is not None and shape.blocks:
+        largest = setup.lora_rank * max(max(i, o) for b in shape.blocks for _, i, o in b.linears)
+    else:
+        largest = shape.largest_module_params or int(trainable * 0.02)
+    return 2 * min(largest, trainable) * t_bytes
 
 
 def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: _Notes) -> _States:
@@ -246,9 +277,8 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         of = "offloaded to CPU"
     step_temp = 0
     if setup.optimizer == "adamw" and not setup.offload_optimizer:
-        # torch's foreach AdamW (the CUDA default) builds sqrt(exp_avg_sq) for every parameter
-        # at once (torch/optim/adamw.py, _multi_tensor_adamw: torch._foreach_sqrt)
-        step_temp = (trainable // (n if setup.zero_stage or setup.fsdp else 1)) * t_bytes
+        step_temp = _step_temporaries(setup, shape, trainable // (n if setup.zero_stage or setup.fsdp else 1),
+                                      t_bytes, notes)
     return _States(weights, grads, grads_persistent, optimizer, 0, gathered, cpu, wf, gf, of, "none: torch keeps no master copy", step_temp)
 
 
@@ -321,43 +351,108 @@ def _act_dtypes(setup: MemorySetup) -> tuple[int, int]:
     return DTYPE_BYTES[setup.weights], DTYPE_BYTES[setup.weights]
 
 
-def _transformer_layer(shape: ModelShape, s: int, b: int, e: int, r: int, autocast: bool, *, cross_s: int = 0) -> int:
+# transformers' default attention per family where it is not SDPA: Gemma-2 asks for eager
+# attention (its logit soft-capping; transformers PR #32865, 4.45; `_supports_sdpa = False` in
+# 5.24's modeling_gemma2.py). transformers 5.17 built it with SDPA (measured on an H200,
+# bench/gpu_results.md): eager is the higher of the two, so the estimate errs on the safe side.
+EAGER_BY_DEFAULT = ("gemma2",)
+
+
+def attention_kernel(setup: MemorySetup, shape: ModelShape, notes: _Notes | None = None) -> str:
+    """Which attention kernel a decoder / encoder layer runs, as its saved tensors go:
+    "fused" (flash or memory-efficient SDPA: no s^2 tensor), "math" (SDPA's fallback: fp32
+    probabilities per head) or "eager" (transformers' eager_attention_forward).
+    SDPA picks its kernel by device, dtype and arguments (torch `sdp_utils`): on CUDA flash
+    needs 16-bit inputs and the memory-efficient kernel takes no `enable_gqa`, which
+    transformers passes for grouped-query attention, so fp32 compute with fewer KV heads falls
+    back to the math kernel (measured: +2,283 MiB on a 160M Llama, bench/gpu_results.md); on the
+    CPU the fused kernel takes no dropout (GPT-2 +64% in the simulator)."""
+    notes = notes if notes is not None else _Notes()
+    impl = setup.attention
+    if impl is None and shape.family in EAGER_BY_DEFAULT:
+        impl = "eager"
+        notes.add(f"{shape.family}: transformers' default attention is eager (logit soft-capping) in most versions; "
+                  "pass attn_implementation='sdpa' or 'flash_attention_2' to the load to keep no score tensors")
+    if impl == "eager":
+        return "eager"
+    if impl == "flash":
+        return "fused"
+    compute_fp32 = setup.weights == "fp32" and not setup.autocast and not setup.deepspeed_half
+    if setup.device == "cuda":
+        if compute_fp32 and shape.kv_heads and shape.kv_heads < shape.heads:
+            notes.add("fp32 attention with grouped KV heads: SDPA falls back to its math kernel on CUDA "
+                      "(fp32 probabilities per head and layer)")
+            return "math"
+        return "fused"
+    if shape.dropout > 0:
+        notes.add("CPU SDPA with attention dropout runs the math kernel (fp32 probabilities, dropout noise "
+                  "and dropped probabilities per head)")
+        return "math"
+    return "fused"
+
+
+def _attention_saved(kernel: str, shape: ModelShape, setup: MemorySetup, q_tokens: int, kv_tokens: int, b: int,
+                     e: int) -> int:
+    """What one attention keeps for backward beyond the projections' own inputs: q, k, v and the
+    output (o_proj's input), by kernel (measured per layer, bench/gpu_results.md):
+    - fused: q, k, v, out in the activation dtype + an fp32 logsumexp per head and token;
+    - math: q and k, v expanded to every head in fp32, the output, and b x heads x s^2 fp32
+      probabilities (x3 with dropout: noise and dropped probabilities);
+    - eager: q and k, v repeated to every head (repeat_kv), the output, the fp32 softmax and its
+      16-bit copy (Llama bf16: 390 MiB per layer measured, 392 modelled), the soft-capping's tanh
+      (Gemma-2: 264 measured, 272 modelled) and with dropout its mask and the dropped probabilities."""
+    a = shape.heads or 1
+    d = shape.head_dim or shape.hidden // a
+    kv = shape.kv_heads or a
+    scores = b * a * q_tokens * kv_tokens
+    drop = shape.dropout > 0
+    if kernel == "fused":
+        return e * b * d * (2 * a * q_tokens + 2 * kv * kv_tokens) + 4 * b * a * q_tokens
+    if kernel == "math":
+        return 4 * b * d * a * (q_tokens + 2 * kv_tokens) + e * b * a * d * q_tokens + 4 * scores * (3 if drop else 1)
+    per_score = 4 + (e if e < 4 else 0)
+    if shape.attn_softcap:
+        per_score += e
+    if drop:
+        per_score += (1 if setup.device == "cuda" else e) + e
+    return e * b * d * a * (2 * q_tokens + 2 * kv_tokens) + per_score * scores
+
+
+def _transformer_layer(shape: ModelShape, setup: MemorySetup, s: int, b: int, e: int, r: int, autocast: bool,
+                       kernel: str) -> int:
     """Bytes one transformer layer saves for backward, HF implementation, per micro batch.
     Korthikanti et al.'s 34sbh + 5as^2b (16-bit, GELU MLP, dropout) becomes, measured on HF's
-    code with live_bytes (tests/test_memory_accuracy.py):
+    code with live_bytes (tests/test_memory_accuracy.py) and on a GPU (bench/gpu_results.md):
     - each norm: RMSNorm keeps its input up-cast to fp32 (4 B) and the normalised tensor (r);
-      LayerNorm keeps its input (r); its output is kept once (r) or, under autocast, once per
-      consuming Linear as a 16-bit cast (2 B each: q, k, v / gate, up);
-    - fused attention (SDPA / flash): q, k, v, output (e) + logsumexp (fp32, per head); eager
-      attention (T5) adds the fp32 softmax, its 16-bit copy and the dropout mask: a*s*s_k*(4+e+1);
+      Gemma's RMSNorm computes in fp32 and keeps the normalised tensor in fp32 (4 B), and
+      Gemma-2 has four norms per layer (post-attention and post-MLP norms feed the residual
+      add, which keeps nothing); LayerNorm keeps its input (r); a norm's output is kept once
+      (r) or, under autocast, once per consuming Linear as a 16-bit cast (2 B each);
+    - attention: by kernel (`_attention_saved`);
     - MLP: SwiGLU/GeGLU keeps gate, act(gate), up and their product (4 x i x e); a fused GELU
       MLP 2 x i x e, GPT-2's Python-composed gelu_new 5 x i x e (shape.mlp_tensors);
-    - dropout masks (1 B) after attention and MLP when dropout is on."""
-    h, i, a = shape.hidden, shape.intermediate, shape.heads or 1
-    d = shape.head_dim or h // a
-    kv = shape.kv_heads or a
+    - dropout after attention and MLP when dropout is on: CUDA keeps a 1-byte bool mask,
+      the CPU its noise in the activation dtype (ATen `_dropout_impl`)."""
+    h, i = shape.hidden, shape.intermediate
     sb = s * b
     rms = shape.norm == "rms"
+    gemma = shape.family.startswith("gemma")
 
     def norm(consumers: int, fused: bool) -> int:
         kept_input = (4 if rms else r) * sb * h
-        normed = r * sb * h if rms else 0
+        normed = (4 if gemma else r) * sb * h if rms else 0
         out = (2 * (1 if fused else consumers)) * sb * h if autocast and r == 4 else r * sb * h
         return kept_input + normed + out + (4 * sb if rms else 8 * sb)
 
     fused_qkv = shape.family in ("phi3", "gpt2", "gpt_neox")
     total = norm(3, fused_qkv)
-    total += e * sb * (2 * a * d + 2 * kv * d) + 4 * b * a * s
-    if shape.attention == "eager":
-        total += b * a * s * s * (4 + e + (1 if shape.dropout else 0))
-    if cross_s:  # decoder cross-attention: q, out over s; k, v over the encoder's tokens
-        total += norm(1, False) + e * (2 * sb * a * d + 2 * cross_s * b * kv * d)
-        if shape.attention == "eager":
-            total += b * a * s * cross_s * (4 + e + (1 if shape.dropout else 0))
+    total += _attention_saved(kernel, shape, setup, s, s, b, e)
     total += norm(2, fused_qkv or not shape.gated_mlp)
+    if shape.family == "gemma2":  # post-attention and post-feedforward norms: no output kept
+        total += 2 * (norm(1, True) - r * sb * h)
     total += shape.mlp_tensors * e * sb * i
     if shape.dropout:
-        total += 2 * sb * h  # bool masks after attention and MLP (Korthikanti: 2sbh of 34)
+        total += 2 * sb * h * (1 if setup.device == "cuda" else e)
     return total
 
 
@@ -383,7 +478,8 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
         notes.add(f"sequence length unknown: assumed {s} tokens")
     if shape.family == "t5":
         return _t5_activations(setup, shape, notes, s, b, e, r, autocast, copies)
-    layer = _transformer_layer(shape, s, b, e, r, autocast)
+    kernel = attention_kernel(setup, shape, notes)
+    layer = _transformer_layer(shape, setup, s, b, e, r, autocast, kernel)
     n_layers = shape.layers
     per_layer_total = n_layers * layer
     layer_inputs = n_layers * s * b * shape.hidden * r
@@ -394,9 +490,13 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
     # after the blocks: the final norm, and the loss. HF's ForCausalLMLoss up-casts the
     # logits to fp32 and cross_entropy's log_softmax keeps its fp32 output (b s V x 4);
     # backward then holds two such fp32 tensors at once (nll_loss and log_softmax grads).
-    head = (4 + r + (2 if autocast and r == 4 else r)) * s_logits * b * h
+    gemma = shape.family.startswith("gemma")  # its final RMSNorm keeps the normalised tensor in fp32
+    head = (4 + (4 if gemma else r) + (2 if autocast and r == 4 else r)) * s_logits * b * h
     loss_saved = 4 * s_logits * b * V
     loss_backward = 2 * 4 * s_logits * b * V
+    if shape.logit_softcap:
+        # Gemma-2: logits / cap -> tanh -> x cap; tanh keeps its output (the logits' dtype)
+        loss_saved += (2 if autocast else e) * s_logits * b * V
     if shape.family == "bert":
         notes.add("BERT: the task head is assumed small (classification); an MLM head adds b x s x vocab x 4 B")
         loss_saved, loss_backward = 0, 0
@@ -441,16 +541,13 @@ def _t5_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, s: int
     if setup.target_len is None:
         notes.add(f"T5 target length unknown: assumed {t} (same as the source)")
     cpu = setup.device == "cpu"
-    if cpu:
-        notes.add("T5 on the CPU: SDPA's math kernel (the position bias is a float mask with a gradient): "
-                  "fp32 scores, softmax and dropout noise kept per head")
-    else:
-        # CUDA: the memory-efficient SDPA kernel takes a float bias with a gradient and dropout,
-        # and keeps q, k, v, its output and a logsumexp, no score-sized tensor; dropout keeps a
-        # 1-byte bool mask (native_dropout). Not measured here (no GPU): the CPU path, which
-        # `--simulate` and the tests measure, keeps fp32 scores and would read much higher.
-        notes.add("T5 on a GPU: memory-efficient SDPA (no score tensors) and 1-byte dropout masks assumed, "
-                  "not measured on a GPU; the CPU's math kernel keeps fp32 scores per head")
+    # Both devices run SDPA's math kernel for the self-attention (the position bias is a float
+    # mask with a gradient): fp32 probabilities per head. A CUDA run measured on an H200
+    # (bench/gpu_results.md) sits 13-19% under the CPU simulator, not at the memory-efficient
+    # kernel's figure (15-37% under it): CUDA's dropout keeps 1-byte bool masks (native_dropout)
+    # where the CPU keeps its noise in the activation dtype.
+    notes.add("T5: SDPA's math kernel (the position bias is a float mask with a gradient): fp32 probabilities "
+              "per head" + ("; dropout noise in the activation dtype (CPU)" if cpu else "; 1-byte dropout masks (CUDA)"))
     h, i, a, V = shape.hidden, shape.intermediate, shape.heads or 1, shape.vocab
     inner = a * (shape.head_dim or h // a)
     drop = shape.dropout > 0
@@ -472,10 +569,10 @@ def _t5_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, s: int
         """q, k, v projections -> SDPA math: fp32 copies of q, k and v (scaled q, scaled k^T,
         contiguous v), the fp32 softmax, and with dropout its noise and the dropped
         probabilities (b x a x q x kv each); the output before `o` in the activation dtype."""
-        if not cpu:  # memory-efficient kernel: inputs, output and an fp32 logsumexp
-            return e * b * inner * (2 * q_tokens + 2 * kv_tokens) + 4 * b * a * q_tokens
         qkv = T5_SDPA_BYTES * b * inner * (q_tokens + 2 * kv_tokens)
-        scores = T5_SDPA_BYTES * b * a * q_tokens * kv_tokens * (3 if drop else 1)
+        # the softmax; with dropout its mask (CPU: fp32 noise, CUDA: bool) and the dropped probabilities
+        per_score = T5_SDPA_BYTES * (2 if drop else 1) + (_t5_dropout_mask_bytes(4, setup.device) if drop else 0)
+        scores = per_score * b * a * q_tokens * kv_tokens
         return qkv + scores + e * q_tokens * b * inner
 
     def cross_attention(q_tokens: int, kv_tokens: int) -> int:
@@ -483,7 +580,7 @@ def _t5_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, s: int
         `torch.zeros(...)` without a gradient): with dropout off SDPA takes the fused kernel,
         which keeps q, k, v and its output (also `o`'s input) in the activation dtype and an
         fp32 logsumexp; with dropout on, the math kernel as for self-attention."""
-        if drop and cpu:
+        if drop:
             return attention(q_tokens, kv_tokens)
         return e * b * inner * (2 * q_tokens + 2 * kv_tokens) + 4 * b * a * q_tokens
 
@@ -542,7 +639,7 @@ def _t5_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, s: int
         saved = layers + ends + encoder_out + buckets + cross_bias + head_in + loss_saved
         formula = (f"encoder {shape.encoder_layers * enc / GIB:.3g} GiB + decoder {shape.layers * dec / GIB:.3g} GiB "
                    f"+ stack ends/head/loss {(ends + encoder_out + head_in + loss_saved) / GIB:.3g} GiB "
-                   f"(modeling_t5.py terms, SDPA {'math' if cpu else 'memory-efficient'} kernel)")
+                   f"(modeling_t5.py terms, SDPA math kernel, {'CPU' if cpu else 'CUDA'} dropout masks)")
     if setup.lora_rank is not None and shape.blocks:
         enc_delta, dec_delta, model_delta = _t5_lora_delta(setup, shape, s, t, b, e, r, autocast)
         enc, dec = enc + enc_delta, dec + dec_delta
@@ -700,8 +797,13 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     states = _model_states(setup, shape, trainable, notes)
     act = _activations(setup, shape, notes)
     buckets, bucket_formula = _buckets(setup, states, notes)
-    ctx = CUDA_CONTEXT_BYTES
-    notes.add(f"CUDA context and library workspaces: {ctx / GIB:g} GiB (typical, not measured)")
+    if setup.device == "cuda":
+        ctx = CUDA_CONTEXT_BYTES
+        notes.add(f"CUDA context and library workspaces: {ctx / GIB:g} GiB (a typical figure; 0.75 GiB measured "
+                  "on an H200 with CUDA 13)")
+    else:
+        ctx = 0
+        notes.add("CPU kernels (--device cpu): no CUDA context; what `verify --device cpu` and the simulator measure")
 
     static = states.weights + states.master + states.optimizer + buckets + ctx
     grads_fwd = states.grads if states.grads_persistent else 0
@@ -740,7 +842,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
             f"fp32 loss gradient {act.loss_backward / GIB:.3g} GiB" if act.loss_backward else "",
             f"gathered layer {states.gathered / GIB:.3g} GiB" if states.gathered else "",
             f"buckets {buckets / GIB:.3g} GiB: {bucket_formula}" if buckets else "",
-            f"foreach AdamW step {states.step_temp / GIB:.3g} GiB" if states.step_temp else "",
+            f"{optimizer_impl(setup)} optimizer step {states.step_temp / GIB:.3g} GiB" if states.step_temp else "",
         ) if part
     ) or "none"
     sizes = {
@@ -769,7 +871,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     high = int(peak + variable * act.band[1] + 0.05 * peak)
     return Estimate(
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
-        cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable,
+        cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),
     )
 
 

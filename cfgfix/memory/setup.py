@@ -12,6 +12,8 @@ from typing import Literal
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+ATTENTIONS = ("sdpa", "eager", "flash")
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,16 @@ class MemorySetup:
     quantization: Literal["4bit", "8bit"] | None = None  # frozen base of a (Q)LoRA run
     gradient_accumulation: int = 1
     target_len: int | None = None  # decoder tokens of an encoder-decoder model (T5); None: seq_len
-    lora_targets: tuple[str, ...] | None = None
+    lora_targets: tuple[str, ...] | None = None  # Linear names LoRA adapts; None: every Linear in the blocks
     # The device whose kernels the activation terms follow: "cuda" (the target of every
-    # estimate) or "cpu" (what the FakeTensor simulator and the CPU tests run). Only T5 differs.
-    device: Literal["cuda", "cpu"] = "cuda"  # Linear names LoRA adapts; None: every Linear in the blocks
+    # estimate) or "cpu" (what the FakeTensor simulator, `verify --device cpu` and the CPU
+    # tests run): attention kernels, dropout masks and the CUDA context differ.
+    device: Literal["cuda", "cpu"] = "cuda"
+    # transformers' attn_implementation; None: the family's default (estimator.attention_kernel)
+    attention: Literal["sdpa", "eager", "flash"] | None = None
+    # torch's optimizer implementation; None: torch's default for the device (foreach on CUDA,
+    # the per-parameter loop on the CPU). The HF Trainer's default optim is the fused AdamW.
+    optimizer_impl: Literal["foreach", "fused", "for-loop"] | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

@@ -47,6 +47,10 @@ class ModelShape:
     norm: str = "rms"  # "rms" (HF up-casts to fp32 inside) or "layer"
     attention: str = "fused"  # "fused" (SDPA / flash: no s^2 term) or "eager" (T5: scores saved)
     dropout: float = 0.0  # hidden / attention dropout while training
+    # Gemma-2's logit soft-capping (modeling_gemma2.py): tanh over the attention scores (eager
+    # only: SDPA and flash kernels skip or fuse it) and over the output logits
+    attn_softcap: bool = False
+    logit_softcap: bool = False
     embedding_params: int = 0  # input and position embeddings: never autocast, quantised, or LoRA'd
     head_params: int = 0  # an untied output head (counted in params; 0 when tied)
     largest_module_params: int = 0  # the largest single module (ZeRO-3's "largest layer", facts C14)
@@ -170,10 +174,14 @@ def _llama_like(config: dict, source: str) -> ModelShape:
     embed = vocab * h
     head = 0 if tie else vocab * h
     params = embed + head + layers * per_layer + h
+    gemma2 = family == "gemma2"
     return ModelShape(
         family=family, params=params, layers=layers, hidden=h, heads=heads, kv_heads=kv, head_dim=d,
         vocab=vocab, intermediate=inter, gated_mlp=True, norm="rms", attention="fused",
         dropout=float(config.get("attention_dropout", 0.0) or 0.0),
+        # Gemma2Config's defaults: attn_logit_softcapping 50.0, final_logit_softcapping 30.0
+        attn_softcap=gemma2 and config.get("attn_logit_softcapping", 50.0) is not None,
+        logit_softcap=gemma2 and config.get("final_logit_softcapping", 30.0) is not None,
         embedding_params=embed, head_params=head,
         largest_module_params=max(embed, max(i * o for _, i, o in linears)),
         blocks=(BlockKind(layers, per_layer, linears),), source=source,

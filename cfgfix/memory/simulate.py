@@ -149,7 +149,8 @@ def simulate(
             raise
         except (ValueError, AssertionError) as err:  # a config transformers rejects
             raise SimulationUnsupported(f"cannot build the model from its config: {err}") from err
-        optimizer = _build_optimizer(torch, model, setup.optimizer, foreach)
+        impl = setup.optimizer_impl or ("foreach" if foreach else "for-loop")
+        optimizer = _build_optimizer(torch, model, setup.optimizer, impl)
         counter.track_existing(model, optimizer)  # anything built outside the dispatcher
         phases = {"model": counter.current}
         build_peak = counter.peak
@@ -339,8 +340,13 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
     dtype = _dtype(torch, setup.weights)
     # transformers 4.56 renamed torch_dtype to dtype (facts.md A2)
     dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    kwargs = {dtype_key: dtype}
+    if setup.attention:  # the load's attn_implementation; None: the family's default
+        kwargs["attn_implementation"] = {"flash": "sdpa", "sdpa": "sdpa", "eager": "eager"}[setup.attention]
+        if setup.attention == "flash":
+            assumptions.append("flash attention is not available on the CPU: SDPA simulated (no s^2 tensors either)")
     try:
-        model = auto_class.from_config(hf_config, **{dtype_key: dtype})
+        model = auto_class.from_config(hf_config, **kwargs)
     except ValueError as err:  # no causal-LM / seq2seq head for this model type
         raise SimulationUnsupported(f"cannot build a language model for {model_type!r}: {err}") from err
     model.train()
@@ -370,10 +376,12 @@ def _with_lora(model, rank: int, targets: tuple[str, ...] | None, assumptions: l
     return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=target_modules))
 
 
-def _build_optimizer(torch, model, name: str, foreach: bool):
+def _build_optimizer(torch, model, name: str, impl: str):
+    """`impl`: torch's implementation, "foreach", "fused" (AdamW) or "for-loop"."""
     params = [p for p in model.parameters() if p.requires_grad]
+    foreach = impl == "foreach"
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
+        return torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if impl == "fused" else {"foreach": foreach}))
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3, foreach=foreach)
     if name == "sgd-momentum":

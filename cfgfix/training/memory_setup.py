@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.memory.setup import MemorySetup
+from cfgfix.memory.setup import ATTENTIONS, OPTIMIZER_IMPLS, MemorySetup
 
 
 @dataclass
@@ -89,6 +89,8 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         quantization=get("quantization") if get("quantization") in ("4bit", "8bit") else None,
         gradient_accumulation=accum if _positive(accum) else 1,
         target_len=get("target_len") if _positive(get("target_len")) else None,
+        attention=get("attention") if get("attention") in ATTENTIONS else None,
+        optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
     )
     return MemoryInput(setup, shape, assumptions, problem)
 

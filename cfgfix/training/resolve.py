@@ -28,7 +28,7 @@ from cfgfix.training.values import Value, from_args, from_config, from_python
 SETTINGS = (
     "model", "weights", "mixed_precision", "precision", "micro_batch", "grad_accum", "world_size",
     "effective_batch", "seq_len", "target_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
-    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "gpu",
+    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "attention", "optimizer_impl", "gpu",
 )
 LABELS = {
     "model": "model", "weights": "weights dtype", "mixed_precision": "autocast (mixed precision)",
@@ -37,6 +37,7 @@ LABELS = {
     "resolution": "resolution", "gradient_checkpointing": "gradient checkpointing", "optimizer": "optimizer",
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
     "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
+    "attention": "attention kernel", "optimizer_impl": "optimizer implementation",
 }
 # Training tools driven by one YAML (`llamafactory-cli train`, `axolotl train`,
 # `accelerate launch -m axolotl.cli.train`): an HF Trainer underneath, every setting in the YAML.
@@ -314,6 +315,8 @@ class _Resolver:
             values["quantization"] = Value("quantization", f"{bits.value}bit", bits.origin, bits.span, bits.name)
         elif (script_quant := self._first("quantization", ("script",))) is not None:
             values["quantization"] = script_quant
+        if (attention := self._first("attention", ("script",))) is not None:
+            values["attention"] = attention
         self._batch(general)
         self._precision(general)
         self._optimizer(general)
@@ -424,13 +427,22 @@ class _Resolver:
         if value is not None and value.value is True:
             self.setup.values["optimizer"] = Value("optimizer", "adamw-8bit", value.origin, value.span, value.name)
             return
+        impl = self._first("optimizer_impl", ("script",))
+        if impl is not None:
+            self.setup.values["optimizer_impl"] = impl
         value = self._first("optimizer", ("deepspeed config",) + general)
         if value is None:
             if self.setup.trainer:
-                self.setup.values["optimizer"] = Value("optimizer", "adamw", "the HF Trainer's default (adamw_torch)")
+                # transformers training_args.py: `default_optim = "adamw_torch_fused"` with torch >= 2.8
+                # (TrainingArguments().optim read back in transformers 5.17 on a GPU machine)
+                origin = "the HF Trainer's default (adamw_torch_fused with torch >= 2.8)"
+                self.setup.values["optimizer"] = Value("optimizer", "adamw", origin)
+                self.setup.values.setdefault("optimizer_impl", Value("optimizer_impl", "fused", origin))
             return
         if isinstance(value.value, str) and value.setting == "optimizer":
             lowered = value.value.lower()
             mapped = ("adamw-8bit" if "8bit" in lowered else "adafactor" if "adafactor" in lowered
                       else "sgd" if lowered.startswith("sgd") else "adamw" if "adam" in lowered else value.value)
             self.setup.values["optimizer"] = Value("optimizer", mapped, value.origin, value.span, value.name)
+            if "fused" in lowered and mapped == "adamw":  # adamw_torch_fused: no foreach temporaries
+                self.setup.values["optimizer_impl"] = Value("optimizer_impl", "fused", value.origin, value.span, value.name)

@@ -192,6 +192,15 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
         elif dtype_node is not None:  # `torch_dtype=getattr(torch, cfg.dtype)`: decided at run time
             values.setdefault("weights_open", Value("weights_open", True, f"from_pretrained dtype in {where}",
                                                     source.span_of_node(dtype_node), "dtype"))
+        if "attn_implementation" in kwargs:  # the attention kernel: decides the s^2 score tensors
+            try:
+                impl = literal(kwargs["attn_implementation"], consts)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                impl = None
+            kernel = ATTENTION_NAMES.get(impl) if isinstance(impl, str) else None
+            if kernel is not None:
+                values.setdefault("attention", Value("attention", kernel, f"from_pretrained attn_implementation in {where}",
+                                                     source.span_of_node(kwargs["attn_implementation"]), "attn_implementation"))
         for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
             if flag in kwargs and _truthy(kwargs[flag], consts):
                 values.setdefault("quantization", Value("quantization", bits, f"{flag}= in {where}",
@@ -226,6 +235,10 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
         kind = _optimizer_kind(name, last, node)
         if kind is not None:
             values.setdefault("optimizer", Value("optimizer", kind, f"{last}(...) in {where}", source.span_of_node(node.func)))
+            impl = _optimizer_impl(node, consts) if name.startswith("torch.optim.") else None
+            if impl is not None:
+                values.setdefault("optimizer_impl", Value("optimizer_impl", impl, f"{last}(...) in {where}",
+                                                          source.span_of_node(node.func)))
     elif name in ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"):
         kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
         dtype = _dtype(kwargs["dtype"], consts) if "dtype" in kwargs else ("fp16" if name == "torch.cuda.amp.autocast" else None)
@@ -280,6 +293,29 @@ def _truthy(node: ast.AST, consts) -> bool:
         return literal(node, consts) is True
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
+
+
+# transformers' attn_implementation values -> the estimator's attention kernels
+ATTENTION_NAMES = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash", "flash_attention_3": "flash",
+                   "kernels-community/flash-attn": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+
+
+def _optimizer_impl(node: ast.Call, consts) -> str | None:
+    """torch.optim's implementation when the call states it: `fused=True`, `foreach=False`/True."""
+    flags = {}
+    for kw in node.keywords:
+        if kw.arg in ("fused", "foreach"):
+            try:
+                flags[kw.arg] = literal(kw.value, consts)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return None
+    if flags.get("fused") is True:
+        return "fused"
+    if flags.get("foreach") is False:
+        return "for-loop"
+    if flags.get("foreach") is True:
+        return "foreach"
+    return None
 
 
 def _optimizer_kind(name: str, last: str, node: ast.Call) -> str | None:

@@ -1,0 +1,149 @@
+"""The analytic model against real CUDA training steps: `torch.cuda.max_memory_allocated()`
+of 28 setups measured on an NVIDIA H200 (torch 2.11+cu130, transformers 5.17), stored with
+their full description in bench/gpu_results.json by bench/gpu_memory.py. No GPU is needed
+here: each setup is re-estimated from its stored config and compared with the stored peak.
+Also the resolution of the attention kernel and the optimizer implementation from a project,
+and `estimate --device cpu`."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from cfgfix.commands import cli
+from cfgfix.memory.estimator import attention_kernel, estimate
+from cfgfix.memory.setup import MemorySetup
+from cfgfix.memory.shapes import shape_from_config, shape_from_catalog
+from conftest import REPO, lint_project, write_project
+
+RESULTS = json.loads((REPO / "bench" / "gpu_results.json").read_text("utf-8"))
+ROWS = {row["spec"]["name"]: row for row in RESULTS["rows"]}
+
+
+def _setup(spec: dict, **changes) -> MemorySetup:
+    fields = dict(spec["setup"])
+    if fields.get("lora_targets"):
+        fields["lora_targets"] = tuple(fields["lora_targets"])
+    impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
+    return replace(MemorySetup(**fields, attention=spec["attn"], optimizer_impl=impl, device="cuda"), **changes)
+
+
+def _allocated(result) -> int:
+    """What max_memory_allocated can see: the estimate less its stated CUDA context."""
+    return result.peak - result.component("cuda_context").size
+
+
+# Decoders with the kernel stated (sdpa / eager) or resolved (fp32 + grouped KV heads: SDPA's
+# math kernel): within 5% of the GPU. Before issue 13 these read -28% (fp32 GQA), -40..-45%
+# (eager) and -18% (Gemma-2 on SDPA).
+DECODERS = ["llama fp32 adamw-foreach", "llama fp32 adamw-fused", "llama fp32 adamw-forloop", "llama amp-bf16",
+            "llama bf16", "llama bf16 lora-r16", "llama fp32 checkpointing", "llama amp-bf16 checkpointing",
+            "llama bf16 eager", "qwen2 bf16 sdpa", "qwen2 bf16 eager", "mistral amp-bf16 checkpointing",
+            "gemma2 bf16 eager", "gemma2 bf16 sdpa", "gpt2 fp32", "gpt_neox bf16", "phi3 fp32"]
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_decoder_estimates_within_5_percent_of_an_h200(name):
+    row = ROWS[name]
+    result = estimate(_setup(row["spec"]), shape_from_config(row["spec"]["config"]))
+    measured = row["measured"]["peak_bytes"]
+    error = (_allocated(result) - measured) / measured
+    assert abs(error) < 0.05, f"{name}: {error:+.1%}"
+
+
+def test_the_optimizer_steps_temporaries_by_implementation_match_the_gpu():
+    """The optimizer-phase peak of the same fp32 Llama: fused 2,558 MiB, for-loop 2,808,
+    foreach 3,181 measured. What each implementation adds over the fused step (its
+    temporaries: foreach +623 MiB, for-loop +250 MiB) is modelled within 5%."""
+    def step(name):
+        row = ROWS[name]
+        result = estimate(_setup(row["spec"]), shape_from_config(row["spec"]["config"]))
+        return result.phases["optimizer step"], row["measured"]["phases"]["optimizer"]
+
+    fused_model, fused_measured = step("llama fp32 adamw-fused")
+    for name in ("llama fp32 adamw-forloop", "llama fp32 adamw-foreach"):
+        modelled, measured = step(name)
+        extra_model, extra_measured = modelled - fused_model, measured - fused_measured
+        assert abs(extra_model - extra_measured) / extra_measured < 0.05, (name, extra_model, extra_measured)
+
+
+def test_t5_on_cuda_sits_between_the_gpu_and_the_band():
+    """T5 on CUDA runs SDPA's math kernel with 1-byte dropout masks: the estimate is above the
+    GPU (transformers 5.17 there, 5.2x terms here), and the GPU inside the band."""
+    for name in ("t5 fp32", "t5 amp-bf16", "t5 bf16 lora-r16"):
+        row = ROWS[name]
+        result = estimate(_setup(row["spec"]), shape_from_config(row["spec"]["config"]))
+        measured = row["measured"]["peak_bytes"]
+        context = result.component("cuda_context").size
+        assert result.low - context <= measured <= result.high - context, name
+        assert 0 <= (_allocated(result) - measured) / measured < 0.15, name
+
+
+def test_attention_kernel_resolution():
+    llama = shape_from_config(ROWS["llama bf16"]["spec"]["config"])  # 16 query heads, 8 KV heads
+    gemma2 = shape_from_config(ROWS["gemma2 bf16 sdpa"]["spec"]["config"])
+    gpt2 = shape_from_config(ROWS["gpt2 fp32"]["spec"]["config"])  # dropout 0.1
+    assert attention_kernel(MemorySetup(weights="bf16"), llama) == "fused"
+    assert attention_kernel(MemorySetup(weights="fp32"), llama) == "math"  # no fp32 flash, no GQA in mem-efficient
+    assert attention_kernel(MemorySetup(weights="fp32", autocast="bf16"), llama) == "fused"
+    assert attention_kernel(MemorySetup(weights="bf16", attention="eager"), llama) == "eager"
+    assert attention_kernel(MemorySetup(weights="bf16"), gemma2) == "eager"  # soft-capping: eager by default
+    assert attention_kernel(MemorySetup(weights="bf16", attention="sdpa"), gemma2) == "fused"
+    assert attention_kernel(MemorySetup(weights="bf16", attention="flash"), gemma2) == "fused"
+    assert attention_kernel(MemorySetup(weights="fp32"), gpt2) == "fused"  # CUDA: mem-efficient takes dropout
+    assert attention_kernel(MemorySetup(weights="fp32", device="cpu"), gpt2) == "math"  # CPU: no fused dropout
+
+
+def test_gemma2_9b_lora_at_4096_tokens_does_not_fit_80gb_with_eager_attention():
+    """The issue's case: Gemma-2-9B LoRA r16 bf16 at 1 x 4096 simulated at ~166 GiB while the
+    estimate said "fits H100 80GB, tight". Eager attention keeps b x heads x s^2 x 8 B a layer."""
+    shape = shape_from_catalog("google/gemma-2-9b")
+    setup = MemorySetup(weights="bf16", lora_rank=16, micro_batch=1, seq_len=4096)
+    eager = estimate(setup, shape)  # Gemma-2's default attention
+    assert eager.peak > 150 * 1024**3  # 176.8 GiB (78.1 GiB before; the issue's simulation ~166 GiB)
+    assert any("default attention is eager" in note for note in eager.assumptions)
+    fused = estimate(replace(setup, attention="flash"), shape)
+    assert eager.peak - fused.peak > 80 * 1024**3  # 42 layers x 16 heads x 4096^2 x 8 B
+
+
+def test_estimate_device_cpu_has_no_context_and_takes_no_gpu():
+    runner = CliRunner()
+    result = runner.invoke(cli, ["estimate", "--model", "gpt2", "--device", "cpu", "--seq", "512",
+                                 "--output-format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert next(c for c in data["components"] if c["name"] == "cuda_context")["bytes"] == 0
+    refused = runner.invoke(cli, ["estimate", "--model", "gpt2", "--device", "cpu", "--gpu", "A100-80GB"])
+    assert refused.exit_code == 2 and "--device cpu estimates a CPU run" in refused.output
+
+
+def test_the_script_says_which_attention_and_optimizer_implementation(tmp_path):
+    write_project(tmp_path, {
+        "run.sh": "python train.py\npython loop.py\n",
+        "train.py": (
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('org/model', attn_implementation='flash_attention_2')\n"
+            "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n"),
+        "loop.py": (
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('org/model', attn_implementation='eager')\n"
+            "opt = torch.optim.AdamW(model.parameters(), foreach=False)\n"
+            "for batch in data:\n    model(**batch).loss.backward()\n    opt.step()\n"),
+    })
+    from cfgfix.training.memory_setup import memory_input
+    from cfgfix.training.resolve import training_setups
+
+    engine, _, _ = lint_project(tmp_path)
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        setups = {s.launch.script: s for s in training_setups(engine.project)}
+    finally:
+        os.chdir(cwd)
+    trainer = memory_input(setups["train.py"]).setup
+    assert (trainer.attention, trainer.optimizer_impl) == ("flash", "fused")  # the Trainer's default optim
+    loop = memory_input(setups["loop.py"]).setup
+    assert (loop.attention, loop.optimizer_impl) == ("eager", "for-loop")
