@@ -317,7 +317,7 @@ class _null:
 def analytic(spec: dict, device: str) -> dict | None:
     """cfgfix's analytic estimate of the same setup (the version found on sys.path)."""
     try:
-        from cfgfix.memory.estimator import CUDA_CONTEXT_BYTES, estimate
+        from cfgfix.memory.estimator import estimate
         from cfgfix.memory.setup import MemorySetup
         from cfgfix.memory.shapes import shape_from_config
     except ImportError as err:
@@ -325,12 +325,13 @@ def analytic(spec: dict, device: str) -> dict | None:
     fields = dict(spec["setup"])
     if fields.get("lora_targets"):
         fields["lora_targets"] = tuple(fields["lora_targets"])
+    impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
     try:
-        setup = MemorySetup(**fields, device=device)
+        setup = MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl)
         result = estimate(setup, shape_from_config(spec["config"]))
     except Exception as err:  # noqa: BLE001 - a setup the estimator refuses is a result too
         return {"error": f"{type(err).__name__}: {err}"}
-    context = CUDA_CONTEXT_BYTES
+    context = result.component("cuda_context").size  # max_memory_allocated never shows it
     return {"peak_bytes": result.peak - context, "low": result.low - context, "high": result.high - context,
             "phase": result.peak_phase, "params": result.shape.params, "trainable_params": result.trainable_params}
 

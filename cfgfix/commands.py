@@ -475,6 +475,8 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
               help="The load's attn_implementation (default: the family's default in transformers).")
 @click.option("--optimizer-impl", type=click.Choice(("foreach", "fused", "for-loop")), default=None,
               help="torch's optimizer implementation (default: torch's for the device; the HF Trainer uses fused).")
+@click.option("--head", type=click.Choice(("causal-lm", "masked-lm", "classification")), default=None,
+              help="The head the script builds (AutoModelFor...): default causal-lm, BERT classification.")
 @click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient accumulation steps.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
@@ -482,7 +484,7 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--list-gpus", is_flag=True, help="List the catalog's GPUs and exit.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, offload, batch, seq, target_seq, resolution,
-             lora_rank, quantize, checkpointing, device, attention, optimizer_impl, grad_accum, output_format, simulate,
+             lora_rank, quantize, checkpointing, device, attention, optimizer_impl, head, grad_accum, output_format, simulate,
              list_models, list_gpus, paths) -> None:
     """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
     GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
@@ -534,7 +536,7 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         offload_optimizer=offload != "none", offload_params=offload == "optimizer+params", num_gpus=num_gpus,
         micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
         lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum, device=device,
-        attention=attention, optimizer_impl=optimizer_impl,
+        attention=attention, optimizer_impl=optimizer_impl, head=head,
     )
     problems = setup.impossible() + setup.conflicts()
     if device == "cpu" and gpu:

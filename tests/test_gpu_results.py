@@ -26,7 +26,9 @@ def _setup(spec: dict, **changes) -> MemorySetup:
     if fields.get("lora_targets"):
         fields["lora_targets"] = tuple(fields["lora_targets"])
     impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
-    return replace(MemorySetup(**fields, attention=spec["attn"], optimizer_impl=impl, device="cuda"), **changes)
+    head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification"}.get(spec["head"])
+    return replace(MemorySetup(**fields, attention=spec["attn"], optimizer_impl=impl, device="cuda", head=head),
+                   **changes)
 
 
 def _allocated(result) -> int:
@@ -40,7 +42,12 @@ def _allocated(result) -> int:
 DECODERS = ["llama fp32 adamw-foreach", "llama fp32 adamw-fused", "llama fp32 adamw-forloop", "llama amp-bf16",
             "llama bf16", "llama bf16 lora-r16", "llama fp32 checkpointing", "llama amp-bf16 checkpointing",
             "llama bf16 eager", "qwen2 bf16 sdpa", "qwen2 bf16 eager", "mistral amp-bf16 checkpointing",
-            "gemma2 bf16 eager", "gemma2 bf16 sdpa", "gpt2 fp32", "gpt_neox bf16", "phi3 fp32"]
+            "gemma2 bf16 eager", "gemma2 bf16 sdpa", "gpt2 fp32", "gpt_neox bf16", "phi3 fp32",
+            # second run: a fused-kernel fp32 Llama without grouped KV heads, more LoRA / checkpointing
+            "llama fp32 MHA (16 KV heads) sdpa", "gemma2 amp-bf16 eager checkpointing", "qwen2 fp32 checkpointing",
+            "phi3 bf16 lora-r16", "gpt_neox amp-bf16 checkpointing",
+            # heads (issue 13, item 4): BERT's masked-LM head read -48% / -51% before
+            "bert-mlm fp32", "bert-mlm amp-bf16", "bert-cls bf16 lora-r8"]
 
 
 @pytest.mark.parametrize("name", DECODERS)
@@ -147,3 +154,55 @@ def test_the_script_says_which_attention_and_optimizer_implementation(tmp_path):
     assert (trainer.attention, trainer.optimizer_impl) == ("flash", "fused")  # the Trainer's default optim
     loop = memory_input(setups["loop.py"]).setup
     assert (loop.attention, loop.optimizer_impl) == ("eager", "for-loop")
+
+
+def test_the_head_the_script_builds(tmp_path):
+    """BERT's masked-LM head: its transform and vocabulary bias, no pooler; a decoder's
+    classification head drops the untied lm_head and the vocabulary logits."""
+    from cfgfix.memory.shapes import with_head
+
+    bert = shape_from_config(ROWS["bert-mlm fp32"]["spec"]["config"])
+    h, vocab = bert.hidden, bert.vocab
+    assert with_head(bert, "masked-lm").params - bert.params == 2 * h + vocab
+    llama = shape_from_config(ROWS["llama bf16"]["spec"]["config"])  # untied head
+    cls = with_head(llama, "classification")
+    assert llama.params - cls.params == llama.vocab * llama.hidden
+    lm = estimate(MemorySetup(weights="bf16", micro_batch=4, seq_len=1024), llama)
+    classify = estimate(MemorySetup(weights="bf16", micro_batch=4, seq_len=1024, head="classification"), llama)
+    assert lm.peak - classify.peak > 3 * 4 * 1024 * llama.vocab  # the fp32 logits, log-softmax and gradients
+
+    write_project(tmp_path, {
+        "run.sh": "python train.py\n",
+        "train.py": (
+            "from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForMaskedLM.from_pretrained('bert-base-uncased')\n"
+            "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n"),
+    })
+    import os
+
+    from cfgfix.training.memory_setup import memory_input
+    from cfgfix.training.resolve import training_setups
+
+    engine, _, _ = lint_project(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        setup = training_setups(engine.project)[0]
+    finally:
+        os.chdir(cwd)
+    assert memory_input(setup).setup.head == "masked-lm"
+
+
+def test_the_simulator_builds_the_head_too():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from cfgfix.memory.simulate import simulate
+
+    bert = {"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 512, "vocab_size": 4000, "max_position_embeddings": 256}
+    for head in ("masked-lm", "classification"):
+        setup = MemorySetup(micro_batch=2, seq_len=128, device="cpu", optimizer_impl="foreach", head=head)
+        simulated = simulate(setup, bert)
+        analytic = estimate(setup, shape_from_config(bert))
+        assert abs(simulated.params - analytic.shape.params) < 1000  # the classifier's num_labels x hidden
+        assert abs(analytic.peak - simulated.peak_bytes) / simulated.peak_bytes < 0.05, head

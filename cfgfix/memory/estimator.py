@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cfgfix.memory.setup import MemorySetup
-from cfgfix.memory.shapes import ModelShape, params_only
+from cfgfix.memory.shapes import ModelShape, params_only, with_head
 
 GIB = 1024**3
 MIB = 1024**2
@@ -497,9 +497,22 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
     if shape.logit_softcap:
         # Gemma-2: logits / cap -> tanh -> x cap; tanh keeps its output (the logits' dtype)
         loss_saved += (2 if autocast else e) * s_logits * b * V
-    if shape.family == "bert":
-        notes.add("BERT: the task head is assumed small (classification); an MLM head adds b x s x vocab x 4 B")
+    head_kind = setup.head or ("classification" if shape.family == "bert" else "causal-lm")
+    if head_kind == "classification":
+        if setup.head is None:
+            notes.add("BERT: a classification head assumed (no vocabulary logits); a masked-LM head "
+                      "(AutoModelForMaskedLM) adds b x s x vocab x ~12 B")
         loss_saved, loss_backward = 0, 0
+    elif head_kind == "masked-lm" or shape.family == "bert":
+        # BertForMaskedLM: the transform's dense input, GELU input and LayerNorm input, the
+        # decoder's input; CrossEntropyLoss on the logits in their dtype (no up-cast; fp32 under
+        # autocast, an fp32-listed op) keeps the log_softmax output, and backward holds its
+        # gradient and the logits' gradient (H200: fp32 +2,785 MiB, amp-bf16 +2,377 MiB over the
+        # classification head at 16 x 512 x 30,522)
+        logits = 4 if autocast else e
+        head = 4 * e * s_logits * b * h
+        loss_saved = logits * s_logits * b * V
+        loss_backward = (logits + (2 if autocast else e)) * s_logits * b * V
     notes.add("the training loop drops the model's outputs before backward (HF Trainer); a loop that keeps "
               "`outputs` alive also holds the logits (b x s x vocab x 2-4 B)")
     layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * h
@@ -791,6 +804,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     problems = setup.impossible()
     if problems:
         raise ValueError("; ".join(problems))
+    shape = with_head(shape, setup.head)
     for conflict in setup.conflicts():
         notes.add(f"{conflict} (estimated as it would run)")
     trainable = _trainable(setup, shape, notes)

@@ -13,6 +13,7 @@ from typing import Literal
 Dtype = Literal["fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
 ATTENTIONS = ("sdpa", "eager", "flash")
+HEADS = ("causal-lm", "masked-lm", "classification")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 
 
@@ -50,6 +51,10 @@ class MemorySetup:
     # torch's optimizer implementation; None: torch's default for the device (foreach on CUDA,
     # the per-parameter loop on the CPU). The HF Trainer's default optim is the fused AdamW.
     optimizer_impl: Literal["foreach", "fused", "for-loop"] | None = None
+    # the head the script builds (its Auto class): a causal-LM head (decoders' default), BERT's
+    # masked-LM head, or a classification head (BERT's default: no vocabulary logits).
+    # Encoder-decoders (T5) always build their LM head. None: the family's default.
+    head: Literal["causal-lm", "masked-lm", "classification"] | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

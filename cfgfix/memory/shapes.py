@@ -102,6 +102,27 @@ class ShapeError(ValueError):
     """A config this module cannot read."""
 
 
+def with_head(shape: ModelShape, head: str | None) -> ModelShape:
+    """The shape with the head the script builds. "classification": no vocabulary head (a
+    num_labels x hidden score/classifier Linear, left out); BERT's "masked-lm"
+    (BertForMaskedLM, modeling_bert.py): no pooler, a transform (dense h x h with bias,
+    LayerNorm) and a vocabulary bias; the decoder weight is tied to the word embeddings."""
+    from dataclasses import replace
+
+    if head is None or shape.family in ("params", "unet", "t5"):
+        return shape
+    h = shape.hidden
+    if shape.family == "bert":
+        if head == "masked-lm":
+            return replace(shape, params=shape.params - (h * h + h) + (h * h + h + 2 * h) + shape.vocab,
+                           head_params=0, source=shape.source + " + masked-LM head")
+        return shape  # BertForSequenceClassification: the pooler (counted) + a num_labels classifier
+    if head == "classification":
+        return replace(shape, params=shape.params - shape.head_params, head_params=0,
+                       source=shape.source + " + classification head")
+    return shape
+
+
 def params_only(params: int, source: str = "--params") -> ModelShape:
     """A bare parameter count: the estimator assumes the rest."""
     return ModelShape(family="params", params=int(params), source=source)

@@ -193,6 +193,7 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
     vocab = _vocab_size(model)
     encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
     target_len = (setup.target_len or seq_len) if encoder_decoder else None
+    classify = not encoder_decoder and _head(setup, model.config.model_type) == "classification"
 
     def phase_ends(name: str) -> None:
         phases[name] = max(phases.get(name, 0), counter.peak)
@@ -201,6 +202,8 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
     for step in range(steps):
         for _ in range(micro_batches):
             batch = _batch(torch, vocab, setup.micro_batch, seq_len, target_len)
+            if classify:  # one label per sequence
+                batch["labels"] = torch.zeros(setup.micro_batch, dtype=torch.long)
             counter.reset_peak()
             with autocast:
                 loss = model(**batch).loss
@@ -333,8 +336,15 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
         values.pop(key, None)
     hf_config = transformers.AutoConfig.for_model(model_type, **values)
     hf_config.use_cache = False  # a training step keeps no KV cache
+    head = _head(setup, model_type)
     if getattr(hf_config, "is_encoder_decoder", False):
         auto_class = transformers.AutoModelForSeq2SeqLM
+    elif head == "masked-lm":
+        auto_class = transformers.AutoModelForMaskedLM
+    elif head == "classification":
+        auto_class = transformers.AutoModelForSequenceClassification
+        if getattr(hf_config, "pad_token_id", None) is None:  # decoders pool the last non-pad token
+            hf_config.pad_token_id = 0
     else:
         auto_class = transformers.AutoModelForCausalLM
     dtype = _dtype(torch, setup.weights)
@@ -359,6 +369,11 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
     if setup.lora_rank:
         model = _with_lora(model, setup.lora_rank, setup.lora_targets, assumptions)
     return model
+
+
+def _head(setup: MemorySetup, model_type: str) -> str:
+    """The head to build: the setup's, else the family's default (BERT: classification)."""
+    return setup.head or ("classification" if model_type == "bert" else "causal-lm")
 
 
 def _with_lora(model, rank: int, targets: tuple[str, ...] | None, assumptions: list[str]):

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.memory.setup import ATTENTIONS, OPTIMIZER_IMPLS, MemorySetup
+from cfgfix.memory.setup import ATTENTIONS, HEADS, OPTIMIZER_IMPLS, MemorySetup
 
 
 @dataclass
@@ -91,6 +91,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         target_len=get("target_len") if _positive(get("target_len")) else None,
         attention=get("attention") if get("attention") in ATTENTIONS else None,
         optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
+        head=get("head") if get("head") in HEADS else None,
     )
     return MemoryInput(setup, shape, assumptions, problem)
 

@@ -192,6 +192,10 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
         elif dtype_node is not None:  # `torch_dtype=getattr(torch, cfg.dtype)`: decided at run time
             values.setdefault("weights_open", Value("weights_open", True, f"from_pretrained dtype in {where}",
                                                     source.span_of_node(dtype_node), "dtype"))
+        head = _head_of(node)
+        if head is not None:
+            values.setdefault("head", Value("head", head, f"{ast.unparse(node.func)} in {where}",
+                                            source.span_of_node(node.func)))
         if "attn_implementation" in kwargs:  # the attention kernel: decides the s^2 score tensors
             try:
                 impl = literal(kwargs["attn_implementation"], consts)
@@ -298,6 +302,20 @@ def _truthy(node: ast.AST, consts) -> bool:
 # transformers' attn_implementation values -> the estimator's attention kernels
 ATTENTION_NAMES = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash", "flash_attention_3": "flash",
                    "kernels-community/flash-attn": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+
+
+def _head_of(call: ast.Call) -> str | None:
+    """The head a model class builds: `...ForSequenceClassification` / `...ForTokenClassification`
+    (a num_labels classifier), `...ForMaskedLM`, `...ForCausalLM`; None for others."""
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else receiver.id if isinstance(receiver, ast.Name) else ""
+    if name.endswith(("ForSequenceClassification", "ForTokenClassification")):
+        return "classification"
+    if name.endswith("ForMaskedLM"):
+        return "masked-lm"
+    if name.endswith("ForCausalLM"):
+        return "causal-lm"
+    return None
 
 
 def _optimizer_impl(node: ast.Call, consts) -> str | None:

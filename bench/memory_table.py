@@ -1,0 +1,138 @@
+"""The memory model against measurements: the table issue 13 asks for.
+
+    .venv/bin/python bench/memory_table.py [--cpu] > bench/memory_table.md
+
+Part 1, every setup of bench/gpu_results.json (measured on an H200 by bench/gpu_memory.py):
+the analytic peak on CUDA kernels against `torch.cuda.max_memory_allocated()`, and the
+analytic peak on CPU kernels against cfgfix's FakeTensor simulator run on the same machine's
+CPU (transformers 5.17 there). The estimates are recomputed with this checkout's model; the
+measurements are the stored ones.
+
+Part 2 (`--cpu`): a few of the same models at micro batch 1 x 256 tokens, run for real on
+this machine's CPU (live tensor bytes, `LiveBytes`), next to the analytic CPU estimate and the
+simulator run here. Needs torch, transformers and peft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from cfgfix.memory.estimator import estimate  # noqa: E402
+from cfgfix.memory.setup import MemorySetup  # noqa: E402
+from cfgfix.memory.shapes import shape_from_config  # noqa: E402
+
+MIB = 2**20
+FAMILY = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma2": "Gemma-2", "gpt2": "GPT-2",
+          "gpt_neox": "GPT-NeoX", "phi3": "Phi-3", "t5": "T5", "bert": "BERT"}
+
+
+def setup_of(spec: dict, device: str, **changes) -> MemorySetup:
+    fields = dict(spec["setup"], **changes)
+    if fields.get("lora_targets"):
+        fields["lora_targets"] = tuple(fields["lora_targets"])
+    impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
+    if device == "cpu":
+        impl = "foreach"  # the simulator's step
+    head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification"}.get(spec["head"])
+    return MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl, head=head)
+
+
+def analytic(spec: dict, device: str, **changes):
+    """(allocated bytes, band low, band high, phase) or None where the estimator has no model."""
+    try:
+        result = estimate(setup_of(spec, device, **changes), shape_from_config(spec["config"]))
+    except (ValueError, TypeError) as err:
+        return None, str(err)
+    context = result.component("cuda_context").size
+    return (result.peak - context, result.low - context, result.high - context, result.peak_phase), ""
+
+
+def pct(a, b) -> str:
+    return f"{(a - b) / b:+.1%}" if a is not None and b else "-"
+
+
+def mib(x) -> str:
+    return f"{x / MIB:,.0f}" if x else "-"
+
+
+def gpu_table(results: dict) -> list[str]:
+    lines = ["| # | family | setup | GPU measured | analytic (CUDA) | error | in band | simulated (CPU) | analytic (CPU) | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n, row in enumerate(results["rows"], 1):
+        spec = row["spec"]
+        family = "composite" if spec["head"] == "composite" else FAMILY.get(spec["config"]["model_type"], "?")
+        measured = row["measured"].get("peak_bytes")
+        cuda, _ = analytic(spec, "cuda")
+        cpu, _ = analytic(spec, "cpu")
+        sim = (row.get("simulated") or {}).get("peak_bytes")
+        band = "yes" if cuda and cuda[1] <= measured <= cuda[2] else "no"
+        lines.append(f"| {n} | {family} | {spec['name']} | {mib(measured)} | {mib(cuda and cuda[0])} | "
+                     f"{pct(cuda and cuda[0], measured)} | {band} | {mib(sim)} | {mib(cpu and cpu[0]) if sim else '-'} | "
+                     f"{pct(cpu and cpu[0], sim) if sim else '-'} |")
+    return lines
+
+
+CPU_ROWS = ("llama fp32 adamw-foreach", "llama amp-bf16", "llama bf16 lora-r16", "llama fp32 checkpointing",
+            "qwen2 bf16 sdpa", "gemma2 bf16 eager", "gpt2 fp32", "gpt_neox bf16", "phi3 fp32", "t5 fp32",
+            "bert-cls fp32", "bert-mlm fp32")
+
+
+def cpu_table(results: dict) -> list[str]:
+    import gpu_memory
+    import torch
+    import transformers
+
+    from cfgfix.memory.simulate import SimulationUnsupported, simulate
+
+    transformers.logging.set_verbosity_error()
+    lines = [f"CPU: torch {torch.__version__}, transformers {transformers.__version__}; micro batch 1 x 256 tokens "
+             "(T5: 256 / 64), one optimizer step (foreach AdamW), live tensor bytes.", "",
+             "| setup (1 x 256) | CPU measured | analytic (CPU) | error | simulated here | error | seconds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = {r["spec"]["name"]: r for r in results["rows"]}
+    for name in CPU_ROWS:
+        spec = dict(rows[name]["spec"])
+        spec["setup"] = dict(spec["setup"], micro_batch=1, seq_len=256)
+        if "target_len" in spec["setup"]:
+            spec["setup"]["target_len"] = 64
+        spec["optim_impl"] = "foreach"
+        started = time.perf_counter()
+        measured = gpu_memory.measure(torch, transformers, spec, "cpu", steps=1)["peak_bytes"]
+        seconds = time.perf_counter() - started
+        est, _ = analytic(spec, "cpu")
+        sim = None
+        if spec["head"] != "composite" and not spec["extra"]:
+            try:
+                sim = simulate(setup_of(spec, "cpu"), spec["config"], steps=1).peak_bytes
+            except SimulationUnsupported:
+                sim = None
+        lines.append(f"| {name} | {mib(measured)} | {mib(est and est[0])} | {pct(est and est[0], measured)} | "
+                     f"{mib(sim)} | {pct(sim, measured) if sim else '-'} | {seconds:.0f} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cpu", action="store_true", help="also run real CPU steps (part 2)")
+    args = parser.parse_args()
+    results = json.loads((ROOT / "bench" / "gpu_results.json").read_text("utf-8"))
+    meta = results["meta"]
+    out = [f"GPU: {meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, "
+           f"measured {meta['date']} (rows 29-42: {meta.get('second_run', {}).get('date', '-')}); "
+           "MiB = 2^20 B; error = (estimate - measured) / measured.", ""]
+    out += gpu_table(results)
+    if args.cpu:
+        out += [""] + cpu_table(results)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
