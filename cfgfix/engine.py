@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -107,6 +108,8 @@ class Linter:
         try:
             if sf.kind == "python":
                 return self._python(sf, data)
+            if sf.kind == "notebook":
+                return self._notebook(sf, data)
             if sf.kind in SHELL_KINDS:
                 return self._shell(sf, data)
             if sf.kind in ("yaml", "json"):
@@ -128,21 +131,52 @@ class Linter:
                 sf, f"{sf.display} is larger than {MAX_PYTHON_BYTES / 1e6:g} MB ({len(data) / 1e6:.1f} MB): "
                 f"not analysed (a training script is far smaller; a generated file is not one)",
                 severity=Severity.WARNING)
+        try:
+            source = SourceText.from_bytes(sf.display, data)
+        except DecodeError as exc:
+            return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
+        return self._python_rules(sf, rules, source, self.versions.for_file(sf.path))
+
+    def _notebook(self, sf: SourceFile, data: bytes) -> FileResult:
+        """A notebook's code cells, joined and masked (documents/notebook.py), through the
+        Python rules; findings keep the joined text's positions (reports map them to cells)."""
+        if not any("python" in r.kinds for r in self.rules):
+            return FileResult()
+        from cfgfix.documents.notebook import Notebook, NotebookError
+
+        try:
+            notebook = Notebook.from_bytes(sf.display, data)
+        except NotebookError as exc:
+            return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
+        if notebook.language != "python":  # an R or Julia notebook
+            return FileResult()
+        masked = notebook.masked.encode("utf-8")
+        rules = [r for r in self.rules if "python" in r.kinds and r.may_match(masked)]
+        if not rules:
+            return FileResult()
+        if len(masked) > MAX_PYTHON_BYTES:
+            return self._unparsable(
+                sf, f"the code cells of {sf.display} are larger than {MAX_PYTHON_BYTES / 1e6:g} MB: not analysed",
+                severity=Severity.WARNING)
+        versions = self.versions.for_file(sf.path)
+        installs = notebook.install_lines()
+        if installs:  # the notebook's own `%pip install x==1.2` is what its kernel runs
+            versions = versions.with_requirements(installs, f"{sf.display} (pip install)")
+        return self._python_rules(sf, rules, notebook.python_source(), versions)
+
+    def _python_rules(self, sf: SourceFile, rules, source: SourceText, versions) -> FileResult:
         from cfgfix.documents.python import PythonDocument
         from cfgfix.rules.context import PythonContext
 
         try:
-            source = SourceText.from_bytes(sf.display, data)
             document = PythonDocument.parse(source)
-        except DecodeError as exc:
-            return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
         except SyntaxError as exc:
             return self._unparsable(
                 sf, f"syntax error: {exc.msg}; the file was skipped", exc.lineno or 1, (exc.offset or 1)
             )
         except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
             return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
-        ctx = PythonContext(document, self.versions.for_file(sf.path))
+        ctx = PythonContext(document, versions)
         result = FileResult()
         self._run(rules, ctx, sf, result)
         return result
@@ -249,6 +283,40 @@ def _restore(cached: dict | None) -> FileResult | None:
     except Exception:  # edited by hand, written by other code, truncated: recompute
         pass
     return None
+
+
+def display_source(sf: SourceFile, data: bytes) -> SourceText | None:
+    """The text findings of `sf` point into: the file's own, or a notebook's joined cells
+    (which map lines to cells for the reports)."""
+    try:
+        if sf.kind == "notebook":
+            from cfgfix.documents.notebook import Notebook, NotebookError
+
+            try:
+                return Notebook.from_bytes(sf.display, data).python_source(masked=False)
+            except NotebookError:
+                return None
+        return SourceText.from_bytes(sf.display, data)
+    except DecodeError:
+        return None
+
+
+_LINE_REF = re.compile(r"(?<![\w.:])line (\d+)\b")
+
+
+def _lines_to_cells(finding: Finding, source) -> Finding:
+    """Rules name other lines in their messages ("loaded on line 76"); in a notebook those
+    are lines of the joined cells, which the user never sees: say `cell 3, line 2`."""
+
+    def cell_line(match: re.Match) -> str:
+        line = int(match.group(1))
+        if not 1 <= line <= len(source.line_starts):
+            return match.group(0)
+        cell, in_cell, _ = source.cell_position(line, 1)
+        return f"cell {cell}, line {in_cell}"
+
+    message = _LINE_REF.sub(cell_line, finding.message)
+    return finding if message == finding.message else replace(finding, message=message)
 
 
 # A process pool needs the linter in each worker: set once by the initializer.
@@ -399,7 +467,7 @@ class Engine:
     def _lint_many(self, jobs: list[tuple[SourceFile, bytes]]) -> list[FileResult]:
         """Large trees go to a process pool whole (the prefilter itself is a third of the
         work there); small runs, such as a pre-commit hook's, stay in this process."""
-        python_files = sum(1 for sf, _ in jobs if sf.kind == "python")
+        python_files = sum(1 for sf, _ in jobs if sf.kind in ("python", "notebook"))
         if self.jobs > 1 and python_files >= POOL_MIN_FILES:
             return self._lint_pool(jobs)
         return [self.linter.lint(sf, data) for sf, data in jobs]
@@ -441,12 +509,13 @@ class Engine:
         data = lone_cr_as_lf(data)
         if not findings and b"cfgfix:" not in data:
             return findings
-        try:
-            source = SourceText.from_bytes(sf.display, data)
-        except DecodeError:
+        source = display_source(sf, data)
+        if source is None:
             return findings
         if findings:
             sources[sf.display] = source
+            if sf.kind == "notebook":
+                findings = [_lines_to_cells(f, source) for f in findings]
         if b"cfgfix:" not in data:
             return findings
         directives = parse_directives(source)

@@ -39,13 +39,31 @@ class FileFix:
         return self.fixed != self.original
 
     def diff(self) -> str:
-        lines = difflib.unified_diff(
-            self.original.splitlines(keepends=True),
-            self.fixed.splitlines(keepends=True),
-            fromfile=f"a/{self.display}",
-            tofile=f"b/{self.display}",
-        )
-        return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
+        if self.display.endswith(".ipynb"):
+            return self._cell_diffs()
+        return _unified(self.original, self.fixed, f"a/{self.display}", f"b/{self.display}")
+
+    def _cell_diffs(self) -> str:
+        """A notebook's diff per changed code cell (`a/nb.ipynb:cell 3`), as ruff shows it:
+        the JSON around the cells is unchanged, and its escaped lines are hard to read."""
+        from cfgfix.documents.notebook import Notebook, NotebookError
+
+        try:
+            before = Notebook.from_text(SourceText(self.display, self.original)).cells
+            after = Notebook.from_text(SourceText(self.display, self.fixed)).cells
+        except NotebookError:
+            return _unified(self.original, self.fixed, f"a/{self.display}", f"b/{self.display}")
+        out = []
+        for old, new in zip(before, after):
+            if old.text != new.text:
+                where = f"{self.display}:cell {old.index + 1}"
+                out.append(_unified(old.text, new.text, f"a/{where}", f"b/{where}"))
+        return "".join(out)
+
+
+def _unified(old: str, new: str, fromfile: str, tofile: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=fromfile, tofile=tofile)
+    return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def wanted(finding: Finding, unsafe: bool) -> bool:
@@ -113,6 +131,8 @@ def sound(kind: str, old: str, new: str, edits) -> bool:
 
 def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
     """Fix one file in memory; None when it cannot be decoded (nothing to fix)."""
+    if sf.kind == "notebook":
+        return _fix_notebook(engine, sf, data, unsafe)
     try:
         source = SourceText.from_bytes(sf.display, data)
     except ValueError:
@@ -157,6 +177,69 @@ def _native(edits, data: bytes) -> list[Edit]:
     from dataclasses import replace
 
     return [replace(e, content=file_newline_edit(e.content, data)) for e in edits]
+
+
+def _fix_notebook(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
+    """Fix a notebook: findings point into its joined code cells; their edits go back into
+    the cells (documents/notebook.py), the rest of the JSON is kept byte for byte. A round's
+    result must still be the same notebook (only code cells' sources changed) whose cells
+    still parse."""
+    from cfgfix.documents.notebook import Notebook, NotebookError
+
+    try:
+        notebook = Notebook.from_bytes(sf.display, data)
+    except NotebookError:
+        return None
+    original = notebook.file.text
+    result = FileFix(sf.display, original, original, notebook.file)
+    for _ in range(MAX_ROUNDS):
+        findings = engine.lint_one(sf, notebook.file.to_bytes(), {})
+        if any(f.code == "CFX901" for f in findings):
+            break
+        fixable = select_fixes([f for f in findings if wanted(f, unsafe)])
+        applied, candidate = [], None
+        edits = list(dict.fromkeys(e for f in fixable for e in f.fix.edits))
+        if fixable:
+            candidate = _notebook_candidate(notebook, edits)
+        if candidate is not None:
+            applied = fixable
+        else:
+            for finding in fixable:
+                candidate = _notebook_candidate(notebook, list(finding.fix.edits))
+                if candidate is not None:
+                    applied = [finding]
+                    break
+                result.dropped.append(f"{finding.code} at line {finding.span.line}")
+        if not applied:
+            break
+        result.applied.extend(applied)
+        notebook = candidate
+    result.fixed = notebook.file.text
+    result.source = notebook.file
+    result.remaining = engine.lint_one(sf, notebook.file.to_bytes(), {})
+    return result
+
+
+def _notebook_candidate(notebook, edits):
+    """The notebook with `edits` applied, or None when they cross a cell, break its code,
+    or would change anything but code cells' sources."""
+    from cfgfix.documents.notebook import Notebook, NotebookError
+
+    try:
+        text = notebook.apply(edits)
+        new = Notebook.from_text(SourceText(notebook.file.path, text, notebook.file.bom))
+    except NotebookError:
+        return None
+    if not still_parses("python", new.masked):
+        return None
+    old_data, new_data = json.loads(notebook.file.text), json.loads(text)
+    for cell in old_data.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell.pop("source", None)
+    for cell in new_data.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell.pop("source", None)
+    return new if old_data == new_data else None
 
 
 class WriteError(Exception):

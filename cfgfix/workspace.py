@@ -24,7 +24,7 @@ class SourceFile:
     path: Path  # absolute
     display: str  # posix, relative to the cwd when under it, else absolute
     relpath: str  # posix, relative to settings.root (for per-file-ignores), else display
-    kind: str  # "python" | "shell" | "yaml" | "json" | "dockerfile" | "makefile" | "env" | "markdown"
+    kind: str  # "python" | "notebook" | "shell" | "yaml" | "json" | "dockerfile" | "makefile" | "env" | "markdown"
 
 
 # ---------------------------------------------------------------------- classification
@@ -34,6 +34,7 @@ _BY_SUFFIX = {
     ".sh": "shell", ".bash": "shell", ".zsh": "shell",
     ".yaml": "yaml", ".yml": "yaml",
     ".json": "json",
+    ".ipynb": "notebook",
     ".dockerfile": "dockerfile",
     ".mk": "makefile",
     ".env": "env",
@@ -53,7 +54,7 @@ _NO_SHEBANG = frozenset(
         ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", ".h5", ".hdf5", ".onnx", ".tflite",
         ".msgpack", ".model", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".svg", ".pdf", ".wav",
         ".mp3", ".mp4", ".flac", ".zip", ".gz", ".tgz", ".bz2", ".xz", ".zst", ".tar", ".whl", ".so",
-        ".dylib", ".dll", ".pyc", ".pyd", ".o", ".a", ".ipynb", ".toml", ".cfg", ".ini", ".lock",
+        ".dylib", ".dll", ".pyc", ".pyd", ".o", ".a", ".toml", ".cfg", ".ini", ".lock",
         ".log", ".html", ".css", ".js", ".ts", ".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".rs",
         ".go", ".java", ".tokenizer", ".spm", ".vocab", ".idx", ".db", ".sqlite",
     }

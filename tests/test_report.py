@@ -236,6 +236,7 @@ def test_json_fields_and_edit_positions(findings, ctx):
         "name": "move-dispatched-model",
         "message": "`.to()` on a dispatched model",
         "severity": "warning",
+        "cell": None,
         "filename": "train.py",
         "location": {"row": 5, "column": 1},
         "end_location": {"row": 5, "column": 17},

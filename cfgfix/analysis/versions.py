@@ -363,6 +363,16 @@ class Versions:
                     target.setdefault(name, VersionInfo(name, spec, label))
         return cls({**fallback, **pins})
 
+    def with_requirements(self, requirements: list[str], source: str) -> Versions:
+        """These versions with `requirements` (pip arguments: `transformers==4.44.2`) put
+        first: what a notebook or a Dockerfile installs is what its code runs on."""
+        pins = dict(self._pins)
+        for text in requirements:
+            pin = _from_requirement(text, source)
+            if pin and pin[1]:
+                pins[normalize(pin[0])] = VersionInfo(normalize(pin[0]), pin[1], source)
+        return Versions(pins)
+
     def get(self, package: str) -> VersionInfo:
         name = normalize(package)
         if name in self._pins:

@@ -53,10 +53,26 @@ def rule_url(ctx: ReportContext, code: str) -> str:
 
 def edit_region(ctx: ReportContext, edit: Edit) -> tuple[int, int, int, int] | None:
     """1-based (line, column, end line, end column) of an edit, or None when its file's
-    text is unknown (offsets alone cannot be turned into lines)."""
+    text is unknown (offsets alone cannot be turned into lines). In a notebook the lines
+    count from the start of the edit's cell, as ruff reports them."""
     source = ctx.sources.get(edit.path)
     if source is None:
         return None
     line, column = source.position(edit.start)
     end_line, end_column = source.position(edit.end)
+    _, line, column, end_line, end_column = in_cell(ctx, edit.path, line, column, end_line, end_column)
     return line, column, end_line, end_column
+
+
+def in_cell(ctx: ReportContext, path: str, line: int, column: int, end_line: int, end_column: int):
+    """(cell, line, column, end line, end column): for a notebook, the 1-based cell (among all
+    cells) and positions inside that cell; for any other file (None, the same positions)."""
+    source = ctx.sources.get(path)
+    if not hasattr(source, "cell_position"):  # not a NotebookSource (whose module stays unloaded)
+        return None, line, column, end_line, end_column
+    cell, line_in_cell, column = source.cell_position(line, column)
+    return cell, line_in_cell, column, end_line - line + line_in_cell, end_column
+
+
+def span_in_cell(ctx: ReportContext, span):
+    return in_cell(ctx, span.path, span.line, span.column, span.end_line, span.end_column)

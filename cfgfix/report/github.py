@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cfgfix.core import Finding, Severity
-from cfgfix.report import sorted_findings
+from cfgfix.report import sorted_findings, span_in_cell
 
 if TYPE_CHECKING:
     from cfgfix.report import ReportContext
@@ -28,13 +28,14 @@ def render(findings: list[Finding], ctx: ReportContext) -> str:
     lines = []
     for finding in sorted_findings(findings):
         span = finding.span
+        cell, line, column, end_line, end_column = span_in_cell(ctx, span)
         props = {
             "file": span.path,
-            "line": span.line,
-            "col": span.column,
-            "endLine": span.end_line,
-            "endColumn": span.end_column,
-            "title": f"{finding.code} {finding.name}",
+            "line": line,
+            "col": column,
+            "endLine": end_line,
+            "endColumn": end_column,
+            "title": f"{finding.code} {finding.name}" + (f" (cell {cell})" if cell is not None else ""),
         }
         joined = ",".join(f"{key}={escape_property(str(value))}" for key, value in props.items())
         lines.append(f"::{_COMMAND[finding.severity]} {joined}::{escape_data(finding.message)}")

@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from cfgfix.core import Finding, Span
-from cfgfix.report import edit_region, rule_url, sorted_findings
+from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell
 
 if TYPE_CHECKING:
     from cfgfix.report import ReportContext
@@ -22,11 +22,15 @@ def _point(line: int, column: int) -> dict:
     return {"row": line, "column": column}
 
 
-def _span_fields(span: Span) -> dict:
+def _span_fields(span: Span, ctx: ReportContext, always_cell: bool = True) -> dict:
+    # Like ruff: `cell` is the notebook cell (1-based, among all cells) and the rows count
+    # from that cell's first line; null for every other file (related spans leave it out).
+    cell, line, column, end_line, end_column = span_in_cell(ctx, span)
     return {
+        **({"cell": cell} if always_cell or cell is not None else {}),
         "filename": span.path,
-        "location": _point(span.line, span.column),
-        "end_location": _point(span.end_line, span.end_column),
+        "location": _point(line, column),
+        "end_location": _point(end_line, end_column),
     }
 
 
@@ -54,8 +58,8 @@ def _finding(finding: Finding, ctx: ReportContext) -> dict:
         "name": finding.name,
         "message": finding.message,
         "severity": finding.severity.value,
-        **_span_fields(finding.span),
+        **_span_fields(finding.span, ctx),
         "fix": fix,
         "url": rule_url(ctx, finding.code),
-        "related": [{**_span_fields(r.span), "message": r.message} for r in finding.related],
+        "related": [{**_span_fields(r.span, ctx, False), "message": r.message} for r in finding.related],
     }

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import edit_region, rule_url, sorted_findings
+from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell
 from cfgfix.rules.base import doc_sections
 
 if TYPE_CHECKING:
@@ -98,9 +98,12 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
     return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
 
 
-def _physical(span: Span) -> dict:
-    region = _region(span.line, span.column, span.end_line, span.end_column)
-    return {"physicalLocation": {"artifactLocation": _uri(span.path), "region": region}}
+def _physical(span: Span, ctx: ReportContext) -> dict:
+    cell, line, column, end_line, end_column = span_in_cell(ctx, span)
+    location = {"physicalLocation": {"artifactLocation": _uri(span.path), "region": _region(line, column, end_line, end_column)}}
+    if cell is not None:  # a notebook: lines count from the cell's start, as in the JSON output
+        location["properties"] = {"cell": cell}
+    return location
 
 
 def _fingerprint(finding: Finding, ctx: ReportContext, seen: Counter) -> str:
@@ -145,12 +148,12 @@ def _result(finding: Finding, rule_index: int, ctx: ReportContext, seen: Counter
         "ruleIndex": rule_index,
         "level": _LEVEL[finding.severity],
         "message": {"text": finding.message},
-        "locations": [_physical(finding.span)],
+        "locations": [_physical(finding.span, ctx)],
         "partialFingerprints": {FINGERPRINT_KEY: _fingerprint(finding, ctx, seen)},
     }
     if finding.related:
         result["relatedLocations"] = [
-            {"id": i, **_physical(r.span), "message": {"text": r.message}}
+            {"id": i, **_physical(r.span, ctx), "message": {"text": r.message}}
             for i, r in enumerate(finding.related, start=1)
         ]
     if finding.fix is not None and finding.fix.edits:

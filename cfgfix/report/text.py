@@ -8,7 +8,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from cfgfix.core import Applicability, Finding, Severity, Span
-from cfgfix.report import sorted_findings
+from cfgfix.report import sorted_findings, span_in_cell
 
 if TYPE_CHECKING:
     from cfgfix.report import ReportContext
@@ -47,39 +47,42 @@ def has_safe_fix(finding: Finding) -> bool:
     return finding.fix is not None and finding.fix.applicability is Applicability.SAFE
 
 
-def _location(span: Span, paint: _Painter) -> str:
+def _location(span: Span, paint: _Painter, ctx: ReportContext) -> str:
     colon = paint(":", _CYAN)
-    return f"{paint(span.path, _BOLD)}{colon}{span.line}{colon}{span.column}{colon}"
+    cell, line, column, _, _ = span_in_cell(ctx, span)
+    where = f"{colon}cell {cell}" if cell is not None else ""  # ruff's `nb.ipynb:cell 3:2:5`
+    return f"{paint(span.path, _BOLD)}{where}{colon}{line}{colon}{column}{colon}"
 
 
 def _finding_block(finding: Finding, ctx: ReportContext, paint: _Painter) -> str:
     color = _SEVERITY_COLOR.get(finding.severity, _RED)
     marker = f" {paint('[*]', _CYAN)}" if has_safe_fix(finding) else ""
     code = paint(finding.code, _BOLD, color)
-    lines = [f"{_location(finding.span, paint)} {code}{marker} {finding.message}"]
+    lines = [f"{_location(finding.span, paint, ctx)} {code}{marker} {finding.message}"]
     source = ctx.sources.get(finding.span.path)
     if source is not None and 1 <= finding.span.line <= len(source.line_starts):
-        lines += _frame(source, finding.span, paint, color)
+        shift = finding.span.line - span_in_cell(ctx, finding.span)[1]  # a notebook numbers lines per cell
+        lines += _frame(source, finding.span, paint, color, shift)
     if ctx.show_fixes and finding.fix is not None:
         lines.append(f"  {paint('help', _BOLD, _CYAN)}: {finding.fix.description}")
     for related in finding.related:
         lines.append(
-            f"  {paint('note', _BOLD, _GREEN)}: {_location(related.span, paint)} {related.message}"
+            f"  {paint('note', _BOLD, _GREEN)}: {_location(related.span, paint, ctx)} {related.message}"
         )
     return "\n".join(lines)
 
 
-def _frame(source, span: Span, paint: _Painter, color: str) -> list[str]:
-    """The span's lines under a number gutter, with carets under the first line (to its end
-    when the span goes on)."""
+def _frame(source, span: Span, paint: _Painter, color: str, shift: int = 0) -> list[str]:
+    """The span's lines under a number gutter (numbered `shift` lower: per cell in a
+    notebook), with carets under the first line (to its end when the span goes on)."""
     last = min(span.end_line, span.line + MAX_EXTRA_LINES, len(source.line_starts))
     numbers = range(span.line, last + 1)
-    width = len(str(last))
+    width = len(str(last - shift))
     pad = " " * width
     bar = paint("|", _BLUE)
 
     def row(number: int | None, text: str) -> str:
-        label = paint(str(number).rjust(width), _BLUE) if number else pad
+        label = paint(str(number - shift).rjust(width), _BLUE) if number else pad
         return f"{label} {bar} {text}".rstrip()
 
     first = source.line_text(span.line)
