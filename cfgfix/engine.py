@@ -165,11 +165,16 @@ class Linter:
         return self._python_rules(sf, rules, notebook.python_source(), versions)
 
     def _python_rules(self, sf: SourceFile, rules, source: SourceText, versions) -> FileResult:
-        from cfgfix.documents.python import PythonDocument
+        from cfgfix.documents.python import NewerSyntaxError, PythonDocument
         from cfgfix.rules.context import PythonContext
 
         try:
             document = PythonDocument.parse(source)
+        except NewerSyntaxError as exc:  # valid Python of a later version than ours
+            return self._unparsable(
+                sf, f"valid syntax of a newer Python that cfgfix running on Python "
+                f"{sys.version_info.major}.{sys.version_info.minor} cannot read ({exc.msg}); the file was skipped: "
+                f"run cfgfix on a newer Python", exc.lineno or 1, exc.offset or 1, Severity.WARNING)
         except SyntaxError as exc:
             return self._unparsable(
                 sf, f"syntax error: {exc.msg}; the file was skipped", exc.lineno or 1, (exc.offset or 1)

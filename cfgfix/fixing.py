@@ -9,7 +9,6 @@ that failed to parse, or whose fixed text would not parse, is never written.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import json
 import os
@@ -103,7 +102,9 @@ def _overlaps(a: Edit, b: Edit) -> bool:
 def still_parses(kind: str, text: str) -> bool:
     try:
         if kind == "python":
-            ast.parse(text)
+            from cfgfix.documents.python import parse_python
+
+            parse_python(text)
         elif kind == "json":
             json.loads(text)
         elif kind == "yaml":

@@ -316,8 +316,7 @@ class ProjectModel:
         when it is not Python or cannot be read; parsed once per run."""
         if path in self._scripts:
             return self._scripts[path]
-        import ast
-
+        from cfgfix.documents.python import parse_python
         from cfgfix.documents.text import DecodeError, SourceText
 
         found = None
@@ -329,7 +328,7 @@ class ProjectModel:
                 data = lone_cr_as_lf(data)
                 if len(data) <= MAX_PYTHON_BYTES:
                     source = SourceText.from_bytes(self.display(path), data)
-                    found = (source, ast.parse(source.text))
+                    found = (source, parse_python(source.text))
             except (OSError, DecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
                 found = None
         self._scripts[path] = found

@@ -2,7 +2,8 @@
 
 Detection runs on `ast` (about ten times faster than a concrete syntax tree, and its
 positions are exact); fixes are text edits at those positions, so nothing here needs a
-CST. A syntax error becomes a CFX901 finding in the engine, never a traceback.
+CST. Code newer than the interpreter goes through libcst first (newer_syntax.py). A syntax
+error becomes a CFX901 finding in the engine, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from dataclasses import dataclass
 from cfgfix.documents.text import SourceText
 
 
+class NewerSyntaxError(SyntaxError):
+    """Valid newer Python that could not be brought to this interpreter's grammar."""
+
+
 @dataclass
 class PythonDocument:
     source: SourceText
@@ -21,7 +26,26 @@ class PythonDocument:
 
     @classmethod
     def parse(cls, source: SourceText) -> "PythonDocument":
-        with warnings.catch_warnings():  # invalid escape sequences etc. are not ours to report
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source.text, filename=source.path)
-        return cls(source=source, tree=tree)
+        return cls(source=source, tree=parse_python(source.text, source.path))
+
+
+def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse`, and for Python newer than this interpreter (a PEP 701 f-string on 3.11)
+    the same tree through documents/newer_syntax.py. Raises the interpreter's SyntaxError
+    for code no current Python accepts, NewerSyntaxError for newer Python it cannot read."""
+    with warnings.catch_warnings():  # invalid escape sequences etc. are not ours to report
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(text, filename=filename)
+        except SyntaxError as error:
+            original = error
+    from cfgfix.documents.newer_syntax import parse_newer
+
+    try:
+        return parse_newer(text, filename)
+    except NewerSyntaxError:
+        raise
+    except SyntaxError as exc:  # libcst rejects it too: no current Python accepts it
+        if exc.lineno and original.lineno and exc.lineno > original.lineno:
+            raise exc from None  # ours stumbled on newer syntax above the real error
+        raise original from None  # the interpreter's message is the familiar one

@@ -15,6 +15,10 @@ class ParseError(Rule):
     reported (cfgfix is not a Python syntax checker). A DeepSpeed JSON with `//` or `/* */`
     comments or trailing commas is a warning, not an error: DeepSpeed's own loader (hjson, `deepspeed.initialize`)
     reads it, while `json.load` in the HF Trainer and accelerate rejects it.
+    Python newer than the interpreter running cfgfix (a PEP 701 f-string on Python 3.11) is
+    not an error: libcst's parser, which knows current Python, reads it and the rules run;
+    only code that no current Python accepts is. A notebook (`.ipynb`) that is not valid
+    JSON, or whose joined code cells do not parse, is reported at its cell.
 
     ## Why is this bad?
     cfgfix cannot check what it cannot parse, and a training script with a syntax error will
