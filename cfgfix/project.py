@@ -165,6 +165,26 @@ def _resolve(written: str, launch_file: Path, root: Path) -> Path | None:
     return _resolve_in(written, [*_launch_folders(launch_file, root), root, Path.cwd()])
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def script_path(launch: LaunchFacts, launch_file: Path, root: Path) -> Path | None:
+    """The training script a launch runs: its script argument, or for `-m pkg.train`
+    (`python -m`, `accelerate launch -m`, `torchrun -m`, `deepspeed --module`) the module's
+    file in the project (`pkg/train.py`, `pkg/train/__main__.py`, also under `src/`)."""
+    if launch.module:
+        return _resolve_module(launch.module, launch_file, root)
+    return _resolve(launch.script, launch_file, root) if launch.script else None
+
+
+def _resolve_module(module: str, launch_file: Path, root: Path) -> Path | None:
+    if not _MODULE_NAME.fullmatch(module):
+        return None  # `$MODULE`, or not a module name at all
+    relative = module.replace(".", "/")
+    bases = [*_launch_folders(launch_file, root), root, root / "src", Path.cwd()]
+    return _resolve_in(relative + ".py", bases) or _resolve_in(relative + "/__main__.py", bases)
+
+
 def _launch_folders(launch_file: Path, root: Path) -> list[Path]:
     """The launch script's folder and its parents up to (not including) the project root."""
     folders = [launch_file.parent]
@@ -244,9 +264,9 @@ class ProjectModel:
             for data in result.launches:
                 launch = LaunchFacts.from_dict(data)
                 model.launches.append((launch, real))
-                if launch.script is None:
+                if launch.script is None and launch.module is None:
                     continue
-                script = _resolve(launch.script, sf.path, root)
+                script = script_path(launch, sf.path, root)
                 world = launch.world_size
                 if world is None and launch.accelerate_config:
                     world = _accelerate_world_size(launch.accelerate_config, sf.path, root)
@@ -379,7 +399,7 @@ class ProjectModel:
         script_dirs: dict[Path, list[Path]] = {}
         scripts: dict[int, Path] = {}  # id(launch) -> its training script
         for launch, launch_file in self.launches:
-            script = _resolve(launch.script, launch_file, self.root) if launch.script else None
+            script = script_path(launch, launch_file, self.root)
             if script is not None:
                 scripts[id(launch)] = script
             if launch.accelerate_config:

@@ -191,3 +191,36 @@ def test_cfx403_silent_on_a_deepspeed_block_that_is_never_read(tmp_path):
     })
     _, _, result = lint_project(tmp_path)
     assert [f for f in result.findings if f.code == "CFX403"] == []
+
+
+MODULE_SCRIPT = (
+    "from transformers import AutoModelForCausalLM, Trainer\n"
+    'model = AutoModelForCausalLM.from_pretrained("gpt2", device_map="auto")\n'
+    "Trainer(model=model).train()\n"
+)
+
+
+@pytest.mark.parametrize("launch", [
+    "accelerate launch --num_processes 2 -m pkg.train\n",
+    "python -m torch.distributed.run --nproc_per_node 2 -m pkg.train\n",
+    "deepspeed --num_gpus 2 --module pkg.train\n",
+    "torchrun --nproc_per_node=2 -m pkg.train.__main__\n",
+])
+def test_module_launches_link_their_script(tmp_path, launch):
+    """`-m pkg.train` is the project's pkg/train.py (or pkg/train/__main__.py, or under src/)."""
+    write_project(tmp_path, {"run.sh": launch, "src/pkg/__init__.py": "", "src/pkg/train.py": MODULE_SCRIPT,
+                             "src/pkg/train/__main__.py": MODULE_SCRIPT})
+    if "__main__" not in launch:
+        (tmp_path / "src/pkg/train/__main__.py").unlink()
+        (tmp_path / "src/pkg/train").rmdir()
+    _, _, result = lint_project(tmp_path)
+    found = [(f.path, f.code) for f in result.findings if f.code == "CFX105"]
+    assert len(found) == 1 and found[0][0].startswith("src/pkg/train")
+
+
+def test_module_launch_of_an_outside_module_links_nothing(tmp_path):
+    """Near miss: a module that is not in the project (`-m other.train`) is no local script."""
+    write_project(tmp_path, {"run.sh": "accelerate launch --num_processes 2 -m other.train\n",
+                             "pkg/train.py": MODULE_SCRIPT})
+    _, _, result = lint_project(tmp_path)
+    assert [f.code for f in result.findings if f.code == "CFX105"] == []

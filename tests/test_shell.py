@@ -630,3 +630,58 @@ def test_unsure_argument_variables_stay_as_written(script):
     text = script if script.startswith(("if", "ARGS=$(")) else "ARGS='--nproc_per_node 4'\n" + script
     (launch,) = launches(text)
     assert launch.world_size is None
+
+
+def test_dockerfile_entrypoint_and_cmd_are_one_launch():
+    """Docker appends an exec-form CMD to an exec-form ENTRYPOINT: one command, whose
+    halves are no launches on their own."""
+    text = textwrap.dedent(
+        """\
+        FROM python:3.11
+        ENTRYPOINT ["torchrun", "--nproc_per_node=4"]
+        CMD ["train.py", "--config", "cfg.yaml"]
+        """
+    )
+    doc = parse(text, "dockerfile", "Dockerfile")
+    assert argvs(doc) == [["torchrun", "--nproc_per_node=4", "train.py", "--config", "cfg.yaml"]]
+    [launch] = find_launches(doc)
+    assert (launch.launcher, launch.world_size, launch.script.text) == ("torchrun", 4, "train.py")
+    assert launch.script.span.line == 3 and launch.command.span.line == 2
+    assert launch.config_files["config"].text == "cfg.yaml"
+
+
+def test_dockerfile_entrypoint_near_misses():
+    """A shell-form ENTRYPOINT ignores CMD; a later ENTRYPOINT resets CMD; a new stage starts over."""
+    shell_entry = parse('FROM x\nENTRYPOINT torchrun --nproc_per_node 2\nCMD ["train.py"]\n', "dockerfile", "Dockerfile")
+    assert find_launches(shell_entry) == []
+    reset = parse('FROM x\nCMD ["train.py"]\nENTRYPOINT ["torchrun", "--nproc_per_node", "2"]\n', "dockerfile", "Dockerfile")
+    assert find_launches(reset) == []
+    stages = parse('FROM a AS build\nENTRYPOINT ["torchrun", "--nproc_per_node", "2"]\nFROM b\nCMD ["train.py"]\n',
+                   "dockerfile", "Dockerfile")
+    assert find_launches(stages) == []
+    order = parse('FROM x\nCMD ["t.py"]\nENTRYPOINT ["accelerate", "launch"]\nCMD ["--num_processes", "3", "train.py"]\n',
+                  "dockerfile", "Dockerfile")
+    [launch] = find_launches(order)
+    assert (launch.launcher, launch.world_size, launch.script.text) == ("accelerate", 3, "train.py")
+
+
+def test_dockerfile_arg_values_reach_env():
+    """`ARG` values are substituted into `ENV` at build time; an ARG alone is not in the
+    container's environment (near miss), and a global ARG needs redeclaring in the stage."""
+    text = textwrap.dedent(
+        """\
+        ARG GLOBAL=8
+        FROM python:3.11
+        ARG NPROC=4
+        ARG GLOBAL
+        ARG ONLY_BUILD=2
+        ENV WORLD=${NPROC} ALL=$GLOBAL DEFAULTED=${MISSING:-5}
+        CMD torchrun --nproc_per_node $WORLD train.py
+        """
+    )
+    doc = parse(text, "dockerfile", "Dockerfile")
+    values = {a.name: a.value.text for a in doc.assignments}
+    assert values == {"WORLD": "4", "ALL": "8", "DEFAULTED": "${MISSING:-5}"}
+    assert find_launches(doc)[0].world_size == 4
+    bare = parse("FROM x\nARG NPROC=4\nCMD torchrun --nproc_per_node $NPROC train.py\n", "dockerfile", "Dockerfile")
+    assert find_launches(bare)[0].world_size is None

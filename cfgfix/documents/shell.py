@@ -804,6 +804,7 @@ def _docker_end(text: str, pos: int) -> int:
 
 def _parse_dockerfile(builder: _Builder) -> None:
     text, n, pos = builder.source.text, len(builder.source.text), 0
+    stage = _DockerStage()
     while pos < n:
         eol = text.find("\n", pos)
         eol = n if eol < 0 else eol
@@ -815,12 +816,71 @@ def _parse_dockerfile(builder: _Builder) -> None:
         keyword, args = match.group(1).upper(), match.end()
         end = _docker_end(text, pos)
         if keyword in ("RUN", "CMD", "ENTRYPOINT"):
+            before = len(builder.doc.commands)
             with builder.isolated():
                 end = _docker_command(builder, keyword, args, end)
+            if keyword != "RUN":
+                exec_form = text.startswith("[", args) and len(builder.doc.commands) == before + 1
+                stage.set(keyword, builder.doc.commands[before] if exec_form else None, before)
         elif keyword == "ENV":
-            _docker_env(builder, args, end)
+            _docker_env(builder, args, end, stage.args)
+        elif keyword == "ARG":
+            stage.arg(builder, args, end)
+        elif keyword == "FROM":
+            _docker_run_command(builder, stage)
+            stage = _DockerStage(stage.global_args)
+            stage.started = True
         pos = end + 1
+    _docker_run_command(builder, stage)
 
+
+class _DockerStage:
+    """What one build stage (`FROM` to `FROM`) says about the container's command: the last
+    ENTRYPOINT and CMD (exec form, or None for the shell form), and its ARG defaults."""
+
+    def __init__(self, global_args: dict[str, str] | None = None) -> None:
+        self.global_args = dict(global_args or {})  # ARGs before the first FROM
+        self.args: dict[str, str] = {}
+        self.started = False
+        self.entrypoint: tuple[Command | None, int] | None = None
+        self.cmd: tuple[Command | None, int] | None = None
+
+    def set(self, keyword: str, command: Command | None, index: int) -> None:
+        if keyword == "ENTRYPOINT":
+            self.entrypoint = (command, index)
+            self.cmd = None  # Docker: a new ENTRYPOINT resets an inherited CMD
+        else:
+            self.cmd = (command, index)
+
+    def arg(self, builder: _Builder, start: int, end: int) -> None:
+        """`ARG NAME=default`; a global ARG redeclared in the stage keeps its default."""
+        for word in builder.source.text[start:end].split():
+            name, eq, value = word.partition("=")
+            if not _IDENT.fullmatch(name):
+                continue
+            value = value.strip("\"'") if eq else (self.global_args if self.started else {}).get(name, "")
+            (self.args if self.started else self.global_args)[name] = value
+
+
+def _docker_run_command(builder: _Builder, stage: _DockerStage) -> None:
+    """`ENTRYPOINT ["torchrun", "--nproc_per_node=4"]` + `CMD ["train.py", ...]`: the
+    container runs the two as one command (Docker appends CMD to an exec-form ENTRYPOINT),
+    which replaces the two halves as launches."""
+    if stage.entrypoint is None or stage.cmd is None:
+        return
+    (entry, entry_index), (cmd, cmd_index) = stage.entrypoint, stage.cmd
+    if entry is None or cmd is None:  # a shell-form ENTRYPOINT ignores CMD; a shell-form CMD is `sh -c` text
+        return
+    words = entry.words + cmd.words
+    start = min(entry.span.start, cmd.span.start)
+    end = max(entry.span.end, cmd.span.end)
+    span = builder.source.span(start, end)
+    commands = builder.doc.commands
+    for index in sorted((entry_index, cmd_index), reverse=True):
+        if index < len(commands) and commands[index] in (entry, cmd):
+            del commands[index]
+    commands.append(Command(words, (), span))
+    builder.doc.scopes.setdefault(span.start, builder.doc.scopes.get(entry.span.start, ()))
 
 def _docker_command(builder: _Builder, keyword: str, start: int, end: int) -> int:
     """Parse a RUN/CMD/ENTRYPOINT body; returns where the instruction really ends."""
@@ -859,8 +919,39 @@ def _docker_exec_form(source: SourceText, start: int, end: int) -> list[Word] | 
     return [Word(json.loads(t.group()), t.group(), source.span(t.start(), t.end())) for t in tokens]
 
 
-def _docker_env(builder: _Builder, start: int, end: int) -> None:
-    """`ENV A=B C="d e"` or the legacy `ENV A some value`."""
+def _docker_env(builder: _Builder, start: int, end: int, args: dict[str, str] | None = None) -> None:
+    """`ENV A=B C="d e"` or the legacy `ENV A some value`. Docker substitutes the stage's
+    ARG values into ENV at build time (`ARG NPROC=4` + `ENV NPROC=${NPROC}`): the launch
+    sees the substituted value at run time."""
+    first = len(builder.doc.assignments)
+    _docker_env_words(builder, start, end)
+    if not args:
+        return
+    for i in range(first, len(builder.doc.assignments)):
+        assignment = builder.doc.assignments[i]
+        value = assignment.value
+        if "$" in value.text:
+            text = _DOCKER_VAR.sub(lambda m: _docker_substitute(m, args), value.text)
+            builder.doc.assignments[i] = Assignment(assignment.name, Word(text, value.raw, value.span),
+                                                    assignment.span, assignment.kind)
+
+
+_DOCKER_VAR = re.compile(r"\$\{(\w+)(?::?([-+])([^}]*))?\}|\$(\w+)")
+
+
+def _docker_substitute(match: re.Match, args: dict[str, str]) -> str:
+    name = match.group(1) or match.group(4)
+    if name not in args:
+        return match.group(0)  # not an ARG: stays as written (unknown, or an ENV set earlier)
+    value, op, word = args[name], match.group(2), match.group(3)
+    if op == "-":
+        return value or word
+    if op == "+":
+        return word if value else ""
+    return value
+
+
+def _docker_env_words(builder: _Builder, start: int, end: int) -> None:
     try:
         toks, _ = _Lexer(builder.source.text, end, docker=True).line(start)
     except _Unbalanced:

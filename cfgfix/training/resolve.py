@@ -81,7 +81,7 @@ def training_setups(project) -> list[TrainingSetup]:
     if key not in project._scripts:
         project._scripts[key] = [_Resolver(project, launch, launch_file).resolve()
                                  for launch, launch_file in project.launches
-                                 if launch.script or launch.module in TOOL_MODULES]
+                                 if launch.script or launch.module]
     return project._scripts[key]
 
 
@@ -94,12 +94,12 @@ def is_training_config(doc) -> bool:
 
 class _Resolver:
     def __init__(self, project, launch, launch_file: Path) -> None:
-        from cfgfix.project import _resolve
+        from cfgfix.project import script_path
 
         self.project = project
         self.launch = launch
         self.launch_file = launch_file
-        script = _resolve(launch.script, launch_file, project.root) if launch.script and not launch.module else None
+        script = script_path(launch, launch_file, project.root)
         self.setup = TrainingSetup(launch, launch_file, script)
 
     def display(self, path: Path) -> str:

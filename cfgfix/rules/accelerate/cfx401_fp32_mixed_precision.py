@@ -135,7 +135,11 @@ class Fp32MixedPrecision(ProjectRule):
                 return True  # unreadable, or the command line sets the precision
             script = None
             for known, launch_file in project.launches:
-                if known is launch and launch.script:
+                if known is launch and launch.module:
+                    from cfgfix.project import script_path
+
+                    script = script_path(launch, launch_file, project.root)
+                elif known is launch and launch.script:
                     script = resolve(launch.script, [launch_file.parent, project.root])
             found = script_facts(project, script) if script is not None else None
             if found is None:

@@ -80,11 +80,11 @@ class GradientAccumulationConflict(ProjectRule):
     def _hf_trainer(project, launch) -> bool:
         """The launch's script trains with an HF / TRL Trainer (which raises on the mismatch)."""
         from cfgfix.analysis.training_script import script_facts
-        from cfgfix.project import _resolve
+        from cfgfix.project import script_path
 
         for known, launch_file in project.launches:
-            if known is launch and launch.script:
-                script = _resolve(launch.script, launch_file, project.root)
+            if known is launch and (launch.script or launch.module):
+                script = script_path(launch, launch_file, project.root)
                 found = script_facts(project, script) if script is not None else None
                 return bool(found and found[1].trainer)
         return False
