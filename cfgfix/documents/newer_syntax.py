@@ -88,6 +88,8 @@ def parse_newer(text: str, filename: str = "<unknown>") -> ast.Module:
         module = libcst.parse_module(text)
     except libcst.ParserSyntaxError as exc:
         message = re.sub(r"^(?:parser error: )?error at \d+:\d+: ", "", exc.message)
+        if message.startswith("expected one of"):  # libcst lists every token it could take
+            message = "invalid syntax"
         raise SyntaxError(message, (filename, exc.raw_line, exc.raw_column + 1, None)) from None
     except Exception as exc:
         raise SyntaxError(str(exc)) from None

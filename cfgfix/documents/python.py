@@ -46,6 +46,6 @@ def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
     except NewerSyntaxError:
         raise
     except SyntaxError as exc:  # libcst rejects it too: no current Python accepts it
-        if exc.lineno and original.lineno and exc.lineno > original.lineno:
-            raise exc from None  # ours stumbled on newer syntax above the real error
+        if (original.msg or "").startswith("f-string") and exc.lineno and original.lineno and exc.lineno > original.lineno:
+            raise exc from None  # the interpreter stumbled on a (valid) newer f-string above the real error
         raise original from None  # the interpreter's message is the familiar one
