@@ -26,7 +26,11 @@ import warnings
 import libcst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from cfgfix.documents.python import NewerSyntaxError
+
+
+class CannotLower(SyntaxError):
+    """Valid newer Python that `neutralise` could not bring to this interpreter's grammar
+    (documents/python.py reports it as NewerSyntaxError)."""
 
 
 def neutralise(text: str, module=None) -> str | None:
@@ -82,7 +86,7 @@ def neutralise(text: str, module=None) -> str | None:
 
 def parse_newer(text: str, filename: str = "<unknown>") -> ast.Module:
     """`ast` of `text` through `neutralise`; raises SyntaxError (libcst's position) when no
-    current Python accepts it, NewerSyntaxError when it is newer Python we could not bring
+    current Python accepts it, CannotLower when it is newer Python we could not bring
     down to this interpreter's grammar."""
     try:
         module = libcst.parse_module(text)
@@ -101,7 +105,7 @@ def parse_newer(text: str, filename: str = "<unknown>") -> ast.Module:
             warnings.simplefilter("ignore")
             return ast.parse(neutral, filename=filename)
     except SyntaxError as exc:
-        raise NewerSyntaxError(exc.msg, (filename, exc.lineno, exc.offset, exc.text)) from None
+        raise CannotLower(exc.msg, (filename, exc.lineno, exc.offset, exc.text)) from None
 
 
 def _parses(literal: str) -> bool:

@@ -39,12 +39,12 @@ def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
             return ast.parse(text, filename=filename)
         except SyntaxError as error:
             original = error
-    from cfgfix.documents.newer_syntax import parse_newer
+    from cfgfix.documents.newer_syntax import CannotLower, parse_newer
 
     try:
         return parse_newer(text, filename)
-    except NewerSyntaxError:
-        raise
+    except CannotLower as exc:
+        raise NewerSyntaxError(exc.msg, (filename, exc.lineno, exc.offset, exc.text)) from None
     except SyntaxError as exc:  # libcst rejects it too: no current Python accepts it
         if (original.msg or "").startswith("f-string") and exc.lineno and original.lineno and exc.lineno > original.lineno:
             raise exc from None  # the interpreter stumbled on a (valid) newer f-string above the real error
