@@ -230,3 +230,29 @@ def test_fit_never_writes_outside_the_project(tmp_path, monkeypatch):
         assert "is outside the project" in out and "zero_optimization.stage 2" in out  # the plan, as advice
         assert (outside / "ds.json").read_text() == ds
         assert (project / "run.sh").read_text() == launch.format(written)  # half a plan is never written
+
+
+def test_a_lora_plan_a_practitioner_would_take():
+    """Issue 13, item 6: Qwen2.5-7B LoRA with an fp32 base on one RTX 4090. Parameter offload
+    moves the frozen base to the CPU too; every kept rung is needed (the plan without any one
+    of them does not fit) and each lowers the peak; the 8-bit optimizer is on the ladder."""
+    from cfgfix.memory.gpus import find_gpu
+    from cfgfix.memory.setup import MemorySetup
+    from cfgfix.memory.shapes import shape_from_catalog
+    from cfgfix.training import fit
+
+    shape, gpu = shape_from_catalog("Qwen/Qwen2.5-7B"), find_gpu("RTX 4090")
+    setup = MemorySetup(weights="fp32", lora_rank=16, micro_batch=2, seq_len=2048, gradient_accumulation=8)
+    result = fit.plan(setup, shape, gpu)
+    assert result.fits
+    keys = [r.key for r in result.rungs]
+    assert keys == ["checkpointing", "offload_params"]
+    offloaded = next(c for c in result.after.cpu if c.name == "parameters")
+    assert offloaded.size >= shape.params * 4  # the frozen fp32 base, not only the adapters
+    assert result.after.component("weights").size == 0
+    peaks = [result.before.peak] + [r.estimate.peak for r in result.rungs]
+    assert all(b < a for a, b in zip(peaks, peaks[1:]))
+    for left_out in range(len(keys)):
+        after, _ = fit._replay(setup, [k for i, k in enumerate(keys) if i != left_out], gpu, True)
+        assert not fit.fits(fit.estimate(after, shape), gpu.usable_bytes)
+    assert "8-bit AdamW" in [name for name, *_ in fit.ladder(setup, gpu)]

@@ -275,6 +275,14 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         cpu = (Component("optimizer_states", optimizer, 0, of + ", offloaded"),)
         optimizer = 0
         of = "offloaded to CPU"
+    if setup.offload_params and setup.zero_stage == 3:
+        # ZeRO-3 parameter offload keeps every parameter's partition in host memory, frozen ones
+        # too (a LoRA run's base: DeepSpeed partitions all of the module's parameters, trainable
+        # or not, stage3.py): the GPU holds the layers being gathered (DeepSpeed's 4L term)
+        cpu = cpu + (Component("parameters", weights, 0, wf + ", offloaded (ZeRO-3 offload_param)"),)
+        weights = 0
+        wf = "offloaded to CPU (ZeRO-3 offload_param, frozen weights included)"
+        gathered = max(gathered, 2 * largest * (w_bytes if lora else t_bytes))
     step_temp = 0
     if setup.optimizer == "adamw" and not setup.offload_optimizer:
         step_temp = _step_temporaries(setup, shape, trainable // (n if setup.zero_stage or setup.fsdp else 1),

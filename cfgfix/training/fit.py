@@ -18,6 +18,7 @@ from cfgfix.memory.setup import MemorySetup
 
 @dataclass(frozen=True)
 class Rung:
+    key: str  # which ladder step (_RUNGS)
     name: str
     settings: dict  # setting -> value written into the files
     cost: str  # what it costs in speed (or quality)
@@ -77,7 +78,7 @@ def _halve_micro(current, half, can_switch):
 
 
 def _eight_bit(current, half, can_switch):
-    if current.optimizer == "adamw" and can_switch and current.lora_rank is None:
+    if current.optimizer == "adamw" and can_switch:
         return {"optimizer": "adamw-8bit"}, replace(current, optimizer="adamw-8bit")
     return None
 
@@ -173,7 +174,7 @@ def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> P
         est = estimate(after, shape)
         if key == "micro":
             name = f"micro batch {after.micro_batch} x accumulation {after.gradient_accumulation}"
-        rung = Rung(name, settings, cost, after, est)
+        rung = Rung(key, name, settings, cost, after, est)
         if est.peak >= best.peak:
             if enabler:
                 pending.append(rung)
@@ -186,8 +187,50 @@ def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> P
         current, best = after, est
         if fits(est, gpu.usable_bytes):
             result.fits = True
-            return result
+            return _pruned(result, setup, shape, gpu, can_switch_optimizer)
         queue, skipped = skipped + queue, []
+    return _pruned(result, setup, shape, gpu, can_switch_optimizer)
+
+
+def _replay(setup: MemorySetup, keys: list[str], gpu, can_switch: bool) -> tuple[MemorySetup, list]:
+    """The setup after applying the ladder steps `keys` in order; the (key, settings, after)
+    of each that applied."""
+    current, applied = setup, []
+    for key in keys:
+        change = _RUNGS[key][1](current, _half(gpu), can_switch)
+        if change is not None:
+            current = change[1]
+            applied.append((key, change[0], current))
+    return current, applied
+
+
+def _pruned(result: Plan, setup: MemorySetup, shape, gpu, can_switch: bool) -> Plan:
+    """Drop every kept rung the plan does without, the most expensive first: in a plan that
+    fits, one whose removal still fits; in one that does not, one whose removal leaves the
+    final peak as low. A rung that raised the peak, or one a later rung made useless (ZeRO-2
+    on one GPU, or autocast's 16-bit weight copies once the parameters are offloaded), is never
+    part of a plan."""
+    rungs = list(result.rungs)
+    changed = True
+    while changed and rungs:
+        changed = False
+        final = rungs[-1].estimate
+        for index in range(len(rungs) - 1, -1, -1):
+            keys = [r.key for i, r in enumerate(rungs) if i != index]
+            after, applied = _replay(setup, keys, gpu, can_switch)
+            if len(applied) != len(keys):
+                continue  # a later rung needs this one to apply
+            est = estimate(after, shape)
+            if fits(est, gpu.usable_bytes) if fits(final, gpu.usable_bytes) else est.peak <= final.peak:
+                kept = [r for i, r in enumerate(rungs) if i != index]
+                # re-estimate the remaining rungs in their new order
+                rebuilt = []
+                for rung, (key, settings, state) in zip(kept, applied):
+                    rebuilt.append(replace(rung, settings=settings, setup=state, estimate=estimate(state, shape)))
+                rungs, changed = rebuilt, True
+                break
+    result.rungs = rungs
+    result.fits = fits(result.after, gpu.usable_bytes)
     return result
 
 
