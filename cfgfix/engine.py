@@ -495,11 +495,41 @@ class Engine:
         Used by the fixer after each round of edits."""
         result = self.linter.lint(sf, data)
         if self.project_rules and self.project is not None:
-            by_file, _ = self._project_findings(self.project.with_override(sf.path, data))
+            # only what can put a finding on this file, then its edited bytes (issue 14: judging
+            # the whole tree after each edit made `fix` quadratic in the size of the tree)
+            project = self.project.around(sf.path, self._files_by_launch()).with_override(sf.path, data)
+            by_file, _ = self._project_findings(project)
             extra = by_file.get(sf.display) if sf.kind != "markdown" else None
             if extra:
                 result = replace(result, findings=result.findings + extra)
         return self.finalize(sf, data, result, sources)
+
+    def _files_by_launch(self) -> list[set[Path]]:
+        """What each launch of the run's project reads (its links, and every file its training
+        setup took a value from), worked out once per project for `lint_one`."""
+        project = self.project
+        if getattr(self, "_launch_files_of", (None,))[0] is project:
+            return self._launch_files_of[1]
+        files = project.files_by_launch()
+        try:
+            from cfgfix.training.resolve import training_setups
+
+            index = {id(launch): i for i, (launch, _) in enumerate(project.launches)}
+            for setup in training_setups(project):
+                i = index.get(id(setup.launch))
+                if i is None:
+                    continue
+                files[i].update(setup.files.values())
+                if setup.script is not None:
+                    files[i].add(setup.script)
+                for value in setup.values.values():
+                    span = getattr(value, "span", None)
+                    if span is not None:
+                        files[i].add(project.real_path(span.path))
+        except Exception:  # noqa: BLE001 - a resolver bug must not stop a fix; its rules report it
+            pass
+        self._launch_files_of = (project, files)
+        return files
 
     def finalize(self, sf: SourceFile, data: bytes | None, result: FileResult, sources) -> list[Finding]:
         findings = list(result.findings)

@@ -293,6 +293,47 @@ class ProjectModel:
         other._links = None
         return other
 
+    def files_by_launch(self) -> list[set[Path]]:
+        """For each launch (in `self.launches` order), the real paths of the files it links:
+        its launch script, its training script, its accelerate config and the DeepSpeed JSON
+        that names, a DeepSpeed JSON of its own."""
+        of_launch: dict[int, set[Path]] = {}
+        for link in self.accelerate_links():
+            for launch in link.launches:
+                of_launch.setdefault(id(launch), set()).update(p for p in (link.path, link.deepspeed_path) if p is not None)
+        out = []
+        for launch, launch_file in self.launches:
+            files = {launch_file, *of_launch.get(id(launch), ())}
+            script = _resolve(launch.script, launch_file, self.root) if launch.script else None
+            if script is not None:
+                files.add(script)
+            if launch.deepspeed_config:
+                bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script else [])
+                ds = _resolve_in(launch.deepspeed_config, bases)
+                if ds is not None:
+                    files.add(ds)
+            out.append(files)
+        return out
+
+    def around(self, path: Path, files_by_launch: list[set[Path]]) -> "ProjectModel":
+        """A copy that holds only what can put a project finding on `path`: the launches
+        whose files (`files_by_launch`, one set per launch) include it, and the configs those
+        launches link. The fixer re-checks one file after each edit; judging the whole tree
+        each time made `fix` quadratic in the number of projects of a tree."""
+        real = _real(path)
+        keep = [i for i, files in enumerate(files_by_launch) if real in files]
+        linked = {real}.union(*(files_by_launch[i] for i in keep))
+        for link in self.accelerate_links():  # an accelerate config no launch uses that names `path`
+            if real in (link.path, link.deepspeed_path):
+                linked.update(p for p in (link.path, link.deepspeed_path) if p is not None)
+        other = copy.copy(self)
+        other.launches = [self.launches[i] for i in keep]
+        other.configs = {p: kinds for p, kinds in self.configs.items() if p in linked}
+        other._links = None
+        other._docs = dict(self._docs)
+        other._scripts = {k: v for k, v in self._scripts.items() if not isinstance(k, tuple) or k[0] != "training-setups"}
+        return other
+
     def display(self, path: Path) -> str:
         shown = self.displays.get(path)
         if shown is not None:

@@ -277,3 +277,36 @@ def test_a_huge_python_file_is_bounded(in_tmp):
     code, out = run("check", "--no-cache")
     assert time.monotonic() - started < 20
     assert "big.py:1:1: CFX901 big.py is larger than 1 MB" in out and "train.py:4:1: CFX103" in out
+
+
+def test_a_dockerfile_exec_form_nested_too_deep(in_tmp):
+    write_project(in_tmp, {"Dockerfile": "FROM x\nCMD " + "[" * 100000 + "\n", "train.py": TRAIN})
+    assert_no_bug(*run("check", "--no-cache"))
+
+
+def test_fix_re_checks_only_what_the_fixed_file_touches(tmp_path, monkeypatch):
+    """`fix` on a tree of N projects: after each edit the project stage judges the launches
+    that link the edited file, not the whole tree, so the work per fixed file stays the same
+    as the tree grows (it grew with the tree before: 4 -> 32 projects, 2.9 s -> 127 s)."""
+    from cfgfix.training import resolve
+
+    calls = []
+    original = resolve._Resolver.resolve
+
+    def counting(self):
+        calls.append(self.launch_file)
+        return original(self)
+
+    monkeypatch.setattr(resolve._Resolver, "resolve", counting)
+    counts = {}
+    for copies in (1, 4):
+        tree = tmp_path / f"tree{copies}"
+        for i in range(copies):
+            shutil.copytree(REPO / "fixtures" / "flan-t5-xl-trainer" / "project", tree / f"p{i}")
+        (tree / "cfgfix.toml").write_text('gpu = "RTX 4090"\n')
+        monkeypatch.chdir(tree)
+        calls.clear()
+        code, out = run("fix", "--unsafe-fixes", "--no-cache")
+        assert "fixed" in out
+        counts[copies] = len(calls)
+    assert counts[4] <= 4 * counts[1] + 4, counts  # linear; quadratic would be ~16x

@@ -909,7 +909,7 @@ def _docker_exec_form(source: SourceText, start: int, end: int) -> list[Word] | 
     body = re.sub(r"\\\r?\n", "", source.text[start:end])
     try:
         values = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, a >4,300-digit integer, absurd nesting
         return None
     if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
         return None
