@@ -284,7 +284,7 @@ def _check(paths, select, ignore, extend_select, output_format, config_file, no_
 def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics):
     from cfgfix.core import Applicability
     from cfgfix.documents.files import read_file
-    from cfgfix.fixing import WriteError, fix_file, wanted, write_atomically
+    from cfgfix.fixing import WriteError, fix_file, keep_launchable, wanted, write_atomically
 
     engine, files, settings = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
     _no_files(files, output_format, quiet)
@@ -295,6 +295,7 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
     sources = dict(result.sources)
     fixed_count, failures, changed = 0, [], []
     _signals_exit()  # SIGTERM/SIGHUP mid-write unwind through the writer's cleanup
+    outcomes = []  # (sf, FileFix), every file fixed in memory before anything is written
     for display in fixable_files:
         sf = by_file[display]
         try:
@@ -308,6 +309,15 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
             continue
         for note in outcome.dropped:
             click.echo(f"warning: {display}: a fix for {note} was dropped: the result would not parse", err=True)
+        outcomes.append((sf, outcome))
+    # The fixed project must still launch: fixes that together add a project finding (a
+    # precision the DeepSpeed JSON contradicts, a batch that no longer adds up) stay unapplied.
+    for display, why in keep_launchable(engine, [(sf, o) for sf, o in outcomes if o.changed]).items():
+        click.echo(f"warning: {display}: fixes not applied: {why}", err=True)
+        outcomes = [(sf, o) for sf, o in outcomes if sf.display != display]
+        remaining.extend(f for f in result.findings if f.path == display)
+    for sf, outcome in outcomes:
+        display = sf.display
         if outcome.changed and not diff:
             try:
                 write_atomically(sf.path, outcome.source.to_bytes(), settings.root)

@@ -172,6 +172,46 @@ def fix_file(engine, sf, data: bytes, unsafe: bool) -> FileFix | None:
     return result
 
 
+def keep_launchable(engine, outcomes) -> dict[str, str]:
+    """The files whose fixes must not be written, with why: with every fixed file's new text
+    in place, the project stage (launches, their configs, the rules across files) is run
+    again; a finding it did not report before (CFX604: a `mixed_precision` the DeepSpeed
+    JSON now contradicts; CFX502: a batch that no longer adds up) blocks the fixed files it
+    names, and the check repeats with the rest until nothing new appears."""
+    from collections import Counter
+
+    project = getattr(engine, "project", None)
+    if project is None or not outcomes or not getattr(engine, "project_rules", None):
+        return {}
+
+    def counted(model):
+        by_file, _ = engine._project_findings(model)
+        found = [f for fs in by_file.values() for f in fs if f.code in engine.codes]
+        return Counter((f.code, f.path) for f in found), found
+
+    before, _ = counted(project)
+    blocked: dict[str, str] = {}
+    for _ in range(len(outcomes)):
+        live = [(sf, o) for sf, o in outcomes if sf.display not in blocked]
+        if not live:
+            break
+        model = project
+        for sf, outcome in live:
+            model = model.with_override(sf.path, outcome.source.to_bytes())
+        after, found = counted(model)
+        new = [f for f in found if after[(f.code, f.path)] > before[(f.code, f.path)]]
+        if not new:
+            break
+        shown = {sf.display for sf, _ in live}
+        for finding in new:
+            involved = {finding.path, *(r.span.path for r in finding.related)} & shown or shown
+            why = (f"together they would introduce {finding.code} at {finding.path}:{finding.span.line} "
+                   f"({finding.message.split(': ')[0][:200]})")
+            for display in involved:
+                blocked.setdefault(display, why)
+    return blocked
+
+
 def _native(edits, data: bytes) -> list[Edit]:
     """The edits with their inserted lines in the file's own line ending (a CR-only file is
     linted as LF, see `lone_cr_as_lf`, and must be written back with CRs)."""

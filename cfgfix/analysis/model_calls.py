@@ -85,6 +85,35 @@ def drop_call_edits(src: SourceText, mc: ModelCall) -> list[Edit] | None:
     return [python_edits.drop_method_call(src, mc.call)]
 
 
+_CLAIMS_A_MOVE = re.compile(r"\b(gpu|cuda|device|moved?|moving|placed)\b", re.IGNORECASE)
+_ANNOUNCERS = {"print", "info", "debug", "warning", "log", "write"}  # print, logger.info, tqdm.write
+
+
+def announcing_line(tree: ast.AST, stmt: ast.stmt) -> int | None:
+    """The line of a `print(...)` / `logger.info(...)` among the two statements right after
+    `stmt` in its block whose text claims a move ("Model moved to GPU"): once a fix removes
+    `stmt`, that line says something that no longer happens."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list) or stmt not in block:
+                continue
+            for after in block[block.index(stmt) + 1: block.index(stmt) + 3]:
+                call = after.value if isinstance(after, ast.Expr) else None
+                if not isinstance(call, ast.Call):
+                    continue
+                func = call.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if name not in _ANNOUNCERS:
+                    continue
+                texts = [c.value for arg in call.args for c in ast.walk(arg)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(_CLAIMS_A_MOVE.search(t) for t in texts):
+                    return after.lineno
+            return None
+    return None
+
+
 def dtype_source_text(analysis, dtype: str) -> str:
     """`torch.bfloat16` spelled as this module can (`th.bfloat16`), else the string form."""
     alias = analysis.imports.local_name_for("torch")

@@ -45,6 +45,7 @@ RULE_MODULES = (
     "cfgfix.rules.setup.cfx601_fp32_training",
     "cfgfix.rules.setup.cfx602_fp16_on_bf16_hardware",
     "cfgfix.rules.setup.cfx603_effective_batch_mismatch",
+    "cfgfix.rules.setup.cfx604_accelerator_precision_vs_deepspeed",
     "cfgfix.rules.tool.cfx901_parse_error",
     "cfgfix.rules.tool.cfx902_unused_suppression",
 )

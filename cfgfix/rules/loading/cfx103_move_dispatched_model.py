@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cfgfix.analysis.model_calls import LOAD_TRIGGERS, call_text, drop_call_edits, load_related, may_load_model, name_of
+from cfgfix.analysis.model_calls import (
+    LOAD_TRIGGERS,
+    announcing_line,
+    call_text,
+    drop_call_edits,
+    load_related,
+    may_load_model,
+    name_of,
+)
 from cfgfix.core import Finding, Fix, Severity
 from cfgfix.rules.base import Example, Rule, register
 
@@ -40,7 +48,9 @@ class MoveDispatchedModel(Rule):
     Safe: the move is dropped; the model stays where `device_map` put it. Inputs go to
     `model.device` (the first device of the map). cfgfix stays silent for single-device maps
     (`device_map="cuda"`, `{"": rank}`), where a `.to()` is harmless, and for maps it cannot
-    resolve.
+    resolve. When one of the next two statements prints or logs the move ("Model moved to
+    GPU"), the fix's note names its line: after the fix it would announce a move that no
+    longer happens.
 
     ## References
     - facts A3: accelerate `big_modeling.py` wraps `.to`/`.cuda` of dispatched models
@@ -174,11 +184,15 @@ class MoveDispatchedModel(Rule):
                 )
             pure_move = mc.method == "cuda" or mc.target_dtype is None
             edits = drop_call_edits(src, mc) if pure_move and moves else None
+            description = f"Remove `{call_text(src, mc)}`; `device_map` already placed the model"
+            announced = announcing_line(ctx.document.tree, mc.stmt) if edits else None
+            if announced is not None:  # a fix never leaves a statement that now lies unmentioned
+                description += f" (line {announced} still announces the move: reword or drop it)"
             yield self.finding(
                 src.span_of_node(mc.call),
                 f"{name_of(src, mc)} was dispatched with `device_map={map_text}` "
                 f"(line {mc.state.load.line}); `{call_text(src, mc)}` moves it again: {consequence}.",
-                fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`; `device_map` already placed the model") if edits else None,
+                fix=Fix(tuple(edits), description) if edits else None,
                 related=[load_related(src, mc.state.load, "dispatched here")],
                 severity=severity,
             )
