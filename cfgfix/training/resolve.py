@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.analysis.training_keys import TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
-from cfgfix.training.values import Value, from_args, from_config, from_python
+from cfgfix.analysis.training_keys import NAME_TO_SETTING, TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
+from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
 # The order `cfgfix explain` shows, and the settings the memory model reads.
 SETTINGS = (
@@ -61,6 +61,12 @@ class TrainingSetup:
     trainer: bool = False  # the script trains with an HF / TRL Trainer
     trains: bool | None = None  # the script shows a training step; None: no script read
     parses_training_arguments: bool = False
+    # The script's TrainingArguments(...) keywords resolved for this launch: HF name -> Value,
+    # None where the value is unknown (computed, or a reference this launch leaves open);
+    # `arguments_file`: the values of an HfArgumentParser.parse_yaml_file argument
+    argument_refs: dict = field(default_factory=dict)
+    arguments_resolved: bool = True  # every `**spread` and reference of the call resolved
+    arguments_file: dict | None = None
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -122,6 +128,7 @@ class _Resolver:
         self._training_config()
         if script is not None:
             sources["script"] = dict(script.values)
+            self._references(script)
             for module in script.config_modules:
                 parsed = project.script(module)
                 if parsed is None:
@@ -142,6 +149,68 @@ class _Resolver:
         self._deepspeed(script)
         self._combine()
         return setup
+
+    def _references(self, script) -> None:
+        """Values the script takes from its flags and its own config file, for this launch."""
+        from cfgfix.training.resolve_refs import UNKNOWN, RefResolver
+
+        setup = self.setup
+        if script.parses_argument_file and script.refs is not None:
+            self._argument_file()
+        if not (script.pending or script.argument_spreads or script.argument_refs):
+            return
+        resolver = RefResolver(self.project, self.launch, self.launch_file, setup.script, script.refs)
+        found = setup.sources["script"]
+        for setting, name, ref in script.pending:
+            resolved = resolver.resolve(ref)
+            if resolved is None or resolved is UNKNOWN or isinstance(resolved.value, (dict, list)) or hasattr(resolved.value, "kind"):
+                continue
+            if setting == "model" and not (isinstance(resolved.value, str) and "/" in resolved.value):
+                continue  # a local folder or a name we cannot size: as for a literal
+            found.setdefault(setting, Value(setting, normalise(setting, resolved.value),
+                                            f"{name}= from {resolved.origin}", resolved.span, name))
+        for name, ref in script.argument_refs.items():
+            resolved = resolver.resolve(ref)
+            ok = resolved is not None and resolved is not UNKNOWN and not hasattr(resolved.value, "kind")
+            setup.argument_refs[name] = (Value(NAME_TO_SETTING.get(name, name), resolved.value,
+                                               f"{name}= from {resolved.origin}", resolved.span, name) if ok else None)
+        for ref in script.argument_spreads:
+            resolved = resolver.resolve(ref)
+            node = resolved.value if resolved is not None and resolved is not UNKNOWN else None
+            if getattr(node, "kind", None) != "mapping":
+                setup.arguments_resolved = False
+                continue
+            for key, value in node.entries:
+                if not isinstance(key.value, str) or value.kind != "scalar":
+                    continue
+                setting = NAME_TO_SETTING.get(key.value)
+                entry = Value(setting or key.value, normalise(setting or key.value, value.value),
+                              f"{key.value} in {resolved.doc.source.path} (TrainingArguments(**...) of {self.display(setup.script)})",
+                              resolved.doc.span(value), key.value)
+                setup.argument_refs[key.value] = entry
+                if setting is not None:
+                    found.setdefault(setting, entry)
+
+    def _argument_file(self) -> None:
+        """`HfArgumentParser.parse_yaml_file(sys.argv[1])` with one YAML/JSON argument: its
+        top-level keys are the TrainingArguments fields (the rest keep their defaults)."""
+        from cfgfix.project import _resolve
+
+        written = [text for text, _ in self.launch.args]
+        if len(written) != 1 or not written[0].lower().endswith((".yaml", ".yml", ".json")):
+            return
+        path = _resolve(written[0], self.launch_file, self.project.root)
+        doc = self.project.read(path) if path is not None else None
+        if doc is None:
+            return
+        name = self.display(path)
+        values = {}
+        for key, value in doc.root.entries:
+            if isinstance(key.value, str) and value.kind == "scalar":
+                setting = NAME_TO_SETTING.get(key.value, key.value)
+                values[key.value] = Value(setting, normalise(setting, value.value), f"{key.value} in {name}",
+                                          doc.span(value), key.value)
+        self.setup.arguments_file = values
 
     def _imported_training(self, module, script) -> None:
         """A launched script that only calls into a local module (`from llava.train.train

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cfgfix.analysis.models import _is_training_call
 from cfgfix.analysis.names import ImportMap, single_assignments
+from cfgfix.analysis.training_keys import NAME_TO_SETTING
 from cfgfix.training.values import Value, from_keywords, literal
 
 _ARGUMENT_CLASSES = re.compile(r"(^|\.)(\w*TrainingArguments|SFTConfig|DPOConfig|ORPOConfig|KTOConfig|GRPOConfig|RewardConfig|\w*TrainerConfig)$")
@@ -43,6 +44,15 @@ class ScriptSetup:
     # transformers.TrainingArguments): optim: str = field(default="adamw_torch")`), by field
     # name; a default that is not a literal is kept as None (then nothing is known)
     argument_defaults: dict[str, Value | None] = field(default_factory=dict)
+    # what the script takes from its own flags and config file (training/references.py):
+    # (setting, keyword, Ref) to resolve per launch, the TrainingArguments keywords that are
+    # references, `**cfg["training"]` spreads, and keywords computed at run time
+    refs: object = None  # ScriptRefs
+    pending: list = field(default_factory=list)
+    argument_refs: dict = field(default_factory=dict)  # HF name -> Ref
+    argument_spreads: list = field(default_factory=list)  # Refs of `**` mappings
+    argument_opaque: set = field(default_factory=set)  # HF names set to something computed
+    parses_argument_file: bool = False  # HfArgumentParser.parse_yaml_file / parse_json_file
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -64,6 +74,9 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     hf = bool(libraries & set(_HF_LIBRARIES))
     argument_names: set[str] = set()
     conditional = _conditional_nodes(tree)
+    from cfgfix.training.references import read_refs
+
+    found.refs = refs = read_refs(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _local_modules(node, path, found)
@@ -90,8 +103,15 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
                 found.parses_training_arguments = True
             if re.search(r"\w+Config\b", text):
                 found.own_defaults = True  # TRL's SFTConfig & co change HF's defaults (learning rate, ...)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("parse_yaml_file", "parse_json_file"):
+            found.parses_argument_file = True
+        arguments = hf and bool(_ARGUMENT_CLASSES.search(name))
+        if arguments:  # what CFX511 may compare: every keyword, conditional call or not
+            _call_refs(node, last, refs, consts, found, True)
         if id(node) not in conditional:  # `BitsAndBytesConfig(...) if args.q_lora else None`: unknown
             _call_values(node, name, last, source, consts, found.values)
+            if not arguments:
+                _call_refs(node, last, refs, consts, found, False)
     _model_casts(tree, source, imports, found.values)
     found.argument_defaults = _argument_defaults(tree, source, consts)
     for call in found.argument_calls:
@@ -258,6 +278,49 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
                 setting = "mixed_precision" if kw.arg == "mixed_precision" else "grad_accum"
                 values.setdefault(setting, Value(setting, value, f"Accelerator({kw.arg}=) in {where}",
                                                  source.span_of_node(kw.value), kw.arg))
+
+
+def _call_refs(node: ast.Call, last: str, refs, consts, found: ScriptSetup, arguments: bool) -> None:
+    """Keywords whose values the script reads from its flags or its config file: kept as
+    references, resolved per launch (training/resolve_refs.py)."""
+    def is_literal(value) -> bool:
+        try:
+            literal(value, consts)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return True
+
+    if arguments:
+        for kw in node.keywords:
+            if kw.arg is None:
+                ref = refs.ref(kw.value)
+                if ref is not None and ref.is_config:
+                    found.argument_spreads.append(ref)
+                else:
+                    found.argument_opaque.add("**")
+                continue
+            if is_literal(kw.value):
+                continue
+            ref = refs.ref(kw.value)
+            if ref is None:
+                found.argument_opaque.add(kw.arg)
+                continue
+            found.argument_refs[kw.arg] = ref
+            setting = NAME_TO_SETTING.get(kw.arg)
+            if setting is not None:
+                found.pending.append((setting, kw.arg, ref))
+    elif last == "from_pretrained" and _loads_a_model(node) and node.args and not is_literal(node.args[0]):
+        ref = refs.ref(node.args[0])
+        if ref is not None:
+            found.pending.append(("model", "from_pretrained", ref))
+    elif last in ("Accelerator", "LoraConfig"):
+        names = {"mixed_precision": "mixed_precision", "gradient_accumulation_steps": "grad_accum"} if last == "Accelerator" \
+            else {"r": "lora_rank"}
+        for kw in node.keywords:
+            if kw.arg in names and not is_literal(kw.value):
+                ref = refs.ref(kw.value)
+                if ref is not None:
+                    found.pending.append((names[kw.arg], kw.arg, ref))
 
 
 def _model_casts(tree, source, imports, values: dict[str, Value]) -> None:

@@ -43,6 +43,7 @@ class _HfArguments:
     def __init__(self, setup, script) -> None:
         self.values: dict[str, object] = {}
         self.origins: dict[str, object] = {}  # name -> Value (None for a default)
+        self.unknown: set[str] = set()  # keywords set to something computed: never a default
         self.complete = False
         self.overrides = script.argument_defaults if script is not None else {}
         self.own_defaults = bool(script is not None and script.own_defaults)
@@ -50,20 +51,37 @@ class _HfArguments:
         if setup.parses_training_arguments and setup.launch.args and not any(
                 "$" in text for text, _ in setup.launch.args):
             written = [text for text, _ in setup.launch.args]
-            # a lone YAML/JSON argument is HfArgumentParser.parse_yaml_file/json_file: not flags
-            if not (len(written) == 1 and written[0].endswith((".yaml", ".yml", ".json"))) and any(
-                    text.startswith("--") for text in written):
+            # a lone YAML/JSON argument is HfArgumentParser.parse_yaml_file/json_file: not flags;
+            # its top-level keys are the arguments when the script parses it so (resolve.py)
+            if len(written) == 1 and written[0].endswith((".yaml", ".yml", ".json")):
+                if setup.arguments_file is not None:
+                    self.complete = True
+                    for name, value in setup.arguments_file.items():
+                        self.values[name] = value.value
+                        self.origins[name] = value
+            elif any(text.startswith("--") for text in written):
                 self.complete = True
                 for value in flags.values():
                     self.values[value.name] = value.value
                     self.origins[value.name] = value
-        elif script is not None and script.arguments_complete:
+        elif script is not None and _one_visible_call(setup, script):
+            # one TrainingArguments(...) call whose every keyword is a literal or a value the
+            # launch resolves (its flags, the script's own config file, `**cfg["training"]`)
             self.complete = True
             for name, value in script.argument_values.items():
                 self.values[name] = value.value
                 self.origins[name] = value
+            for name, value in setup.argument_refs.items():
+                if value is None:
+                    self.unknown.add(name)
+                else:
+                    self.values[name] = value.value
+                    self.origins[name] = value
+            self.unknown |= {name for name in script.argument_opaque if name not in self.values}
 
     def get(self, name: str):
+        if name in self.unknown:
+            return None, None
         if name in self.values:
             return self.values[name], self.origins[name]
         if name in self.overrides:  # the script's own dataclass changes the default
@@ -72,6 +90,14 @@ class _HfArguments:
         if self.complete and name in TRAINING_ARGUMENT_DEFAULTS and not self.own_defaults:
             return TRAINING_ARGUMENT_DEFAULTS[name], None
         return None, None
+
+
+def _one_visible_call(setup, script) -> bool:
+    """The script builds one `TrainingArguments(...)` with keywords only, and every `**`
+    spread in it is a config mapping this launch resolved."""
+    if len(script.argument_calls) != 1 or script.argument_calls[0].args:
+        return False
+    return "**" not in script.argument_opaque and setup.arguments_resolved
 
 
 @register
@@ -83,9 +109,13 @@ class TrainerDeepSpeedMismatch(ProjectRule):
     clipping, the optimizer's learning rate and weight decay, and `fp16`/`bf16` `enabled`.
 
     The TrainingArguments side must be fully visible: the script parses them from the
-    command line (`HfArgumentParser`) and the launch passes its flags literally, or the
-    script builds one literal `TrainingArguments(...)`; then the defaults (micro batch 8,
-    accumulation 1, fp16/bf16 off, learning rate 5e-5, `max_grad_norm` 1.0) count too.
+    command line (`HfArgumentParser`) and the launch passes its flags literally, or a single
+    YAML/JSON argument that `HfArgumentParser.parse_yaml_file`/`parse_json_file` reads, or
+    the script builds one `TrainingArguments(...)` whose keywords are literals or values the
+    launch resolves (the script's argparse flags and their defaults, keys of the config file
+    it loads itself: `bf16=cfg["bf16"]`, `**cfg["training"]`); then the defaults (micro
+    batch 8, accumulation 1, fp16/bf16 off, learning rate 5e-5, `max_grad_norm` 1.0) count
+    too. A keyword computed at run time is unknown, never its default.
 
     ## Why is this bad?
     The HF Trainer fills `"auto"` values from TrainingArguments and refuses any other value

@@ -1,0 +1,100 @@
+"""A launch's values for the references its script makes (training/references.py): the
+launch's own flag, else the argparse default; a key path in the config file that flag (or a
+literal path) names. Every value keeps where it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgfix.training.references import Ref, ScriptRefs
+
+UNKNOWN = object()  # the launch sets it to something we cannot read (`--model $MODEL`)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: object  # a scalar, or a config `Node` for a mapping (`**cfg["training"]`)
+    span: object  # Span | None
+    origin: str
+    doc: object = None  # the ConfigDocument holding a config value
+
+
+class RefResolver:
+    def __init__(self, project, launch, launch_file, script_path, refs: ScriptRefs) -> None:
+        self.project = project
+        self.launch = launch
+        self.launch_file = launch_file
+        self.script_path = script_path
+        self.refs = refs
+
+    def flag(self, dest: str):
+        """The launch's value of the script's flag `dest` as Resolved, UNKNOWN, or None."""
+        options = [o for o, d in self.refs.options.items() if d == dest] or [f"--{dest}"]
+        args = list(self.launch.args)
+        found = None
+        for i, (text, span) in enumerate(args):
+            for option in options:
+                if text == option:
+                    default = self.refs.defaults.get(dest)
+                    if default is not None and default.node is None and default.options and isinstance(default.value, bool):
+                        found = Resolved(not default.value, span, f"{text} in {self._launch_name()}")
+                    elif i + 1 < len(args) and not args[i + 1][0].startswith("-"):
+                        value, value_span = args[i + 1]
+                        found = Resolved(value, value_span, f"{text} {value} in {self._launch_name()}")
+                elif option.startswith("--") and text.startswith(option + "="):
+                    found = Resolved(text[len(option) + 1:], span, f"{text} in {self._launch_name()}")
+        if found is not None:  # the last occurrence wins, as argparse does
+            return UNKNOWN if isinstance(found.value, str) and "$" in found.value else found
+        default = self.refs.defaults.get(dest)
+        if default is None or default.value is None:
+            return None
+        span = self._script_span(default.node) if default.node is not None else None
+        option = next((o for o in default.options if o.startswith("--")), default.options[0])
+        return Resolved(default.value, span, f"the default of {option} in {self._script_name()}")
+
+    def resolve(self, ref: Ref):
+        """Resolved, UNKNOWN or None for one reference."""
+        if not ref.is_config:
+            return self.flag(ref.flag)
+        if ref.path is not None:
+            written, how = ref.path, f"opened by {self._script_name()}"
+        else:
+            chosen = self.flag(ref.flag)
+            if chosen is None or chosen is UNKNOWN or not isinstance(chosen.value, str):
+                return chosen if chosen is UNKNOWN else None
+            written, how = chosen.value, chosen.origin
+        doc = self._config(written)
+        if doc is None:
+            return None
+        node = doc.root
+        for key in ref.keys:
+            node = node.get(key) if node is not None and node.kind == "mapping" else None
+        if node is None:
+            return None
+        where = ".".join(ref.keys) if ref.keys else "the whole file"
+        value = node if node.kind != "scalar" else node.value
+        return Resolved(value, doc.span(node), f"{where} in {doc.source.path} ({how})", doc)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _config(self, written: str):
+        from cfgfix.project import _launch_folders, _resolve_in
+
+        root = self.project.root
+        bases = [*_launch_folders(self.launch_file, root), root]
+        if self.script_path is not None:
+            bases.append(self.script_path.parent)
+        path = _resolve_in(written, bases)
+        if path is None or path.suffix.lower() not in (".yaml", ".yml", ".json"):
+            return None
+        return self.project.read(path)
+
+    def _launch_name(self) -> str:
+        return self.project.display(self.launch_file)
+
+    def _script_name(self) -> str:
+        return self.project.display(self.script_path) if self.script_path is not None else "the script"
+
+    def _script_span(self, node):
+        parsed = self.project.script(self.script_path) if self.script_path is not None else None
+        return parsed[0].span_of_node(node) if parsed is not None else None
