@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -40,6 +40,11 @@ class LaunchFacts:
     args: tuple[tuple[str, Span], ...] = ()  # the script's arguments as written, with spans
     cuda_devices: str | None = None  # CUDA_VISIBLE_DEVICES in the launch's environment
     module: str | None = None  # `-m pkg.mod` launches and training tools (`axolotl.cli.train`)
+    # deepspeed --hostfile F (world_size None until the project stage reads F), with the
+    # --num_nodes / --num_gpus that limit it
+    hostfile: str | None = None
+    num_nodes: int | None = None
+    num_gpus: int | None = None
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
@@ -72,6 +77,9 @@ class LaunchFacts:
             args=tuple((_expand(w.text, launch.env), w.span) for w in launch.script_args),
             cuda_devices=launch.env.get("CUDA_VISIBLE_DEVICES"),
             module=launch.module,
+            hostfile=_expand(hostfile.text, launch.env) if (hostfile := configs.get("hostfile")) is not None else None,
+            num_nodes=launch.num_machines if launch.launcher == "deepspeed" else None,
+            num_gpus=launch.num_processes if launch.launcher == "deepspeed" else None,
         )
 
     def to_dict(self) -> dict:
@@ -88,6 +96,9 @@ class LaunchFacts:
             "args": [[text, span.to_dict()] for text, span in self.args],
             "cuda_devices": self.cuda_devices,
             "module": self.module,
+            "hostfile": self.hostfile,
+            "num_nodes": self.num_nodes,
+            "num_gpus": self.num_gpus,
         }
 
     @classmethod
@@ -100,6 +111,9 @@ class LaunchFacts:
             tuple((text, Span.from_dict(span)) for text, span in data.get("args", ())),
             data.get("cuda_devices"),
             data.get("module"),
+            data.get("hostfile"),
+            data.get("num_nodes"),
+            data.get("num_gpus"),
         )
 
 
@@ -163,6 +177,36 @@ def _resolve(written: str, launch_file: Path, root: Path) -> Path | None:
     it inside the project (`scripts/train.sh` is usually run from the repository's top),
     the project root, or the current folder (launch scripts are run from any of these)."""
     return _resolve_in(written, [*_launch_folders(launch_file, root), root, Path.cwd()])
+
+
+def hostfile_world_size(launch: LaunchFacts, launch_file: Path, root: Path) -> int | None:
+    """The processes `deepspeed --hostfile F` starts: F's first `--num_nodes` hosts, each
+    with `--num_gpus` GPUs when given (the runner replaces every host's GPU list), else its
+    slots (DeepSpeed's launcher/runner.py, `fetch_hostfile`); None when F cannot be read or
+    a line is not `host slots=N`."""
+    path = _resolve(launch.hostfile, launch_file, root)
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:100_000]
+    except OSError:
+        return None
+    slots = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"\S+\s+slots\s*=\s*(\d+)", line)
+        if match is None:
+            return None  # DeepSpeed raises on such a line: no world size to claim
+        slots.append(int(match.group(1)))
+    if not slots:
+        return None
+    if launch.num_nodes is not None:
+        slots = slots[:launch.num_nodes]
+    if launch.num_gpus is not None:
+        slots = [launch.num_gpus] * len(slots)
+    return sum(slots) or None
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -234,6 +278,9 @@ class ProjectModel:
         self.launches: list[tuple[LaunchFacts, Path]] = []  # with the launch script's real path
         self.configs: dict[Path, frozenset[str]] = {}  # recognised configs of this run (real path)
         self.displays: dict[Path, str] = {}  # real path -> display path of this run's configs and launch scripts
+        # YAML/JSON files of this run not recognised by content, by file name: a launch may
+        # still use one as its DeepSpeed config (realpath only when one is named)
+        self.unrecognised: dict[str, list] = {}
         self._docs: dict[Path, object] = {}
         self._scripts: dict[Path, object] = {}
         self._overrides: dict[Path, bytes] = {}
@@ -256,6 +303,8 @@ class ProjectModel:
                 continue
             kinds = getattr(result, "configs", None)
             if not kinds and not result.launches:
+                if sf.kind in ("json", "yaml"):
+                    model.unrecognised.setdefault(sf.path.name, []).append(sf)
                 continue  # only configs and launch scripts take part (realpath costs a syscall)
             real = _real(sf.path)
             model.displays.setdefault(real, sf.display)
@@ -263,6 +312,8 @@ class ProjectModel:
                 model.configs[real] = frozenset(kinds)
             for data in result.launches:
                 launch = LaunchFacts.from_dict(data)
+                if launch.hostfile and launch.world_size is None:
+                    launch = replace(launch, world_size=hostfile_world_size(launch, sf.path, root))
                 model.launches.append((launch, real))
                 if launch.script is None and launch.module is None:
                     continue
@@ -429,6 +480,20 @@ class ProjectModel:
     def deepspeed_uses(self) -> dict[Path, list[DeepSpeedUse]]:
         return self._linked()[1]
 
+    def _recognise_by_use(self, path: Path) -> None:
+        """A JSON/YAML that a launch passes as its DeepSpeed config is one, whatever it holds
+        (`{"train_batch_size": 8}` alone is not recognisable by content): a file of this run
+        takes part in the project rules as such."""
+        if path in self.configs:
+            return
+        for sf in self.unrecognised.get(path.name, ()):
+            if _real(sf.path) == path:
+                doc = self.read(path)
+                if doc is not None:
+                    self.configs[path] = frozenset({"deepspeed"})
+                    self.displays.setdefault(path, sf.display)
+                return
+
     def _linked(self):
         if self._links is None:
             self._links = self._link()
@@ -453,6 +518,7 @@ class ProjectModel:
                 bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script is not None else [])
                 path = _resolve_in(launch.deepspeed_config, bases)
                 if path is not None:
+                    self._recognise_by_use(path)
                     world = launch.world_size
                     related = [Related(launch.span, _launched(world))]
                     if world is None and launch.accelerate_config:

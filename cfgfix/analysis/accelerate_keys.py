@@ -9,8 +9,10 @@ megatron_lm_config parallelism_config ipex_config mpirun_config dynamo_config fp
 downcast_bf16 tpu_name tpu_zone tpu_use_cluster tpu_use_sudo command_file commands tpu_vm
 tpu_env ec2_instance_type iam_role_name image_uri profile region base_job_name
 pytorch_version transformers_version py_version sagemaker_inputs_file sagemaker_metrics_file
-additional_args fp16 use_mps_device
+additional_args fp16 use_mps_device dynamo_backend
 """.split())
+# `fp16` and `dynamo_backend` are legacy top-level keys that ClusterConfig.process_config
+# still converts (to mixed_precision, and to dynamo_config.dynamo_backend): not unknown.
 
 # Keys the launcher copies from `deepspeed_config:` (launch.py's DeepSpeed argument group).
 DEEPSPEED_CONFIG_KEYS = frozenset("""

@@ -291,6 +291,63 @@ def _setup_cfg(root: Path) -> Iterator[_Pin]:
                 yield pin
 
 
+def _setup_py(root: Path) -> Iterator[_Pin]:
+    """`setup(install_requires=[...], extras_require={...: [...]})` as literals (or module
+    constants) in setup.py; read with `ast`, never run."""
+    path = root / "setup.py"
+    if not path.is_file():
+        return
+    import ast
+
+    try:
+        tree = ast.parse(read_text(path, errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return
+    names = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+             for t in n.targets if isinstance(t, ast.Name)}
+
+    def strings(node, depth=0) -> list[str]:
+        if isinstance(node, ast.Name) and node.id in names and depth < 3:
+            return strings(names[node.id], depth + 1)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if isinstance(node, ast.Dict):
+            return [v for value in node.values for v in strings(value, depth + 1)]
+        return []
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "setup" or getattr(node.func, "attr", None) == "setup"):
+            for kw in node.keywords:
+                if kw.arg in ("install_requires", "extras_require"):
+                    for text in strings(kw.value):
+                        pin = _from_requirement(text, "setup.py")
+                        if pin:
+                            yield pin
+
+
+def _install_lines(root: Path) -> Iterator[_Pin]:
+    """`pip install torch==2.3.0` in the project's Dockerfiles (`RUN` lines) and in its
+    README's code blocks: what the image or the documented setup installs."""
+    from cfgfix.documents.installs import pip_install_requirements
+
+    candidates = sorted(p for p in root.glob("Dockerfile*") if p.is_file())
+    candidates += sorted(p for p in root.glob("*.dockerfile") if p.is_file())
+    candidates += sorted(p for p in root.iterdir() if p.is_file() and p.name.lower().startswith("readme")
+                         and p.suffix.lower() in (".md", ".markdown", ".rst", ".txt")) if root.is_dir() else []
+    for path in candidates[:8]:
+        try:
+            text = read_text(path, errors="replace")[:1_000_000]
+        except (OSError, ValueError):
+            continue
+        if path.name.lower().startswith("readme") and path.suffix.lower() in (".md", ".markdown"):
+            text = "\n".join(re.findall(r"^\s*(?:```|~~~)[^\n]*\n(.*?)^\s*(?:```|~~~)", text, re.M | re.S))
+        label = f"{path.name} (pip install)"
+        for requirement in pip_install_requirements(text):
+            pin = _from_requirement(requirement, label)
+            if pin:
+                yield pin
+
+
 def _environment(root: Path) -> Iterator[_Pin]:
     for name in ("environment.yml", "environment.yaml"):
         path = root / name
@@ -353,7 +410,7 @@ class Versions:
         # A pin whose marker is false here (sys_platform == "linux" on a laptop) still
         # describes the training machine better than what happens to be installed locally.
         fallback: dict[str, VersionInfo] = {}
-        for source in (_requirements, _pyproject, _setup_cfg, _environment):
+        for source in (_requirements, _pyproject, _setup_cfg, _setup_py, _environment, _install_lines):
             for name, spec, label, matches in source(root):
                 name = normalize(name)
                 if spec and _ABSURD_NUMBER.search(spec):
@@ -442,7 +499,7 @@ def _version_from_metadata(folder: str) -> str | None:
     return None
 
 
-_PIN_FILES = ("pyproject.toml", "setup.cfg", "environment.yml", "environment.yaml")
+_PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
 
 
 # No release number has 100 digits; a longer run is fuzzed or broken input, and past 4,300

@@ -262,6 +262,8 @@ class _Variables:
         machines = self.nodes(found.machines) if found.machines_stated else found.machines_default
         if found.counting in ("single", "unknown"):
             world = 1 if found.counting == "single" else None
+        elif found.counting == "hosts":  # deepspeed with a hostfile: project.py reads it
+            world = include_world_size(found.include, processes)
         elif found.counting == "total":  # accelerate's --num_processes counts every machine
             world = processes if not (found.cpu and processes != 1) else None
         elif processes is None or (found.machines_stated and machines is None):
@@ -409,7 +411,8 @@ class _Found:
     machines: Word | None = None
     machines_stated: bool = False
     machines_default: int | None = None
-    counting: str = "per_node"  # "per_node" (x machines) | "total" (accelerate) | "single" | "unknown"
+    counting: str = "per_node"  # "per_node" (x machines) | "total" (accelerate) | "single" | "unknown" | "hosts"
+    include: str | None = None  # deepspeed --include, with counting "hosts"
     cpu: bool = False
     configs: dict[str, Word] = field(default_factory=dict)
 
@@ -480,10 +483,39 @@ def _deepspeed(words: tuple[Word, ...]) -> _Found | None:
     opts, i = _options(words, _DEEPSPEED_FLAGS, _DEEPSPEED_OPTIONS_ALL)
     if i >= len(words):
         return None
-    return _Found(
+    found = _Found(
         "deepspeed", words[i], words[i + 1:], _module(opts, words[i], "module"),
         processes=opts.get("num_gpus"), machines=opts.get("num_nodes"), machines_stated="num_nodes" in opts,
     )
+    if opts.get("hostfile") is not None:
+        found.configs["hostfile"] = opts["hostfile"]  # the hosts and their slots: the project stage reads it
+    both = "num_nodes" in opts and "num_gpus" in opts  # N hosts x G GPUs each, whatever the hostfile lists
+    if "include" in opts or "exclude" in opts or ("hostfile" in opts and not both):
+        # DeepSpeed's runner takes the hosts from the hostfile (its first --num_nodes, each
+        # with --num_gpus GPUs or its slots) or from --include/--exclude: not a product of flags
+        found.counting = "hosts"
+        found.include = opts.get("include").text if opts.get("include") is not None and "exclude" not in opts else None
+    return found
+
+
+def include_world_size(include: str | None, per_host: int | None = None) -> int | None:
+    """The processes `--include host1:0,1@host2:2` names (each host with its GPUs, or
+    `per_host` each when --num_gpus is given), else None."""
+    if not include or "$" in include:
+        return None
+    total = 0
+    for part in include.split("@"):
+        host, colon, slots = part.partition(":")
+        if per_host is not None and host:
+            total += per_host  # --num_gpus replaces each host's GPU list (runner.py)
+            continue
+        if not colon or not host or not slots:
+            return None  # a host with all its GPUs: as many as it has, unknown here
+        ids = [s for s in slots.split(",") if s.strip()]
+        if not all(s.strip().isdigit() for s in ids):
+            return None
+        total += len(ids)
+    return total or None
 
 
 _PYTHON_FLAGS = set("bBdEiIOPqsSRuvx")  # interpreter switches that take no value

@@ -27,7 +27,6 @@ import libcst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 
-
 class CannotLower(SyntaxError):
     """Valid newer Python that `neutralise` could not bring to this interpreter's grammar
     (documents/python.py reports it as NewerSyntaxError)."""

@@ -39,8 +39,6 @@ _LINE_ESCAPE = re.compile(r"^([ \t]*)([!%?]|\?\?)")
 _ASSIGN_ESCAPE = re.compile(r"^([ \t]*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*)([!%])")
 # `obj?` / `obj.method??`: IPython help.
 _HELP_SUFFIX = re.compile(r"^[ \t]*[A-Za-z_][\w.]*\?\??[ \t]*$")
-# pip/conda/uv installs in a cell: `%pip install -q transformers==4.44.2 peft`.
-_INSTALL = re.compile(r"^[ \t]*[!%]\s*(?:(?:python3?|\S*/python3?)\s+-m\s+)?(?:uv\s+)?pip3?\s+install\s+(.*)$", re.M)
 
 
 class NotebookError(ValueError):
@@ -63,7 +61,7 @@ class Notebook:
     language: str  # the kernel's language ("python" when unsaid)
 
     @classmethod
-    def from_bytes(cls, path: str, data: bytes) -> "Notebook":
+    def from_bytes(cls, path: str, data: bytes) -> Notebook:
         try:
             file = SourceText.from_bytes(path, data)
         except DecodeError as exc:
@@ -71,7 +69,7 @@ class Notebook:
         return cls.from_text(file)
 
     @classmethod
-    def from_text(cls, file: SourceText) -> "Notebook":
+    def from_text(cls, file: SourceText) -> Notebook:
         try:
             data = json.loads(file.text)
         except (ValueError, RecursionError) as exc:
@@ -98,7 +96,7 @@ class Notebook:
         return cls(file, cells, code, mask(code, cells), language)
 
     # -- positions ------------------------------------------------------------------------
-    def python_source(self, masked: bool = True) -> "NotebookSource":
+    def python_source(self, masked: bool = True) -> NotebookSource:
         return NotebookSource(self.file.path, self.masked if masked else self.code, cells=self.cells)
 
     def cell_at(self, offset: int) -> Cell | None:
@@ -113,22 +111,10 @@ class Notebook:
     # -- versions -------------------------------------------------------------------------
     def install_lines(self) -> list[str]:
         """The requirement arguments of the cells' `%pip install` / `!pip install` lines."""
-        found = []
-        for match in _INSTALL.finditer(self.code):
-            words = [w for w in re.split(r"\s+", match.group(1).split("#")[0].strip()) if w]
-            skip = False
-            for word in words:
-                if skip:
-                    skip = False
-                    continue
-                if word in ("-r", "-c", "-e", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
-                            "--requirement", "--constraint", "--target", "-t"):
-                    skip = True  # the option's value is not a requirement
-                    continue
-                if word.startswith("-") or word.startswith(("$", "{")):
-                    continue
-                found.append(word.strip("'\""))
-        return found
+        from cfgfix.documents.installs import pip_install_requirements
+
+        lines = [line for line in self.code.splitlines() if line.lstrip()[:1] in ("!", "%")]
+        return pip_install_requirements("\n".join(lines))
 
     # -- fixes ----------------------------------------------------------------------------
     def apply(self, edits) -> str:

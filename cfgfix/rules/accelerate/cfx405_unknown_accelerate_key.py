@@ -13,7 +13,9 @@ from cfgfix.rules.base import Example, register
 class UnknownAccelerateKey(AccelerateRule):
     """## What it does
     Flags keys accelerate does not know: at the top level of its config, and inside
-    `deepspeed_config`.
+    `deepspeed_config`. The legacy top-level `fp16` and `dynamo_backend` are known: accelerate's
+    `ClusterConfig.process_config` still converts them (to `mixed_precision`, and to
+    `dynamo_config.dynamo_backend`).
 
     ## Why is this bad?
     At the top level accelerate refuses the file ("The config file at ... had unknown

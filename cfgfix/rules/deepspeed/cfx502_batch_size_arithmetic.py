@@ -40,6 +40,27 @@ def _data_parallel_world(root, world: int) -> tuple[int, str] | None:
     return world // sequence, f"{world} processes / sequence_parallel_size {sequence}"
 
 
+def _pipeline_stages(project, uses) -> int | None:
+    """The pipeline stages of the launched scripts' `PipelineModule(..., num_stages=N)`
+    (DeepSpeed counts data-parallel ranks: processes / stages); 1 without a pipeline, None
+    when the count is not a literal or the scripts disagree."""
+    import ast
+
+    found: set[int | None] = set()
+    for use in uses:
+        parsed = project.script(use.script) if use.script is not None else None
+        if parsed is None or "PipelineModule" not in parsed[0].text:
+            continue
+        for node in ast.walk(parsed[1]):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "PipelineModule":
+                stages = next((kw.value for kw in node.keywords if kw.arg == "num_stages"), None)
+                found.add(stages.value if isinstance(stages, ast.Constant) and isinstance(stages.value, int)
+                          and not isinstance(stages.value, bool) and stages.value > 0 else None)
+    if not found:
+        return 1
+    return found.pop() if len(found) == 1 else None
+
+
 def _passes_mpu(project, uses) -> bool:
     """A launched script hands `mpu=` to deepspeed.initialize (Megatron-style model
     parallelism): DeepSpeed then takes the data-parallel size from it, not the processes."""
@@ -54,7 +75,15 @@ class BatchSizeArithmetic(ProjectRule):
     `train_micro_batch_size_per_gpu` × `gradient_accumulation_steps` × the world size, where
     all three numbers are known: the two keys are integers in the file and the world size
     comes from the launches that use it (`--num_processes`, `--nproc_per_node` × nodes,
-    `--num_gpus`, or the accelerate config's `num_processes`).
+    `--num_gpus`, `deepspeed --hostfile` (its first `--num_nodes` hosts, `--num_gpus` or
+    their slots each), `--include host:0,1`, or the accelerate config's `num_processes`).
+    Under pipeline parallelism (`PipelineModule(num_stages=N)` in the launched script) the
+    world size is the data-parallel one, processes / N. When a key is missing, DeepSpeed
+    derives it with floor division and asserts the same product: `train_batch_size` 33 with
+    micro 17 on 2 GPUs derives 33 // 17 // 2 = 0 accumulation steps ("has to be greater
+    than 0"); such a derived failure is reported too, without a fix. A JSON that a launch
+    passes as its DeepSpeed config (`--deepspeed_config tiny.json`) is one, even when its
+    keys alone (`{"train_batch_size": 8}`) do not say so.
 
     ## Why is this bad?
     DeepSpeed asserts before the first step: "Check batch related parameters.
@@ -110,13 +139,21 @@ class BatchSizeArithmetic(ProjectRule):
             total, micro, steps = (root.get(k) for k in
                                    ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
             numbers = [_count(total), _count(micro), _count(steps)]
-            if None in numbers:
-                continue
-            total_n, micro_n, steps_n = numbers
             data_parallel = _data_parallel_world(root, world)
             if data_parallel is None or _passes_mpu(project, uses):
                 continue  # model/sequence parallel groups this cannot size: no single right number
+            stages = _pipeline_stages(project, uses)
+            if stages is None:
+                continue  # a pipeline whose stage count is computed: the data-parallel size is unknown
             world, processes = data_parallel
+            if stages > 1:
+                if world % stages:
+                    continue
+                world, processes = world // stages, f"{processes} / {stages} pipeline stages"
+            if None in numbers:
+                yield from self._derived(doc, (total, micro, steps), numbers, world, processes, uses)
+                continue
+            total_n, micro_n, steps_n = numbers
             product = micro_n * steps_n * world
             if total_n == product:
                 continue
@@ -132,6 +169,42 @@ class BatchSizeArithmetic(ProjectRule):
                 fix=Fix((replace_scalar(doc, total, product),), f"Set train_batch_size to {product}"),
                 related=related,
             )
+
+    def _derived(self, doc, nodes, numbers, world, processes, uses):
+        """DeepSpeed derives a missing key from the others (`_set_batch_related_parameters`)
+        with floor division, then asserts: `train_batch_size` 33 with micro 17 on 2 GPUs
+        derives 33 // 17 // 2 = 0 accumulation steps."""
+        total = nodes[0]
+        total_n, micro_n, steps_n = numbers
+        if any(node is not None and number is None for node, number in zip(nodes, numbers)):
+            return  # "auto" or a value this cannot read: the tools fill or decide it
+        if total_n is None:
+            return  # derived as micro x accumulation x world: always consistent
+        if micro_n is not None:
+            steps_n, derived = total_n // micro_n // world, "gradient_accumulation_steps"
+            how = f"{total_n} // {micro_n} // {world}"
+        elif steps_n is not None:
+            micro_n, derived = total_n // world // steps_n, "train_micro_batch_size_per_gpu"
+            how = f"{total_n} // {world} // {steps_n}"
+        else:
+            steps_n, micro_n, derived = 1, total_n // world, "train_micro_batch_size_per_gpu"
+            how = f"{total_n} // {world} (accumulation 1)"
+        related = [r for use in uses for r in use.related]
+        value = steps_n if derived == "gradient_accumulation_steps" else micro_n
+        if value == 0:
+            yield self.finding(
+                doc.span(total),
+                f"train_batch_size {total_n} on {processes}: DeepSpeed derives {derived} = {how} = 0 and asserts "
+                f"'{'Gradient accumulation steps' if derived == 'gradient_accumulation_steps' else 'Micro batch size per gpu'}: "
+                f"0 has to be greater than 0' before the first step",
+                related=related)
+        elif micro_n * steps_n * world != total_n:
+            yield self.finding(
+                doc.span(total),
+                f"train_batch_size {total_n} on {processes}: DeepSpeed derives {derived} = {how} = {value}, and "
+                f"{micro_n} x {steps_n} x {world} = {micro_n * steps_n * world} != {total_n}: it asserts 'train_batch_size "
+                f"is not equal to micro_batch_per_gpu * gradient_acc_step * world_size' before the first step",
+                related=related)
 
     _DS = '{{\n  "train_batch_size": {total},\n  "train_micro_batch_size_per_gpu": {micro},\n' \
           '  "gradient_accumulation_steps": 4,\n  "zero_optimization": {{"stage": 2}}\n}}\n'

@@ -12,7 +12,9 @@ from cfgfix.rules.deepspeed.common import DS, DeepSpeedRule
 class OffloadWithoutEffect(DeepSpeedRule):
     """## What it does
     Flags `offload_param` under ZeRO stage 0, 1 or 2, and `offload_optimizer` under stage 0,
-    when the offload device is not `"none"`.
+    when the offload device is not `"none"`; in a DeepSpeed config, and in an accelerate
+    config's own `deepspeed_config:` keys (`zero_stage: 2` with `offload_param_device: cpu`),
+    which accelerate's DeepSpeedPlugin writes into the same `zero_optimization` block.
 
     ## Why is this bad?
     DeepSpeed accepts both silently and does nothing with them: parameter offload is
@@ -42,7 +44,41 @@ class OffloadWithoutEffect(DeepSpeedRule):
     code = "CFX503"
     name = "offload-without-effect"
     severity = Severity.WARNING
-    triggers = DeepSpeedRule.triggers + ((b"offload_param", b"offload_optimizer"),)
+    triggers = ((DeepSpeedRule.triggers[0] + (b"zero_stage",)), (b"offload_param", b"offload_optimizer"))
+
+    def check(self, ctx):
+        if "deepspeed" in ctx.kinds:
+            return self.check_config(ctx, ctx.root)
+        if "accelerate" in ctx.kinds:
+            return self._accelerate(ctx, ctx.root)
+        return ()
+
+    def _accelerate(self, ctx, root):
+        """accelerate's own `deepspeed_config:` keys (`zero_stage: 2`, `offload_param_device:
+        cpu`): its DeepSpeedPlugin writes them into the same zero_optimization block."""
+        block = root.get("deepspeed_config")
+        if block is None or block.kind != "mapping" or block.get("deepspeed_config_file") is not None:
+            return  # with a DeepSpeed file these keys are refused (CFX403); the file is checked itself
+        kind = root.get("distributed_type")
+        stage_node = block.get("zero_stage")
+        if (kind is not None and kind.value != "DEEPSPEED") or stage_node is None:
+            return
+        stage = stage_node.value
+        if not isinstance(stage, int) or isinstance(stage, bool):
+            return
+        for key, limit, why in (
+            ("offload_param_device", 3, "parameter offload is implemented by ZeRO stage 3 only"),
+            ("offload_optimizer_device", 1, "optimizer offload needs ZeRO stage 1, 2 or 3"),
+        ):
+            entry = block.entry(key)
+            if entry is None or stage >= limit or entry[1].value in ("none", None):
+                continue
+            yield self.finding(
+                ctx.span(entry[0]),
+                f"{key}: {entry[1].value} under zero_stage {stage} has no effect: {why}; accelerate passes it to "
+                f"DeepSpeed, which accepts it silently, so nothing is offloaded",
+                related=[Related(ctx.span(stage_node), f"zero_stage {stage} is set here")],
+            )
 
     def check_config(self, ctx, root):
         zero = zero_block(root)
@@ -65,6 +101,9 @@ class OffloadWithoutEffect(DeepSpeedRule):
                 related=[Related(ctx.span(zero.get("stage")), f"stage {stage} is set here")],
             )
 
+    _ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+            "  gradient_accumulation_steps: 1\n  offload_optimizer_device: cpu\n  zero_stage: {stage}\n"
+            "  offload_param_device: {param}\nnum_processes: 2\n")
     VALID = [
         Example('{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
                 "stage 3 offloads parameters", path=DS),
@@ -74,12 +113,18 @@ class OffloadWithoutEffect(DeepSpeedRule):
                 "device none: nothing is offloaded, nothing promised", path=DS),
         Example('{"zero_optimization": {"stage": "auto", "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
                 "stage not known from the file", path=DS),
+        Example(_ACC.format(stage=3, param="cpu"), "accelerate's inline parameter offload under ZeRO-3",
+                path="accelerate.yaml"),
+        Example(_ACC.format(stage=2, param="none"), "accelerate's default offload_param_device: none",
+                path="accelerate.yaml"),
     ]
     INVALID = [
         Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_param": {"device": "cpu"}\n  },\n'
                 '  "train_batch_size": 8\n}\n', "parameter offload under stage 2", path=DS, line=4),
         Example("zero_optimization:\n  stage: 0\n  offload_optimizer:\n    device: cpu\ntrain_batch_size: 8\n",
                 "optimizer offload with ZeRO off", path="ds_config.yaml", line=3),
+        Example(_ACC.format(stage=2, param="cpu"), "accelerate's inline parameter offload under ZeRO-2",
+                path="accelerate.yaml", line=7),
     ]
 
 
