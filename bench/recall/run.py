@@ -134,7 +134,11 @@ def match(labels: list[dict], findings: list[dict], tolerance: int):
         for i, f in enumerate(findings):
             if i in used or f["code"] != label["code"]:
                 continue
-            distance = abs(f["location"]["row"] - label["line"])
+            row = f["location"]["row"]
+            # A label may span a multi-line statement (line..end_line): a chained
+            # `from_pretrained(...)\n.half()` is one cast, reported at either end.
+            end = label.get("end_line", label["line"])
+            distance = 0 if label["line"] <= row <= end else min(abs(row - label["line"]), abs(row - end))
             if distance <= tolerance and (best is None or distance < best[0]):
                 best = (distance, i)
         if best is None:
