@@ -13,7 +13,7 @@ Pure functions, no torch. Sources (facts.md section letters):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import ModelShape, params_only, with_head
@@ -804,8 +804,6 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         shape = params_only(setup.params)
     elif setup.params and setup.params != shape.params:
         notes.add(f"parameter count from the setup ({setup.params / 1e9:.3g}B) replaces the shape's ({shape.params / 1e9:.3g}B)")
-        from dataclasses import replace
-
         shape = replace(shape, params=int(setup.params))
     if setup.weights == "fp16" and setup.optimizer == "adamw" and not setup.deepspeed_half and setup.lora_rank is None:
         notes.add("pure fp16 weights with torch AdamW underflow at the default eps=1e-8 (it rounds to 0 in fp16): sized anyway")
@@ -817,6 +815,14 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         notes.add(f"{conflict} (estimated as it would run)")
     trainable = _trainable(setup, shape, notes)
     states = _model_states(setup, shape, trainable, notes)
+    frozen = sum(params * nbytes for _, params, nbytes in setup.frozen)
+    if frozen:
+        # a frozen model moved to the device sits whole on every GPU (it is not in the DeepSpeed
+        # engine, so ZeRO does not shard it); its no-grad forward keeps no activations
+        listed = ", ".join(f"{name} {params / 1e6:.0f}M x {nbytes} B" for name, params, nbytes in setup.frozen)
+        notes.add(f"frozen models on the GPU: {listed} = {frozen / GIB:.2f} GiB")
+        states = replace(states, weights=states.weights + frozen,
+                         weights_formula=f"{states.weights_formula} + frozen models {frozen / GIB:.3g} GiB ({listed})")
     act = _activations(setup, shape, notes)
     buckets, bucket_formula = _buckets(setup, states, notes)
     if setup.device == "cuda":

@@ -55,6 +55,9 @@ class MemorySetup:
     # masked-LM head, or a classification head (BERT's default: no vocabulary logits).
     # Encoder-decoders (T5) always build their LM head. None: the family's default.
     head: Literal["causal-lm", "masked-lm", "classification"] | None = None
+    # frozen models the script moves to the GPU besides the trained one (text encoders, a VAE,
+    # a teacher): (name, parameters, bytes per weight) each; on every GPU, outside ZeRO
+    frozen: tuple[tuple[str, int, int], ...] = ()
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

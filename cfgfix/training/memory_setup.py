@@ -92,8 +92,43 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         attention=get("attention") if get("attention") in ATTENTIONS else None,
         optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
         head=get("head") if get("head") in HEADS else None,
+        frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions),
     )
     return MemoryInput(setup, shape, assumptions, problem)
+
+
+# Frozen parts of diffusion pipelines, by class: parameters counted from the configs of
+# stabilityai/stable-diffusion-xl-base-1.0 (CLIP text models instantiated from them with
+# transformers; the same CLIP ViT-L text encoder is SD 1.x's) and the published count of the
+# SDXL / SD VAE (diffusers AutoencoderKL, 83.65M; not counted here: diffusers not installed).
+KNOWN_PARTS = {"CLIPTextModel": 123_060_480, "CLIPTextModelWithProjection": 694_659_840,
+               "AutoencoderKL": 83_653_863}
+
+
+def _frozen(found, half: str | None, assumptions: list[str]) -> tuple:
+    """(name, parameters, bytes per weight) of each frozen model moved to the GPU."""
+    from cfgfix.memory import shapes
+
+    out = []
+    for item in found if isinstance(found, list) else ():
+        params = KNOWN_PARTS.get(item.get("class"))
+        if params is None and item.get("model"):
+            try:
+                params = shapes.resolve_shape(item["model"]).params
+            except shapes.ShapeError:
+                params = None
+        if params is None:
+            assumptions.append(f"frozen model {item['name']} ({item.get('class')}) moved to the GPU: size unknown, not counted")
+            continue
+        dtype = item.get("dtype")
+        if dtype in ("fp32", "bf16", "fp16"):
+            nbytes = 4 if dtype == "fp32" else 2
+        else:
+            nbytes = 2 if half else 4
+            assumptions.append(f"frozen model {item['name']}: {'the mixed-precision dtype' if dtype == 'run-time' else 'its load dtype'} "
+                               f"assumed ({nbytes} B per weight)")
+        out.append((item["name"], int(params), nbytes))
+    return tuple(out)
 
 
 def _positive(value) -> bool:

@@ -28,7 +28,7 @@ from cfgfix.training.values import Value, from_args, from_config, from_python, n
 SETTINGS = (
     "model", "weights", "mixed_precision", "precision", "micro_batch", "grad_accum", "world_size",
     "effective_batch", "seq_len", "target_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
-    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "attention", "optimizer_impl", "head", "gpu",
+    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "attention", "optimizer_impl", "head", "frozen_models", "gpu",
 )
 LABELS = {
     "model": "model", "weights": "weights dtype", "mixed_precision": "autocast (mixed precision)",
@@ -37,7 +37,7 @@ LABELS = {
     "resolution": "resolution", "gradient_checkpointing": "gradient checkpointing", "optimizer": "optimizer",
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
     "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
-    "attention": "attention kernel", "optimizer_impl": "optimizer implementation", "head": "model head",
+    "attention": "attention kernel", "optimizer_impl": "optimizer implementation", "head": "model head", "frozen_models": "frozen models on the GPU",
 }
 # Training tools driven by one YAML (`llamafactory-cli train`, `axolotl train`,
 # `accelerate launch -m axolotl.cli.train`): an HF Trainer underneath, every setting in the YAML.
@@ -384,7 +384,7 @@ class _Resolver:
             values["quantization"] = Value("quantization", f"{bits.value}bit", bits.origin, bits.span, bits.name)
         elif (script_quant := self._first("quantization", ("script",))) is not None:
             values["quantization"] = script_quant
-        for setting in ("attention", "head"):
+        for setting in ("attention", "head", "frozen_models"):
             if (found := self._first(setting, ("script",))) is not None:
                 values[setting] = found
         self._batch(general)

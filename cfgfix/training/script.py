@@ -113,6 +113,7 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
             if not arguments:
                 _call_refs(node, last, refs, consts, found, False)
     _model_casts(tree, source, imports, found.values)
+    _frozen_models(tree, source, consts, found.values)
     found.argument_defaults = _argument_defaults(tree, source, consts)
     for call in found.argument_calls:
         for setting, value in from_keywords(call, source, f"TrainingArguments in {origin}", consts).items():
@@ -365,6 +366,50 @@ def _truthy(node: ast.AST, consts) -> bool:
 # transformers' attn_implementation values -> the estimator's attention kernels
 ATTENTION_NAMES = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash", "flash_attention_3": "flash",
                    "kernels-community/flash-attn": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+
+
+def _frozen_models(tree, source, consts, values: dict[str, Value]) -> None:
+    """Models the script loads, freezes (`x.requires_grad_(False)`) and moves to a device
+    (`x.to(device, dtype=...)`, `x.cuda()`): text encoders, a VAE, a teacher. Each sits on
+    every GPU besides the trained model (issue 13: SDXL's two text encoders and VAE)."""
+    loads: dict[str, ast.Call] = {}
+    frozen: set[str] = set()
+    moved: dict[str, ast.Call] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "from_pretrained"
+                and (_loads_a_model(node.value) or ast.unparse(node.value.func.value).endswith("ModelWithProjection"))):
+            loads[node.targets[0].id] = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+            var, method = node.func.value.id, node.func.attr
+            if method == "requires_grad_" and node.args and isinstance(node.args[0], ast.Constant) \
+                    and node.args[0].value is False:
+                frozen.add(var)
+            elif method in ("to", "cuda"):
+                moved[var] = node
+    found = []
+    for var, load in loads.items():
+        if var not in frozen or var not in moved:
+            continue
+        receiver = load.func.value
+        cls = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        try:
+            model = literal(load.args[0], consts) if load.args else None
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            model = None
+        move = moved[var]
+        dtype_node = next((kw.value for kw in move.keywords if kw.arg == "dtype"), None)
+        if dtype_node is None and len(move.args) > 1:
+            dtype_node = move.args[1]
+        dtype = _dtype(dtype_node, consts) if dtype_node is not None else None
+        if dtype is None and dtype_node is not None:
+            dtype = "run-time"  # `dtype=weight_dtype`: the mixed-precision dtype, decided at run time
+        found.append({"name": var, "class": cls, "model": model if isinstance(model, str) else None,
+                      "dtype": dtype or "load"})
+    if found:
+        values.setdefault("frozen_models", Value("frozen_models", found, f"frozen models moved to the device in {source.path}",
+                                                 source.span_of_node(moved[found[0]["name"]])))
 
 
 def _head_of(call: ast.Call) -> str | None:
