@@ -1,6 +1,8 @@
 """The memory model against measurements: the table issue 13 asks for.
 
-    .venv/bin/python bench/memory_table.py [--cpu] > bench/memory_table.md
+    .venv/bin/python bench/memory_table.py [--cpu]
+
+prints the tables that bench/memory_table.md holds (with a summary written from them).
 
 Part 1, every setup of bench/gpu_results.json (measured on an H200 by bench/gpu_memory.py):
 the analytic peak on CUDA kernels against `torch.cuda.max_memory_allocated()`, and the
@@ -41,7 +43,12 @@ def setup_of(spec: dict, device: str, **changes) -> MemorySetup:
     if device == "cpu":
         impl = "foreach"  # the simulator's step
     head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification"}.get(spec["head"])
-    return MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl, head=head)
+    frozen = ()
+    if spec.get("extra"):  # a frozen model moved to the device (issue 13, item 5)
+        extra = spec["extra"]
+        frozen = (("frozen " + extra["config"]["model_type"], shape_from_config(extra["config"]).params,
+                   4 if extra["dtype"] == "fp32" else 2),)
+    return MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl, head=head, frozen=frozen)
 
 
 def analytic(spec: dict, device: str, **changes):
@@ -72,6 +79,8 @@ def gpu_table(results: dict) -> list[str]:
         cuda, _ = analytic(spec, "cuda")
         cpu, _ = analytic(spec, "cpu")
         sim = (row.get("simulated") or {}).get("peak_bytes")
+        if spec["attn"]:  # the stored simulation built the family's default attention: not like with like
+            sim = None
         band = "yes" if cuda and cuda[1] <= measured <= cuda[2] else "no"
         lines.append(f"| {n} | {family} | {spec['name']} | {mib(measured)} | {mib(cuda and cuda[0])} | "
                      f"{pct(cuda and cuda[0], measured)} | {band} | {mib(sim)} | {mib(cpu and cpu[0]) if sim else '-'} | "
