@@ -256,3 +256,30 @@ def test_a_lora_plan_a_practitioner_would_take():
         after, _ = fit._replay(setup, [k for i, k in enumerate(keys) if i != left_out], gpu, True)
         assert not fit.fits(fit.estimate(after, shape), gpu.usable_bytes)
     assert "8-bit AdamW" in [name for name, *_ in fit.ladder(setup, gpu)]
+
+
+def test_a_plan_never_adds_training_keys_to_a_deepspeed_json(tmp_path, monkeypatch):
+    """DeepSpeed ignores a top-level `gradient_checkpointing` or `optim` (CFX507): when the file
+    a launch reads its training settings from is its DeepSpeed JSON, the setting goes to a
+    flag the HF Trainer reads, or stays advice (issue 14)."""
+    from cfgfix.training.resolve import training_setups
+    from cfgfix.training.write_setup import SetupWriter
+    from conftest import lint_project
+
+    write_project(tmp_path, {
+        "train.py": HF_TRAIN,
+        "run.sh": HF_LAUNCH.replace("    --gradient_checkpointing True\n", "    --deepspeed ds.json\n"),
+        "ds.json": '{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}\n',
+    })
+    monkeypatch.chdir(tmp_path)
+    engine, _, _ = lint_project(tmp_path)
+    (setup,) = training_setups(engine.project)
+    setup.files["training config"] = setup.files["deepspeed"]  # read as both, as a `--config ds.json` would
+    for setting, value in (("gradient_checkpointing", True), ("optimizer", "adamw-8bit")):
+        change = SetupWriter(engine.project, setup).set(setting, value)
+        assert change is not None and change.edits  # a flag the HF Trainer reads
+        assert all(e.path == "run.sh" for e in change.edits), change.where
+    setup.parses_training_arguments = False  # no flag to append: advice, with the reason
+    writer = SetupWriter(engine.project, setup)
+    assert writer.set("gradient_checkpointing", True) is None
+    assert "is a DeepSpeed config" in writer.reason

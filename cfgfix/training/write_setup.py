@@ -88,12 +88,28 @@ class SetupWriter:
         if name is None:
             return None
         path = self.setup.files.get("training config")
+        if path is not None and self._is_deepspeed_config(path):
+            # DeepSpeed ignores a top-level `gradient_checkpointing` or `optim` (CFX507 flags
+            # them): a setting goes where the tool that reads it looks, else a flag, else advice
+            self.reason = f"{self.project.display(path)} is a DeepSpeed config, which does not read {name}"
+            path = None
         if path is not None:
             doc = self.project.read(path)
             edit = insert_entry(doc, doc.root, name, value) if doc is not None else None
             if edit is not None:
                 return Change([edit], where=[f"{self.project.display(path)}: {name}: {_flag_text(value)}"])
         return self._append_flag(name, value)
+
+    def _is_deepspeed_config(self, path: Path) -> bool:
+        if path == self.setup.files.get("deepspeed") or "deepspeed" in self.project.configs.get(path, ()):
+            return True
+        from cfgfix.analysis.config_kinds import config_kinds
+
+        doc = self.project.read(path)
+        try:
+            return doc is not None and "deepspeed" in config_kinds(doc)
+        except Exception:  # noqa: BLE001 - unknown: not a DeepSpeed config
+            return False
 
     def _append_flag(self, name: str, value) -> Change | None:
         setup = self.setup
