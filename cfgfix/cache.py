@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -101,6 +100,8 @@ class Cache:
                 ignore.write_text("# Created by cfgfix\n*\n", encoding="utf-8")
             self._remove_stale()
             body = json.dumps(self.entries, separators=(",", ":")).encode("utf-8")
+            import tempfile  # only when writing (~10 ms to import: a warm run never pays it)
+
             handle, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
             with os.fdopen(handle, "wb") as out:
                 out.write(_MAGIC + content_hash(body).encode("ascii") + b"\n")

@@ -1,9 +1,17 @@
-"""Entry point. `cfgfix --version` answers before anything heavy is imported (the click
-command tree, the engine and the rules load only for real commands)."""
+"""Entry point. `cfgfix --version` answers before anything heavy is imported, and
+`cfgfix check` with its common options runs without click (the click command tree, the
+engine and the rules load only for what a command needs)."""
 
 from __future__ import annotations
 
 import sys
+
+# `check` options the fast path reads; anything else (--fix, --diff, --config, --help, a
+# value that looks like an option, ...) goes to click, which parses and reports as always.
+_FLAGS = {"--no-cache": "no_cache", "-q": "quiet", "--quiet": "quiet", "--statistics": "statistics"}
+_VALUES = {"--select": "select", "--ignore": "ignore", "--extend-select": "extend_select",
+           "--output-format": "output_format"}
+_FORMATS = ("text", "json", "sarif", "github")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -13,6 +21,92 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"cfgfix {__version__}")
         raise SystemExit(0)
+    if args[:1] == ["check"]:
+        options = _check_options(args[1:])
+        if options is not None and _utf8(sys.stdout) and _utf8(sys.stderr):
+            _run_check(options)
     from cfgfix.commands import cli
 
     cli.main(args=args, prog_name="cfgfix")
+
+
+def _utf8(stream) -> bool:
+    # click.echo writes to a UTF-8 stream as it is; on others it may rewrap the stream.
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    return encoding == "utf8"
+
+
+def _check_options(args: list[str]) -> dict | None:
+    """`check`'s options and paths as click would pass them, or None when click must parse."""
+    from pathlib import Path
+
+    options: dict = {"select": None, "ignore": None, "extend_select": None, "output_format": None,
+                     "config_file": None, "no_cache": False, "quiet": False, "statistics": False}
+    paths = []
+    i = 0
+    only_paths = False
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if only_paths or not arg.startswith("-"):
+            if not arg:
+                return None
+            paths.append(Path(arg))
+        elif arg == "--":
+            only_paths = True
+        elif arg in _FLAGS:
+            options[_FLAGS[arg]] = True
+        else:
+            name, eq, value = arg.partition("=")
+            if name not in _VALUES:
+                return None
+            if not eq:
+                if i >= len(args) or args[i].startswith("-"):
+                    return None
+                value = args[i]
+                i += 1
+            if name == "--output-format" and value not in _FORMATS:
+                return None
+            options[_VALUES[name]] = value
+    options["paths"] = tuple(paths)
+    return options
+
+
+def _run_check(options: dict) -> None:
+    """Run `check` as click's standalone mode would: Ctrl-C prints "Aborted!" and exits 1, a
+    closed pipe exits 1 quietly."""
+    import errno
+
+    try:
+        from cfgfix.checking import check
+
+        check(**options)
+    except (EOFError, KeyboardInterrupt):
+        sys.stderr.write("\nAborted!\n")
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.stdout = _Quiet(sys.stdout)
+        sys.stderr = _Quiet(sys.stderr)
+        raise SystemExit(1) from None
+
+
+class _Quiet:
+    """A stream whose flush ignores a closed pipe (click's PacifyFlushWrapper)."""
+
+    def __init__(self, wrapped) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except OSError as exc:
+            import errno
+
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)

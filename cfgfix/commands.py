@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
 
 from cfgfix import __version__
+from cfgfix.checking import check as _check
+from cfgfix.checking import fail as _fail
+from cfgfix.checking import no_files as _no_files
+from cfgfix.checking import prepare as _prepare
+from cfgfix.checking import render_findings as _render
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -33,12 +37,6 @@ def _selection_options(func):
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def _codes(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [c.strip() for c in value.split(",") if c.strip()]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,52 +164,6 @@ def _rule_json(rule) -> dict:
     }
 
 
-# -- shared plumbing ------------------------------------------------------------------------
-def _prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True, gpu=None):
-    from cfgfix.engine import Engine
-    from cfgfix.settings import SettingsError, load_settings, with_gpu, with_overrides
-    from cfgfix.workspace import discover
-
-    try:
-        settings = load_settings(Path.cwd(), config_file)
-        settings = with_overrides(
-            settings, select=_codes(select), ignore=_codes(ignore), extend_select=_codes(extend_select)
-        )
-        settings = with_gpu(settings, gpu)
-        engine = Engine(settings, use_cache=not no_cache)
-    except SettingsError as exc:
-        _fail(str(exc))
-    if not discover_files:  # `review` finds its own files through git
-        return engine, [], settings
-    # A typo'd path must not pass CI green: it is an error, as for `explain` and `estimate`.
-    missing = [str(p) for p in paths if not os.path.lexists(p)]
-    if missing:
-        _fail(f"{', '.join(missing)}: no such file or folder")
-    files, warnings = discover(list(paths) or [Path(".")], settings)
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
-    return engine, files, settings
-
-
-def _fail(message: str) -> None:
-    click.echo(f"cfgfix: error: {message}", err=True)
-    raise SystemExit(2)
-
-
-def _no_files(files, output_format, quiet) -> None:
-    """A folder with nothing cfgfix reads is not "All checks passed!": say so and stop (exit 0,
-    like ruff's "No Python files found"; machine formats still get their empty document)."""
-    if files:
-        return
-    if not quiet:
-        click.echo("warning: no files checked: nothing under the given paths is a file cfgfix reads "
-                   "(Python, shell, YAML, JSON, Makefile, Dockerfile, .env)", err=True)
-    if (output_format or "text") == "text":
-        if not quiet:
-            click.echo("No files checked.")
-        raise SystemExit(0)
-
-
 def _signals_exit() -> None:
     """SIGTERM and SIGHUP (a CI timeout, a closed terminal) raise SystemExit with the signal's
     exit code, as Ctrl-C raises KeyboardInterrupt: `finally` blocks run, so a write in progress
@@ -228,57 +180,6 @@ def _signals_exit() -> None:
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), leave)
-
-
-def _use_color() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
-
-
-def _render(findings, sources, output_format, quiet, statistics, fixed=0, unsafe_hidden=0) -> None:
-    from cfgfix.report import ReportContext, render
-    from cfgfix.rules.base import all_rules
-
-    ctx = ReportContext(
-        sources=sources,
-        rules=all_rules(),
-        color=_use_color(),
-        statistics=statistics,
-        fixed=fixed,
-        unsafe_hidden=unsafe_hidden,
-        tool_version=__version__,
-    )
-    fmt = output_format or "text"
-    text = render(fmt, findings, ctx)
-    if fmt == "text" and quiet:
-        text = _strip_summary(text, findings)
-    click.echo(text, nl=False)
-
-
-def _strip_summary(text: str, findings) -> str:
-    """--quiet: the findings without the closing summary lines."""
-    if not findings:
-        return ""
-    lines = text.rstrip("\n").split("\n")
-    while lines and (lines[-1].startswith(("Found ", "All checks", "No fixes")) or "--unsafe-fixes" in lines[-1] or not lines[-1].strip()):
-        lines.pop()
-    return "\n".join(lines) + "\n"
-
-
-def _check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics, simulate=False):
-    from dataclasses import replace
-
-    from cfgfix.core import Applicability
-
-    engine, files, _ = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
-    _no_files(files, output_format, quiet)
-    if simulate:
-        engine.settings = replace(engine.settings, simulate=True)
-    result = engine.run(files)
-    hidden = sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
-    _render(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden)
-    for error in result.errors:
-        click.echo(f"cfgfix: {error}", err=True)
-    raise SystemExit(2 if result.errors else (1 if result.findings else 0))
 
 
 def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics):

@@ -10,6 +10,25 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
+class LazyRegex:
+    """A regular expression compiled on first use. Modules on every run's import path hold
+    their patterns this way: a run that never needs one (a cached run decodes no file,
+    most files hold no suppression) does not pay for compiling it."""
+
+    __slots__ = ("_pattern", "_flags", "_compiled")
+
+    def __init__(self, pattern, flags: int = 0) -> None:
+        self._pattern, self._flags, self._compiled = pattern, flags, None
+
+    def __getattr__(self, name: str):
+        compiled = self._compiled
+        if compiled is None:
+            import re
+
+            compiled = self._compiled = re.compile(self._pattern, self._flags)
+        return getattr(compiled, name)
+
+
 def is_huge_number_error(exc: BaseException) -> bool:
     """Python refuses to convert integers of more than 4,300 digits (to or from text). Such a
     number in a user's file is ordinary (if absurd) input that no tool can read, never a bug."""

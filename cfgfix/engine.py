@@ -12,7 +12,6 @@ per-file result and combined afterwards, so a warm run parses nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
@@ -24,23 +23,30 @@ from cfgfix.core import Finding, Severity, Span, is_huge_number_error, well_type
 from cfgfix.documents.files import MAX_PYTHON_BYTES, FileTooLarge, read_file
 from cfgfix.documents.text import DecodeError, SourceText, lone_cr_as_lf
 from cfgfix.project import LaunchFacts, ProjectModel
-from cfgfix.rules.base import Rule, all_rules
 from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
 from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile
 
+
 def _code_stamp() -> str:
     """Size and mtime of cfgfix's own modules: an editable install (or a checkout being
-    developed) never reads results that older code wrote under the same version. ~100
-    stat calls, well under a millisecond."""
-    package = Path(__file__).parent
+    developed) never reads results that older code wrote under the same version. One
+    `os.walk` and ~200 stat calls (plain strings: `Path.rglob` cost ~10 ms here)."""
+    import hashlib  # the cache's key only: a --no-cache run never hashes
+
+    package = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.blake2b(digest_size=8)
-    for path in sorted(package.rglob("*.py")):
-        try:
-            info = path.stat()
-        except OSError:
-            continue
-        digest.update(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns};".encode())
+    for folder, subfolders, names in os.walk(package):
+        subfolders.sort()
+        relative = os.path.relpath(folder, package)
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            try:
+                info = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            digest.update(f"{relative}/{name}:{info.st_size}:{info.st_mtime_ns};".encode())
     return digest.hexdigest()
 
 
@@ -95,13 +101,39 @@ class Linter:
     """Runs the enabled per-file rules on one file's bytes."""
 
     def __init__(self, codes: frozenset[str], versions: ProjectVersions) -> None:
-        self.rules: list[Rule] = [rule() for rule in all_rules() if rule.code in codes and rule.triggers]
+        from cfgfix.rules.manifest import entries
+
+        enabled = [entry for entry in entries() if entry.code in codes]
+        # Per-file rules come from the manifest; a rule's module is imported the first time
+        # a file holds its triggers, so a run pays only for the rules its files may match.
+        self._entries = [entry for entry in enabled if entry.triggers]
+        self._prefilters: dict = {}  # file kind -> Prefilter
+        self._instances: dict = {}  # code -> rule instance
         # Project rules need to know which files are accelerate / DeepSpeed configs.
-        self.wants_config_kinds = any(
-            getattr(rule, "scope", "file") == "project" for rule in all_rules() if rule.code in codes
-        )
+        self.wants_config_kinds = any(entry.scope == "project" for entry in enabled)
         self.versions = versions
         self.report_parse_errors = "CFX901" in codes
+
+    def _has_rules(self, kind: str) -> bool:
+        return any(kind in entry.kinds for entry in self._entries)
+
+    def _matching(self, kind: str, data: bytes) -> list:
+        """The enabled rules for files of `kind` whose triggers `data` holds."""
+        prefilter = self._prefilters.get(kind)
+        if prefilter is None:
+            from cfgfix.rules.prefilter import Prefilter
+
+            prefilter = Prefilter([entry for entry in self._entries if kind in entry.kinds])
+            self._prefilters[kind] = prefilter
+        rules = []
+        for entry in prefilter.candidates(data):
+            rule = self._instances.get(entry.code)
+            if rule is None:
+                rule = self._instances[entry.code] = entry.load()()
+            check = type(rule).trigger_check
+            if check is None or check(data):
+                rules.append(rule)
+        return rules
 
     def lint(self, sf: SourceFile, data: bytes) -> FileResult:
         data = lone_cr_as_lf(data)  # CR-only files: the same lines, the same findings as LF
@@ -123,7 +155,7 @@ class Linter:
         return FileResult()
 
     def _python(self, sf: SourceFile, data: bytes) -> FileResult:
-        rules = [r for r in self.rules if "python" in r.kinds and r.may_match(data)]
+        rules = self._matching("python", data)
         if not rules:
             return FileResult()
         if len(data) > MAX_PYTHON_BYTES:
@@ -193,7 +225,7 @@ class Linter:
         return FileResult(findings=[parse_error(sf.display, message, line, column, severity)])
 
     def _shell(self, sf: SourceFile, data: bytes) -> FileResult:
-        rules = [r for r in self.rules if sf.kind in r.kinds and r.may_match(data)]
+        rules = self._matching(sf.kind, data)
         wants_launches = any(token in data for token in LAUNCH_TOKENS)
         if not rules and not wants_launches:
             return FileResult()
@@ -227,8 +259,8 @@ class Linter:
         not one (a Helm chart, a data file) is never reported, even when it cannot be parsed."""
         from cfgfix.analysis.config_kinds import looks_like_config
 
-        rules = [r for r in self.rules if sf.kind in r.kinds]
-        if (not rules and not self.wants_config_kinds) or not looks_like_config(data):
+        has_rules = self._has_rules(sf.kind)
+        if (not has_rules and not self.wants_config_kinds) or not looks_like_config(data):
             return FileResult()
         from cfgfix.analysis.config_kinds import config_kinds
         from cfgfix.documents.config import ConfigError, parse_config
@@ -253,7 +285,8 @@ class Linter:
             return FileResult()
         ctx = ConfigContext(document, kinds, self.versions.for_file(sf.path))
         result = FileResult(configs=sorted(kinds))
-        self._run([r for r in rules if r.may_match(data)], ctx, sf, result)
+        if has_rules:
+            self._run(self._matching(sf.kind, data), ctx, sf, result)
         return result
 
     def _run(self, rules, ctx, sf: SourceFile, result: FileResult) -> None:
@@ -350,10 +383,12 @@ class Engine:
     """Lints a set of files with the project's settings; the one entry point for commands."""
 
     def __init__(self, settings: Settings, use_cache: bool = True, jobs: int | None = None) -> None:
+        from cfgfix.rules.manifest import entries
+
         self.settings = settings
-        rules = all_rules()
+        table = entries()
         self.codes = enabled_codes(
-            settings, [r.code for r in rules], {r.code for r in rules if r.default_enabled}
+            settings, [entry.code for entry in table], {entry.code for entry in table if entry.default_enabled}
         )
         self.versions = ProjectVersions(settings.root)
         self.linter = Linter(self.codes, self.versions)
@@ -365,9 +400,17 @@ class Engine:
             self.cache = Cache(settings.root, self._fingerprint())
         self.project: ProjectModel | None = None
         self._launch_files: list[SourceFile] = []
-        self.project_rules = [
-            rule() for rule in rules if rule.code in self.codes and getattr(rule, "scope", "file") == "project"
-        ]
+        self._tree_files: list[SourceFile] | None = None  # the whole project, when already walked
+        # Project rules are imported on the first project that has launches or configs:
+        # without either they have nothing to read (a pre-commit run on a few scripts).
+        self._project_entries = [entry for entry in table if entry.code in self.codes and entry.scope == "project"]
+        self._project_rules: list | None = None
+
+    @property
+    def project_rules(self) -> list:
+        if self._project_rules is None:
+            self._project_rules = [entry.load()() for entry in self._project_entries]
+        return self._project_rules
 
     def _fingerprint(self) -> str:
         from cfgfix import __version__
@@ -412,7 +455,7 @@ class Engine:
         if added:
             self._add_launch_scripts(files, results)
         self.project = ProjectModel.build(self._launch_files, results, self.settings.root, self.settings)
-        if not added and self.project_rules and self.project.wants_launch_scripts():
+        if not added and self._project_entries and self.project.wants_launch_scripts():
             # A DeepSpeed config of this run that no launch of this run uses: look for the
             # project's launch scripts (rare in a whole-tree run, usual in a pre-commit run).
             self._add_launch_scripts(files, results)
@@ -439,6 +482,8 @@ class Engine:
         cached: they depend on several files, and reading the few linked configs is cheap."""
         by_file: dict[str, list[Finding]] = {}
         errors: list[str] = []
+        if not self._project_entries or not (project.launches or project.configs):
+            return by_file, errors  # nothing for a project rule to read
         for rule in self.project_rules:
             try:
                 for finding in rule.check_project(project):
@@ -449,13 +494,22 @@ class Engine:
                 errors.append(f"internal error in {rule.code} (project stage): {exc!r}")
         return by_file, errors
 
+    def discovered(self, paths: list[Path], files: list[SourceFile]) -> None:
+        """The files `discover(paths)` found. When `paths` include the project root, they
+        hold every file a search for launch scripts would find: the tree is walked once."""
+        root = os.path.abspath(self.settings.root)
+        if any(os.path.abspath(path) == root for path in paths):
+            self._tree_files = files
+
     def _add_launch_scripts(self, files: list[SourceFile], results: dict[str, FileResult]) -> None:
         """Cross-file conditions need the project's launch scripts even when only some
         files were named (a pre-commit run passes just the changed ones)."""
-        from cfgfix.workspace import discover
-
         self._launch_files = list(files)
         named = {os.path.abspath(sf.path) for sf in files}
+        if self._tree_files is not None:
+            return  # the run's own files are the whole project: every launch script is named
+        from cfgfix.workspace import discover
+
         project_files, _ = discover([self.settings.root], self.settings)
         for sf in project_files:
             if sf.kind not in SHELL_KINDS or os.path.abspath(sf.path) in named:
@@ -494,7 +548,7 @@ class Engine:
         """Findings for one file's (possibly edited) bytes, as `run` would report them.
         Used by the fixer after each round of edits."""
         result = self.linter.lint(sf, data)
-        if self.project_rules and self.project is not None:
+        if self._project_entries and self.project is not None:
             # only what can put a finding on this file, then its edited bytes (issue 14: judging
             # the whole tree after each edit made `fix` quadratic in the size of the tree)
             project = self.project.around(sf.path, self._files_by_launch()).with_override(sf.path, data)

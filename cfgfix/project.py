@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-from cfgfix.core import Related, Span
+from cfgfix.core import LazyRegex, Related, Span
 from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
 from cfgfix.documents.text import lone_cr_as_lf
 
@@ -122,7 +122,7 @@ class _Text:
     text: str
 
 
-_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_VARIABLE = LazyRegex(r"\$(?:\{(\w+)\}|(\w+))")
 
 
 def _expand(text: str, env: dict[str, str]) -> str:
@@ -406,7 +406,7 @@ class ProjectModel:
         if path in self._docs:
             return self._docs[path]
         from cfgfix.documents.config import ConfigError, parse_config
-        from cfgfix.documents.text import DecodeError, SourceText
+        from cfgfix.documents.text import SourceText
 
         doc = None
         try:

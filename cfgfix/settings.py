@@ -6,19 +6,13 @@ over files, and a more specific rule selector wins over a less specific one.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from cfgfix.core import LazyRegex
 
 CONFIG_NAMES = ("cfgfix.toml", ".cfgfix.toml")  # beat pyproject.toml in the same folder
 
@@ -34,7 +28,7 @@ _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
 _KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores", "gpu", "gpus")
 _SELECTOR_KEYS = ("select", "ignore", "extend-select")
 # A code (CFX103), a prefix of one (CFX1, CFX), or ALL.
-_SELECTOR_RE = re.compile(r"ALL|[A-Z]+[0-9]*")
+_SELECTOR_RE = LazyRegex(r"ALL|[A-Z]+[0-9]*")
 
 
 class SettingsError(Exception):
@@ -66,6 +60,9 @@ class Settings:
             [[g, list(c)] for g, c in self.per_file_ignores],
             self.exclude, self.extend_exclude, self.gpu, self.gpus,
         ]
+        import hashlib  # the cache's key only
+        import json
+
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
@@ -97,6 +94,11 @@ def load_settings(start: Path, config_file: Path | None = None) -> Settings:
 
 
 def _read(path: Path) -> dict:
+    # Imported here: a project without a config file (and a pre-commit run in one) never reads TOML.
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -120,6 +122,8 @@ def _from_table(table: dict, path: Path) -> Settings:
     values: dict = {}
     for key, value in table.items():
         if key not in _KNOWN_KEYS:
+            import difflib
+
             close = difflib.get_close_matches(key, _KNOWN_KEYS, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise SettingsError(f"{path}: unknown key '{key}' in {where}{hint}")
@@ -302,6 +306,8 @@ def ignored_codes_for(settings: Settings, relpath: str, codes: Iterable[str] | N
 @lru_cache(maxsize=32)
 def _compiled_per_file(per_file_ignores):
     # gitignore-style globs: "train.py" matches at any depth, "scripts/*.sh" from the root.
+    if not per_file_ignores:
+        return []  # without importing pathspec
     from pathspec import GitIgnoreSpec
 
     return [(GitIgnoreSpec.from_lines(_expand_braces(glob) or [glob]), sels) for glob, sels in per_file_ignores]

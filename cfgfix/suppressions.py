@@ -6,13 +6,12 @@ a quoted string on that line (good enough for a marker this specific)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from cfgfix.core import Edit, Finding, Span
+from cfgfix.core import Edit, Finding, LazyRegex, Span
 from cfgfix.documents.text import SourceText
 
-_DIRECTIVE = re.compile(r"#\s*cfgfix:\s*(ignore-file|ignore)\b(?:\[([A-Za-z0-9,\s]*)\])?")
+_DIRECTIVE = LazyRegex(r"#\s*cfgfix:\s*(ignore-file|ignore)\b(?:\[([A-Za-z0-9,\s]*)\])?")
 ALL = None  # a directive without a code list covers every code
 
 

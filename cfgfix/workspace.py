@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,9 +123,18 @@ class _Patterns:
     def __init__(self, patterns):
         plain = [p for p in patterns if not re.search(r"[/*?\[\]!\\]", p)]  # "build/" is for folders only
         self.names = frozenset(plain)
-        globs = [p for p in patterns if p not in self.names]
-        self.spec = _spec(globs) if globs else None
-        self.full = _spec(list(patterns)) if patterns else None
+        self._globs = [p for p in patterns if p not in self.names]
+        self._patterns = list(patterns)
+
+    # Built on first use: pathspec costs ~10 ms to import and the default excludes to
+    # compile, which a run on named files (pre-commit) never needs.
+    @cached_property
+    def spec(self):
+        return _spec(self._globs) if self._globs else None
+
+    @cached_property
+    def full(self):
+        return _spec(self._patterns) if self._patterns else None
 
     def hit(self, name: str, rel: str, is_dir: bool) -> bool:
         if name in self.names:

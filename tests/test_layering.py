@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cfgfix.settings", "cfgfix.workspace", "cfgfix.cache", "cfgfix.suppressions"),
     ("cfgfix.engine",),
     ("cfgfix.review", "cfgfix.report", "cfgfix.verify", "cfgfix.rulepages"),
+    ("cfgfix.checking",),  # the check command and the plumbing every command shares, without click
     ("cfgfix.commands",),
     ("cfgfix.cli",),
 ]

@@ -221,8 +221,12 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds) -> None:
     # `self.x` assigned once in the whole class from a load: other methods see that load,
     # with an unknown dtype (another method may have cast it in place).
     assigned: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
+    nested: dict[ast.AST, list[ast.AST]] = {}  # method -> functions defined inside it
     for method in methods:
-        for node in ast.walk(method):
+        inner = nested[method] = []
+        for node in ast.walk(method):  # one walk per method collects both
+            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner.append(node)
             targets = []
             if isinstance(node, ast.Assign):
                 targets = [(t, node.value) for t in node.targets]
@@ -232,17 +236,22 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds) -> None:
                 key = dotted(target)
                 if key and key.startswith("self.") and key.count(".") == 1:
                     assigned.setdefault(key, []).append((method, value))
+    # Each `self.x` bound once is evaluated once (not once per method that may see it): the
+    # evaluation depends only on the value and the class's resolver.
+    loaded: list[tuple[str, ast.AST, ModelState]] = []
+    for key, places in assigned.items():
+        if len(places) == 1 and places[0][1] is not None:
+            state = _Walker(ModelAnalysis(analysis.imports), resolver, {}).expr(places[0][1], {})
+            if state is not None:
+                loaded.append((key, places[0][0], ModelState(state.load, dtype=None)))
     for method in methods:
         seeds = dict(module_seeds)
-        for key, places in assigned.items():
-            if len(places) == 1 and places[0][0] is not method and places[0][1] is not None:
-                state = _Walker(ModelAnalysis(analysis.imports), resolver, {}).expr(places[0][1], {})
-                if state is not None:
-                    seeds[key] = ModelState(state.load, dtype=None)
+        for key, where, state in loaded:
+            if where is not method:
+                seeds[key] = state
         _analyze_function(method, analysis, resolver, seeds)
-        for node in ast.walk(method):  # nested functions inside methods
-            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                _analyze_function(node, analysis, resolver, seeds)
+        for node in nested[method]:
+            _analyze_function(node, analysis, resolver, seeds)
 
 
 def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelState]:

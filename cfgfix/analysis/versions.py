@@ -8,28 +8,23 @@ Questions are asked about ranges (`>=4.40,<5` is below 5), so loose pins still a
 
 from __future__ import annotations
 
-import configparser
-import hashlib
-import json
 import os
 import re
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
+from cfgfix.core import LazyRegex
 from cfgfix.documents.files import read_text
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+# `packaging` (~40 ms to import, most of it `packaging.markers`), the TOML and INI readers
+# and hashing are imported where they are used: a run whose rules ask no version question
+# of a project without pins never needs them.
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
 TRACKED = ("torch", "transformers", "peft", "accelerate", "deepspeed", "bitsandbytes", "diffusers")
 _CONDA_NAMES = {"pytorch": "torch"}  # conda's name for torch
@@ -42,7 +37,7 @@ def normalize(name: str) -> str:
 
 # ------------------------------------------------------------------------ range logic
 
-_Bound = tuple[Version, bool]  # (version, inclusive)
+_Bound = tuple["Version", bool]  # (version, inclusive)
 
 
 @lru_cache(maxsize=256)
@@ -50,6 +45,9 @@ def _bounds(text: str) -> tuple[_Bound | None, _Bound | None] | None:
     """The interval a specifier admits as (lower, upper), None when unknown or empty."""
     if not text:
         return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         spec = SpecifierSet(text)
         lows: list[_Bound] = []
@@ -84,11 +82,25 @@ def _bounds(text: str) -> tuple[_Bound | None, _Bound | None] | None:
     return lo, hi
 
 
+_PLAIN_RELEASE = LazyRegex(r"[0-9]+(?:\.[0-9]+)*")
+_PLAIN_PIN = LazyRegex(r"==([0-9]+(?:\.[0-9]+)*)")
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """A plain release as PEP 440 compares it: numbers, trailing zeros dropped (5.0 == 5)."""
+    numbers = [int(part) for part in text.split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
 def _bump(release: tuple[int, ...], index: int) -> tuple[int, ...]:
     return release[:index] + (release[index] + 1,)
 
 
 def _dev0(release: tuple[int, ...]) -> Version:
+    from packaging.version import Version
+
     return Version(".".join(map(str, release)) + ".dev0")  # the first version with that prefix
 
 
@@ -100,15 +112,24 @@ class VersionInfo:
 
     @property
     def known(self) -> bool:
+        if _PLAIN_PIN.fullmatch(self.specifier):
+            return True
         return _bounds(self.specifier) is not None
 
     def below(self, version: str) -> bool | None:
         """True when every admitted version is < `version`, False when every one is >=,
         None when the range straddles it or nothing is known."""
+        pinned = _PLAIN_PIN.fullmatch(self.specifier)
+        if pinned and _PLAIN_RELEASE.fullmatch(version):
+            # `==5.23.0` (an installed version, an exact pin) against a plain release: the
+            # same answer as the general path below, without importing packaging.
+            return _release(pinned.group(1)) < _release(version)
         bounds = _bounds(self.specifier)
         if bounds is None:
             return None
         lo, hi = bounds
+        from packaging.version import Version
+
         v = Version(version)
         if hi is not None and (hi[0] < v or (hi[0] == v and not hi[1])):
             return True
@@ -143,6 +164,9 @@ def _from_requirement(text: str, source: str) -> _Pin | None:
     wheel = _from_wheel_url(text, source)
     if wheel:
         return wheel
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         req = Requirement(text)
     except InvalidRequirement:
@@ -160,9 +184,15 @@ def _from_requirement(text: str, source: str) -> _Pin | None:
 
 def _from_wheel_url(text: str, source: str) -> _Pin | None:
     # https://download.pytorch.org/whl/cu121/torch-2.3.0%2Bcu121-cp311-...whl
+    if ".whl" not in text and "%" not in text:
+        return None  # the common case, without importing urllib
+    import urllib.parse
+
     name = urllib.parse.unquote(text.split("#")[0].split("?")[0].rsplit("/", 1)[-1])
     if not name.endswith(".whl"):
         return None
+    from packaging.version import InvalidVersion
+
     try:
         from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # pulls packaging.tags
 
@@ -218,6 +248,12 @@ def _table(doc, *keys) -> dict:
 
 
 def _pyproject(root: Path) -> Iterator[_Pin]:
+    if not (root / "pyproject.toml").is_file():
+        return  # the common case, without importing the TOML reader
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
     try:
         doc = tomllib.loads(read_text(root / "pyproject.toml"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError, RecursionError):
@@ -250,6 +286,9 @@ def _poetry_spec(value) -> str:
     if not isinstance(value, str) or "||" in value:
         return ""  # unions do not fit one interval
     value = re.sub(r"([<>=!~^]+)\s+", r"\1", value.strip())
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     parts = []
     try:
         for part in filter(None, re.split(r"[,\s]+", value)):
@@ -273,10 +312,12 @@ def _poetry_spec(value) -> str:
 
 
 def _setup_cfg(root: Path) -> Iterator[_Pin]:
-    parser = configparser.ConfigParser(interpolation=None)
     path = root / "setup.cfg"
     if not path.exists():
         return
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(read_text(path), source=str(path))
     except (OSError, configparser.Error, UnicodeDecodeError):
@@ -387,6 +428,8 @@ def _conda_spec(entry: str) -> tuple[str, str] | None:
         spec = f"=={version}.*" if prefix else f"=={version}"
     else:
         spec = re.sub(r"(\d)\*", r"\1.*", rest.split()[0])
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return name, _fmt(SpecifierSet(spec))
     except InvalidSpecifier:
@@ -447,6 +490,9 @@ class Versions:
         infos = {p: self.get(p) for p in TRACKED}
         infos.update(self._pins)
         data = sorted((i.package, i.specifier, i.source) for i in infos.values())
+        import hashlib
+        import json
+
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
@@ -504,7 +550,7 @@ _PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "env
 
 # No release number has 100 digits; a longer run is fuzzed or broken input, and past 4,300
 # digits Python cannot even convert it (every range question would raise).
-_ABSURD_NUMBER = re.compile(r"\d{100}")
+_ABSURD_NUMBER = LazyRegex(r"\d{100}")
 
 
 def _has_pins(folder: Path) -> bool:
@@ -522,22 +568,44 @@ class ProjectVersions:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
         self._by_folder: dict[Path, Versions] = {}
-        self._owner: dict[Path, Path] = {}
+        self._owner: dict[Path, Path] = {}  # real folder -> the folder whose pins it uses
+        self._by_dir: dict[str, Versions] = {}  # a file's folder as named -> its versions
 
     def for_file(self, path: Path) -> Versions:
-        folder = Path(os.path.realpath(path)).parent
-        owner = self._owner.get(folder)
-        if owner is None:
-            owner = self._find_owner(folder)
-            self._owner[folder] = owner
+        """Memoised per folder: a whole-tree run asks once per file, and files of one folder
+        share the answer (no `realpath` per file, no pin test per ancestor per file). A
+        symlinked file is looked up by its target's folder, as before."""
+        name = os.fspath(path)
+        if not os.path.islink(name):
+            folder = os.path.dirname(os.path.abspath(name))
+            found = self._by_dir.get(folder)
+            if found is None:
+                found = self._by_dir[folder] = self._for_folder(Path(os.path.realpath(folder)))
+            return found
+        return self._for_folder(Path(os.path.realpath(name)).parent)
+
+    def _for_folder(self, folder: Path) -> Versions:
+        owner = self._find_owner(folder)
         if owner not in self._by_folder:
             self._by_folder[owner] = Versions.from_project(owner)
         return self._by_folder[owner]
 
     def _find_owner(self, folder: Path) -> Path:
+        """The nearest folder at or above `folder` with pins; every folder the walk passes
+        gets the same answer (walking from it would take the same remaining steps)."""
+        visited: list[Path] = []
+        owner = self.root
         for candidate in (folder, *folder.parents):
+            known = self._owner.get(candidate)
+            if known is not None:
+                owner = known
+                break
+            visited.append(candidate)
             if _has_pins(candidate):
-                return candidate
+                owner = candidate
+                break
             if candidate == self.root or (candidate / ".git").exists():
                 break
-        return self.root
+        for seen in visited:
+            self._owner[seen] = owner
+        return owner

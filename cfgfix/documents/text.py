@@ -12,12 +12,12 @@ import codecs
 import re
 from dataclasses import dataclass, field
 
-from cfgfix.core import Span
+from cfgfix.core import LazyRegex, Span
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+_NEWLINE = LazyRegex(r"\r\n|\r|\n")
 
 
-_LONE_CR = re.compile(rb"\r(?!\n)")
+_LONE_CR = LazyRegex(rb"\r(?!\n)")
 
 
 def lone_cr_as_lf(data: bytes) -> bytes:

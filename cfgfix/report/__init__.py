@@ -21,7 +21,7 @@ _MODULES = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "
 @dataclass
 class ReportContext:
     sources: dict[str, SourceText]  # display path -> text; a missing path means no code frame
-    rules: list[type[Rule]]  # every registered rule (SARIF lists them all)
+    rules: list[type[Rule]]  # every rule, for SARIF (it describes them all); may be empty for the others
     color: bool = False
     show_fixes: bool = True
     statistics: bool = False

@@ -147,16 +147,43 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
-def all_rules() -> list[type[Rule]]:
-    """Every registered rule, by code. Importing the families registers them."""
-    from cfgfix.rules import families  # noqa: F401  (import for the side effect)
+def rule_modules() -> list[str]:
+    """Every rule module, found on disk: `rules/<family>/cfxNNN_<name>.py`."""
+    import os
 
+    base = os.path.dirname(__file__)
+    found = []
+    for family in sorted(os.listdir(base)):
+        folder = os.path.join(base, family)
+        if not os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("cfx") and name.endswith(".py"):
+                found.append(f"cfgfix.rules.{family}.{name[:-3]}")
+    return found
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every rule, by code: imports every rule module (documentation, `rule --all`, SARIF,
+    tests). A lint run imports only what it needs, through `rules.manifest`."""
+    from importlib import import_module
+
+    for module in rule_modules():
+        import_module(module)  # registers its rule
     return [_REGISTRY[code] for code in sorted(_REGISTRY)]
 
 
 def rule_by_code(code: str) -> type[Rule] | None:
-    all_rules()
-    return _REGISTRY.get(code.upper())
+    """One rule's class, importing only its module (named after its code)."""
+    from importlib import import_module
+
+    code = code.upper()
+    if code not in _REGISTRY:
+        prefix = "." + code.lower() + "_"
+        for module in rule_modules():
+            if prefix in module:
+                import_module(module)
+    return _REGISTRY.get(code)
 
 
 def iter_codes() -> Iterator[str]:

@@ -1,0 +1,148 @@
+"""The `check` command and the plumbing every command shares (settings, discovery, the
+engine, rendering), without click.
+
+`cfgfix check` with the common options is parsed in `cli.py` and runs here directly, so a
+pre-commit run does not import click (~30 ms); the click command line (`commands.py`)
+calls the same functions, so both give the same output and exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from cfgfix import __version__
+from cfgfix.core import LazyRegex
+
+_ANSI = LazyRegex(r"\033\[[;?0-9]*[a-zA-Z]")  # click's strip_ansi
+
+
+def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
+    """`click.echo` when click is loaded (the click command line), else what it does on a
+    UTF-8 stream (the fast path checks the encoding): write, flush, and strip ANSI escapes
+    when the stream is not a terminal."""
+    click = sys.modules.get("click")
+    if click is not None:
+        click.echo(message, err=err, nl=nl)
+        return
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    text = message + "\n" if nl else message
+    if text and "\033" in text and not stream.isatty():
+        text = _ANSI.sub("", text)
+    if text:
+        stream.write(text)
+    stream.flush()
+
+
+def codes(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True, gpu=None):
+    from cfgfix.engine import Engine
+    from cfgfix.settings import SettingsError, load_settings, with_gpu, with_overrides
+    from cfgfix.workspace import discover
+
+    try:
+        settings = load_settings(Path.cwd(), config_file)
+        settings = with_overrides(
+            settings, select=codes(select), ignore=codes(ignore), extend_select=codes(extend_select)
+        )
+        settings = with_gpu(settings, gpu)
+        engine = Engine(settings, use_cache=not no_cache)
+    except SettingsError as exc:
+        fail(str(exc))
+    if not discover_files:  # `review` finds its own files through git
+        return engine, [], settings
+    # A typo'd path must not pass CI green: it is an error, as for `explain` and `estimate`.
+    missing = [str(p) for p in paths if not os.path.lexists(p)]
+    if missing:
+        fail(f"{', '.join(missing)}: no such file or folder")
+    roots = list(paths) or [Path(".")]
+    files, warnings = discover(roots, settings)
+    engine.discovered(roots, files)
+    for warning in warnings:
+        echo(f"warning: {warning}", err=True)
+    return engine, files, settings
+
+
+def fail(message: str) -> None:
+    echo(f"cfgfix: error: {message}", err=True)
+    raise SystemExit(2)
+
+
+def no_files(files, output_format, quiet) -> None:
+    """A folder with nothing cfgfix reads is not "All checks passed!": say so and stop (exit 0,
+    like ruff's "No Python files found"; machine formats still get their empty document)."""
+    if files:
+        return
+    if not quiet:
+        echo("warning: no files checked: nothing under the given paths is a file cfgfix reads "
+                   "(Python, shell, YAML, JSON, Makefile, Dockerfile, .env)", err=True)
+    if (output_format or "text") == "text":
+        if not quiet:
+            echo("No files checked.")
+        raise SystemExit(0)
+
+
+def use_color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def render_findings(findings, sources, output_format, quiet, statistics, fixed=0, unsafe_hidden=0) -> None:
+    from cfgfix.report import ReportContext, render
+
+    fmt = output_format or "text"
+    # SARIF describes every rule (their docs); the other formats only link a finding's page,
+    # which needs no rule class: they do not import the rules the run did not use.
+    if fmt == "sarif":
+        from cfgfix.rules.base import all_rules
+
+        rules = all_rules()
+    else:
+        rules = []
+    ctx = ReportContext(
+        sources=sources,
+        rules=rules,
+        color=use_color(),
+        statistics=statistics,
+        fixed=fixed,
+        unsafe_hidden=unsafe_hidden,
+        tool_version=__version__,
+    )
+    text = render(fmt, findings, ctx)
+    if fmt == "text" and quiet:
+        text = strip_summary(text, findings)
+    echo(text, nl=False)
+
+
+def strip_summary(text: str, findings) -> str:
+    """--quiet: the findings without the closing summary lines."""
+    if not findings:
+        return ""
+    lines = text.rstrip("\n").split("\n")
+    while lines and (lines[-1].startswith(("Found ", "All checks", "No fixes")) or "--unsafe-fixes" in lines[-1] or not lines[-1].strip()):
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics, simulate=False):
+    from dataclasses import replace
+
+    from cfgfix.core import Applicability
+
+    engine, files, _ = prepare(paths, select, ignore, extend_select, config_file, no_cache)
+    no_files(files, output_format, quiet)
+    if simulate:
+        engine.settings = replace(engine.settings, simulate=True)
+    result = engine.run(files)
+    hidden = sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
+    render_findings(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden)
+    for error in result.errors:
+        echo(f"cfgfix: {error}", err=True)
+    raise SystemExit(2 if result.errors else (1 if result.findings else 0))

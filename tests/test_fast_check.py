@@ -1,0 +1,86 @@
+"""`cfgfix check` with its common options runs without click (cli.py parses them); it must
+print and exit exactly as the click command line does, and anything else goes to click."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cfgfix.cli import _check_options
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "fixtures" / "flan-t5-xl-trainer" / "project"
+
+FAST = textwrap.dedent("""
+    import sys
+    from cfgfix.cli import main
+    try:
+        main(sys.argv[1:])
+    finally:
+        sys.stderr.write("click loaded: %s\\n" % ("click" in sys.modules))
+""")
+CLICK = textwrap.dedent("""
+    import sys
+    from cfgfix.commands import cli
+    try:
+        cli.main(args=sys.argv[1:], prog_name="cfgfix")
+    finally:
+        sys.stderr.write("click loaded: %s\\n" % ("click" in sys.modules))
+""")
+
+
+def _run(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--no-cache"],
+        ["check", "--no-cache", "--output-format", "json"],
+        ["check", "--no-cache", "--output-format=sarif", "-q"],
+        ["check", "--no-cache", "--statistics", "."],
+        ["check", "--no-cache", "--select", "CFX1", "--ignore=CFX103", "."],
+        ["check", "--no-cache", "--extend-select", "CFX902", "--", "."],
+        ["check", "--no-cache", "no-such-file.py"],
+        ["check", "--no-cache", "--select", "CFX999"],
+    ],
+)
+def test_the_fast_path_prints_what_click_prints(args):
+    fast = _run(FAST, args, FIXTURE)
+    slow = _run(CLICK, args, FIXTURE)
+    assert fast.stderr.endswith("click loaded: False\n"), fast.stderr
+    assert slow.stderr.endswith("click loaded: True\n")
+    assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout)
+    assert fast.stderr.replace("False", "True") == slow.stderr
+
+
+def test_a_folder_with_nothing_to_check(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello\n")
+    fast = _run(FAST, ["check", "--no-cache"], tmp_path)
+    slow = _run(CLICK, ["check", "--no-cache"], tmp_path)
+    assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) == (0, "No files checked.\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--fix"], ["--diff"], ["--unsafe-fixes"], ["--simulate"], ["--config", "x.toml"], ["-h"], ["--help"],
+        ["--output-format", "yaml"], ["--select"], ["--select", "--no-cache"], ["-qq"], [""], ["--no-cache=1"],
+    ],
+)
+def test_what_the_fast_path_leaves_to_click(args):
+    assert _check_options(args) is None
+
+
+def test_options_as_click_reads_them():
+    options = _check_options(["a.py", "--select=CFX1,CFX2", "-q", "--select", "CFX3", "--", "--weird.py"])
+    assert options["select"] == "CFX3"  # the last one wins, as in click
+    assert options["quiet"] is True and options["no_cache"] is False
+    assert options["paths"] == (Path("a.py"), Path("--weird.py"))
+    assert _check_options(["--select="])["select"] == ""
