@@ -300,6 +300,8 @@ def ignored_codes_for(settings: Settings, relpath: str, codes: Iterable[str] | N
             selectors.update(sels)
     if codes is None:
         return frozenset(selectors)
+    if not selectors:
+        return frozenset()  # the usual case: asked once per file of the run
     return frozenset(c for c in codes if any(selector_matches(s, c) for s in selectors))
 
 

@@ -554,9 +554,24 @@ _ABSURD_NUMBER = LazyRegex(r"\d{100}")
 
 
 def _has_pins(folder: Path) -> bool:
-    if any((folder / name).is_file() for name in _PIN_FILES):
-        return True
-    return (folder / "requirements").is_dir() or any(folder.glob("requirements*.txt"))
+    """One listing of the folder (not a stat per candidate name and a glob)."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if name in _PIN_FILES or name == "requirements" or (
+                        name.startswith("requirements") and name.endswith(".txt")):
+                    if name == "requirements":
+                        if entry.is_dir():
+                            return True
+                    elif name in _PIN_FILES:
+                        if entry.is_file():
+                            return True
+                    else:
+                        return True  # requirements*.txt, as the glob matched it (any entry)
+    except OSError:
+        return False
+    return False
 
 
 class ProjectVersions:
