@@ -172,7 +172,7 @@ class Linter:
     def _notebook(self, sf: SourceFile, data: bytes) -> FileResult:
         """A notebook's code cells, joined and masked (documents/notebook.py), through the
         Python rules; findings keep the joined text's positions (reports map them to cells)."""
-        if not any("python" in r.kinds for r in self.rules):
+        if not self._has_rules("python"):
             return FileResult()
         from cfgfix.documents.notebook import Notebook, NotebookError
 
@@ -183,7 +183,7 @@ class Linter:
         if notebook.language != "python":  # an R or Julia notebook
             return FileResult()
         masked = notebook.masked.encode("utf-8")
-        rules = [r for r in self.rules if "python" in r.kinds and r.may_match(masked)]
+        rules = self._matching("python", masked)
         if not rules:
             return FileResult()
         if len(masked) > MAX_PYTHON_BYTES:

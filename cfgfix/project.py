@@ -209,7 +209,7 @@ def hostfile_world_size(launch: LaunchFacts, launch_file: Path, root: Path) -> i
     return sum(slots) or None
 
 
-_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_MODULE_NAME = LazyRegex(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 def script_path(launch: LaunchFacts, launch_file: Path, root: Path) -> Path | None:
