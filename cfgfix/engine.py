@@ -176,6 +176,8 @@ class Linter:
             return FileResult()
         from cfgfix.documents.notebook import Notebook, NotebookError
 
+        if not data.strip():
+            return FileResult()  # an empty file holds no code (as an empty .py)
         try:
             notebook = Notebook.from_bytes(sf.display, data)
         except NotebookError as exc:
@@ -194,7 +196,16 @@ class Linter:
         installs = notebook.install_lines()
         if installs:  # the notebook's own `%pip install x==1.2` is what its kernel runs
             versions = versions.with_requirements(installs, f"{sf.display} (pip install)")
-        return self._python_rules(sf, rules, notebook.python_source(), versions)
+        result = self._python_rules(sf, rules, notebook.python_source(), versions)
+        if notebook.left_out and self.report_parse_errors:
+            source = notebook.python_source()
+            for index, message, line in notebook.left_out:
+                cell = next(c for c in notebook.cells if c.index == index)
+                first = source.position(cell.start)[0]
+                result.findings.append(parse_error(
+                    sf.display, f"syntax error in this cell: {message}; the cell was left out, the other cells "
+                    f"were checked", first + line - 1, 1, Severity.WARNING))
+        return result
 
     def _python_rules(self, sf: SourceFile, rules, source: SourceText, versions) -> FileResult:
         from cfgfix.documents.python import NewerSyntaxError, PythonDocument

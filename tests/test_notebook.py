@@ -146,12 +146,16 @@ def test_python_files_keep_a_null_cell(tmp_path):
 def test_broken_notebook_is_a_parse_error_and_other_kernels_are_skipped(tmp_path):
     write_project(tmp_path, {
         "broken.ipynb": '{"cells": [',
+        "empty.ipynb": "",  # near miss: no code at all (an empty .py is not reported either)
         "r.ipynb": notebook("model.to('cuda')\nlibrary(torch)\n", language="R"),
         "syntax.ipynb": notebook(LOAD + MOVE, "def f(:\n"),  # parsed: a rule's trigger words are in it
     })
     _, _, result = lint_project(tmp_path)
     found = {(f.path, f.code) for f in result.findings}
-    assert found == {("broken.ipynb", "CFX901"), ("syntax.ipynb", "CFX901")}
+    # a broken cell is left out (a warning at its cell); the other cells are still checked
+    assert found == {("broken.ipynb", "CFX901"), ("syntax.ipynb", "CFX901"), ("syntax.ipynb", "CFX103")}
+    severities = {(f.path, f.code): f.severity.value for f in result.findings}
+    assert severities[("broken.ipynb", "CFX901")] == "error" and severities[("syntax.ipynb", "CFX901")] == "warning"
     from cfgfix.report import ReportContext, render
     from cfgfix.rules.base import all_rules
 
@@ -332,3 +336,23 @@ def test_check_does_not_pay_for_notebooks_it_does_not_see(tmp_path):
             "print('cfgfix.documents.notebook' in sys.modules, 'cfgfix.engine' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip().endswith("False True"), out.stdout + out.stderr
+
+
+def test_broken_cells_are_left_out_and_the_rest_is_checked(tmp_path):
+    """Jupyter runs each cell on its own: a fragment, or a cell IPython dedents, fails alone.
+    Near miss: `pip install x` (IPython's automagic for %pip) is masked, not a broken cell."""
+    write_project(tmp_path, {"nb.ipynb": notebook(
+        "pip install -q peft\n" + LOAD,
+        "--resume_from_checkpoint ./out/checkpoint-310 \\\n",
+        "  history = {}\n  history['a'] = 1\n",
+        MOVE,
+    )})
+    _, _, result = lint_project(tmp_path)
+    from cfgfix.report import ReportContext, render
+    from cfgfix.rules.base import all_rules
+
+    text = render("text", result.findings, ReportContext(result.sources, all_rules()))
+    assert sorted((f.code, f.severity.value) for f in result.findings) == [
+        ("CFX103", "warning"), ("CFX901", "warning"), ("CFX901", "warning")]
+    assert "nb.ipynb:cell 2:1:1: CFX901" in text and "nb.ipynb:cell 3:1:1: CFX901" in text
+    assert "nb.ipynb:cell 4:2:1: CFX103" in text

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cfgfix.core import Edit
 from cfgfix.documents.text import DecodeError, SourceText
@@ -34,7 +34,8 @@ from cfgfix.documents.text import DecodeError, SourceText
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "pypy", "python", "python3", "memit"})
 
 # An escape at the start of a statement line: `!cmd`, `%magic`, `%%magic`, `??obj`, `?obj`.
-_LINE_ESCAPE = re.compile(r"^([ \t]*)([!%?]|\?\?)")
+_LINE_ESCAPE = re.compile(r"^([ \t]*)([!%?]|\?\?|(?=(?:pip3?|conda|mamba)[ \t]+(?:install|uninstall)\b))")
+# (the last: IPython's automagic runs `pip install x` as `%pip install x`)
 # `x = !ls` / `files = %sx ls`: the value is a shell or magic command.
 _ASSIGN_ESCAPE = re.compile(r"^([ \t]*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*)([!%])")
 # `obj?` / `obj.method??`: IPython help.
@@ -59,6 +60,10 @@ class Notebook:
     code: str  # the code cells joined: what the kernel runs
     masked: str  # `code` with IPython syntax masked (same length, same lines)
     language: str  # the kernel's language ("python" when unsaid)
+    # cells that are not Python even masked (a fragment, a cell IPython dedents, a shell
+    # alias): (cell index, the syntax error, its line in the cell); they are commented out
+    # in `masked` so the other cells are still read, as Jupyter runs each cell on its own
+    left_out: list = field(default_factory=list)
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes) -> Notebook:
@@ -93,7 +98,8 @@ class Notebook:
                 parts.append("\n")  # the next cell starts on its own line
                 offset += 1
         code = "".join(parts)
-        return cls(file, cells, code, mask(code, cells), language)
+        masked, left_out = _leave_out_broken_cells(mask(code, cells), cells)
+        return cls(file, cells, code, masked, language, left_out)
 
     # -- positions ------------------------------------------------------------------------
     def python_source(self, masked: bool = True) -> NotebookSource:
@@ -265,6 +271,39 @@ class _LineState:
                 self.depth = max(0, self.depth - 1)
             i += 1
         self.backslash = line.endswith("\\") and not self.quote
+
+
+def _leave_out_broken_cells(masked: str, cells: list[Cell]) -> tuple[str, list]:
+    """`masked` with every cell that does not parse commented out (equal length), one at a
+    time from the first error, and the cells left out."""
+    from cfgfix.documents.python import parse_python
+
+    left_out: list = []
+    for _ in range(len(cells)):
+        try:
+            parse_python(masked)
+            break
+        except SyntaxError as exc:
+            starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", masked)]
+            line = min(max(exc.lineno or 1, 1), len(starts))
+            offset = starts[line - 1]
+            cell = None
+            for candidate in cells:
+                if candidate.start <= offset:
+                    cell = candidate
+            if cell is None or any(index == cell.index for index, _, _ in left_out):
+                break  # not inside a cell we can leave out: the notebook stays unparsable
+            out = list(masked)
+            at = cell.start
+            for text in cell.text.splitlines(keepends=True):
+                _comment_out(out, at, text)
+                at += len(text)
+            masked = "".join(out)
+            first_line = masked.count("\n", 0, cell.start) + 1
+            left_out.append((cell.index, exc.msg, line - first_line + 1))
+        except (ValueError, RecursionError, MemoryError):
+            break
+    return masked, left_out
 
 
 def _comment_out(out: list[str], offset: int, line: str) -> None:
