@@ -310,3 +310,15 @@ def test_fix_re_checks_only_what_the_fixed_file_touches(tmp_path, monkeypatch):
         assert "fixed" in out
         counts[copies] = len(calls)
     assert counts[4] <= 4 * counts[1] + 4, counts  # linear; quadratic would be ~16x
+
+
+def test_python_nested_past_the_interpreters_limits_never_reaches_libcst(in_tmp):
+    """5,000 nested brackets: `ast` refuses them (no Python accepts more than 200), and
+    libcst's native parser, tried for newer syntax, crashed the whole process with SIGSEGV
+    (found by tests/fuzz/harness.py, seed 6)."""
+    deep = "(" * 5000 + "1" + ")" * 5000
+    write_project(in_tmp, {"train.py": TRAIN + f"x = {deep}\n",
+                           "other.py": "x = = 1\n" + TRAIN + f"y = {deep}\n",
+                           "run.sh": "python train.py\npython other.py\n"})
+    code, out = run("check", "--no-cache")
+    assert code == 1 and "train.py:5:" in out and "CFX901" in out and "Traceback" not in out

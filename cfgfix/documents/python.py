@@ -29,6 +29,29 @@ class PythonDocument:
         return cls(source=source, tree=parse_python(source.text, source.path))
 
 
+# Python's own nesting limits (tokenizer MAXLEVEL 200, MAXINDENT 100), the same in every
+# version: code past them is no newer Python. libcst's native parser has no such limit and
+# crashes the process (SIGSEGV, stack overflow) at a few thousand levels (found by
+# tests/fuzz/harness.py), so such text never reaches it.
+_NESTING_ERRORS = ("too many nested parentheses", "too many levels of indentation")
+MAX_BRACKET_DEPTH = 200
+
+
+def _too_deep(text: str, error: SyntaxError) -> bool:
+    if (error.msg or "").startswith(_NESTING_ERRORS):
+        return True
+    if text.count("(") + text.count("[") + text.count("{") <= MAX_BRACKET_DEPTH:
+        return False
+    depth = deepest = 0
+    for char in text:  # brackets in strings count too: erring towards not calling libcst
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+    return deepest > MAX_BRACKET_DEPTH
+
+
 def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
     """`ast.parse`, and for Python newer than this interpreter (a PEP 701 f-string on 3.11)
     the same tree through documents/newer_syntax.py. Raises the interpreter's SyntaxError
@@ -39,6 +62,8 @@ def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
             return ast.parse(text, filename=filename)
         except SyntaxError as error:
             original = error
+    if _too_deep(text, original):
+        raise original  # no Python accepts it, and libcst's native parser overflows its stack
     from cfgfix.documents.newer_syntax import CannotLower, parse_newer
 
     try:
