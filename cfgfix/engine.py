@@ -71,6 +71,10 @@ class FileResult:
     launches: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors (bugs), never user errors
     configs: list[str] = field(default_factory=list)  # config kinds ("accelerate", "deepspeed")
+    # Other project files the result depends on (a loader module the analysis followed):
+    # path relative to the project root -> content hash; a cached result whose dependency
+    # changed is computed again.
+    deps: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -79,6 +83,7 @@ class FileResult:
             "launches": self.launches,
             "errors": self.errors,
             "configs": self.configs,
+            "deps": self.deps,
         }
 
     @classmethod
@@ -89,7 +94,36 @@ class FileResult:
             launches=data["launches"],
             errors=data["errors"],
             configs=data.get("configs", []),
+            deps=data.get("deps", {}),
         )
+
+
+def _dependency_hashes(paths: list[str], root) -> dict[str, str]:
+    from cfgfix.cache import content_hash
+
+    out = {}
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        key = os.path.relpath(path, root) if root is not None else path
+        out[Path(key).as_posix()] = content_hash(data)
+    return out
+
+
+def dependencies_unchanged(deps: dict[str, str], root) -> bool:
+    """Whether every file a cached result depends on still has the same content."""
+    from cfgfix.cache import content_hash
+
+    for key, digest in deps.items():
+        path = Path(root, key) if root is not None else Path(key)
+        try:
+            if content_hash(path.read_bytes()) != digest:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def parse_error(path: str, message: str, line: int = 1, column: int = 1, severity: Severity = Severity.ERROR) -> Finding:
@@ -113,6 +147,9 @@ class Linter:
         self.wants_config_kinds = any(entry.scope == "project" for entry in enabled)
         self.versions = versions
         self.report_parse_errors = "CFX901" in codes
+        from cfgfix.analysis.project_modules import ProjectModules
+
+        self.modules = ProjectModules(getattr(versions, "root", None))
 
     def _has_rules(self, kind: str) -> bool:
         return any(kind in entry.kinds for entry in self._entries)
@@ -224,9 +261,11 @@ class Linter:
             )
         except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
             return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
-        ctx = PythonContext(document, versions)
+        ctx = PythonContext(document, versions, path=sf.path, project=self.modules)
         result = FileResult()
         self._run(rules, ctx, sf, result)
+        if "models" in ctx.__dict__ and ctx.models.deps:  # the model analysis followed imports
+            result.deps = _dependency_hashes(ctx.models.deps, self.modules.root)
         return result
 
     def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1,
@@ -327,7 +366,8 @@ def _restore(cached: dict | None) -> FileResult | None:
             LaunchFacts.from_dict(launch)  # the project stage reads them back: they must load
         if (all(well_typed(f) for f in result.findings + [f for _, f in result.conditional])
                 and all(isinstance(c, str) for c, _ in result.conditional)
-                and all(isinstance(e, str) for e in result.errors + result.configs)):
+                and all(isinstance(e, str) for e in result.errors + result.configs)
+                and isinstance(result.deps, dict) and all(isinstance(v, str) for v in result.deps.values())):
             return result
     except Exception:  # edited by hand, written by other code, truncated: recompute
         pass
@@ -450,6 +490,8 @@ class Engine:
             datas[sf.display] = data
             cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
             restored = _restore(cached)
+            if restored is not None and restored.deps and not dependencies_unchanged(restored.deps, self.versions.root):
+                restored = None  # a module it follows changed
             if restored is not None:
                 results[sf.display] = restored
             else:

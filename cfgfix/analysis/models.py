@@ -16,7 +16,7 @@ import ast
 import re
 from dataclasses import dataclass, field, replace
 
-from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, iter_statements, single_assignments
+from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, iter_statements, single_assignments, walk_scope
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
 _MODEL_CLASS = re.compile(
@@ -39,9 +39,9 @@ _KEEPING_METHODS = {
     "push_to_hub", "print_trainable_parameters", "get_input_embeddings",
     "get_output_embeddings", "num_parameters", "register_forward_hook",
     "register_forward_pre_hook", "register_full_backward_hook", "get_memory_footprint",
-    "enable_xformers_memory_efficient_attention", "set_attention_slice",
+    "enable_xformers_memory_efficient_attention", "set_attention_slice", "apply",
 }
-_RETURNS_SELF = {"train", "eval", "requires_grad_"}
+_RETURNS_SELF = {"train", "eval", "requires_grad_", "apply"}
 # Builtins that look at an object without changing it.
 _HARMLESS_CALLS = {"print", "len", "isinstance", "type", "id", "str", "repr", "hasattr", "getattr", "vars", "dir"}
 _TRAINER = re.compile(r"(^|\.)\w*Trainer$")
@@ -70,10 +70,19 @@ class ModelLoad:
     # defaults stay silent for None.
     library: str | None = None
     quant_keywords: bool = False  # load_in_4bit/8bit or quantization_config passed at all
+    # Set when the load lives in another module of the project (a `build_model()` imported
+    # from `models/build.py`): its display path, and its SourceText for related spans.
+    path: str | None = None
+    source: object = field(default=None, compare=False, repr=False)
 
     @property
     def line(self) -> int:
         return self.call.lineno
+
+    @property
+    def where(self) -> str:
+        """`line 12`, or `models/build.py:12` for a load in another module."""
+        return f"{self.path}:{self.call.lineno}" if self.path else f"line {self.call.lineno}"
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,29 @@ class ModelState:
     load: ModelLoad
     dtype: str | None  # canonical dtype now, "default" (the version's default), None unknown
     cast_by: ast.Call | None = None  # the cast that set `dtype`; None: the load did
+
+
+@dataclass(frozen=True)
+class TupleState:
+    """What a tuple holds, element by element: `model, tok = load_model(args)`,
+    `model, opt = accelerator.prepare(model, opt)`."""
+
+    items: tuple
+
+
+@dataclass(frozen=True)
+class ParamLoad:
+    """Stands for a function's parameter while its summary is computed (never reaches a
+    rule): a function that returns `get_peft_model(model, cfg)` returns its parameter."""
+
+    index: int
+    name: str
+    class_name: str = "<parameter>"
+    library: str | None = None
+    quant_keywords: bool = False
+    dtype: str | None = None
+    device_map: object = None
+    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +141,7 @@ class ModelAnalysis:
     tree: ast.Module | None = None
     loads: list[ModelLoad] = field(default_factory=list)
     calls: list[ModelCall] = field(default_factory=list)
+    deps: list[str] = field(default_factory=list)  # other project files the analysis read
 
     @property
     def trains(self) -> bool:
@@ -120,29 +153,371 @@ class ModelAnalysis:
 
 
 _LOAD_CALL = re.compile(r"from_pretrained\s*\(")
+MAX_ROUNDS = 3  # call-site rounds: main() -> train(model) -> evaluate(model)
 
 
-def analyze_models(tree: ast.Module, text: str | None = None, imports: ImportMap | None = None) -> ModelAnalysis:
+def analyze_models(
+    tree: ast.Module,
+    text: str | None = None,
+    imports: ImportMap | None = None,
+    project=None,
+    path=None,
+) -> ModelAnalysis:
+    """Model loads and the casts and moves applied to them, in one module. With `project`
+    (an `analysis.project_modules.ProjectModules`) and the module's `path`, functions
+    imported from the project's other modules are followed too (`analysis.deps` lists the
+    files read)."""
     imports = imports or ImportMap(tree)
     analysis = ModelAnalysis(imports=imports, tree=tree)
-    survey = _Survey(tree, text)
+    functions = FunctionTable(tree, imports, project, path)
+    survey = _Survey(tree, text, functions.loader_names(text))
     if not survey.load_scopes:
+        analysis.deps = sorted(functions.deps)
         return analysis  # most files: `from_pretrained` only in docstrings or for tokenizers
-    module_consts = single_assignments(tree.body)
-    resolver = _Resolver(imports, module_consts)
+    module_consts = functions.consts
+    resolver = _Resolver(imports, module_consts, functions)
+    bindings = functions.bindings
     _Walker(analysis, resolver, {}).block(tree.body, {})
     module_seeds = _seeds_from(tree.body, resolver, prefix="") if tree in survey.load_scopes else {}
     seeded = {key.split(".")[0] for key in module_seeds}
     classes = survey.classes
     if seeded:  # a module-level model may be used in any class
         classes = [n for n in iter_statements(tree.body) if isinstance(n, ast.ClassDef)]
+    done: dict[int, dict] = {}
     for node in classes:
         if node in survey.load_scopes or survey.uses(node, seeded):
             _analyze_class(node, analysis, resolver, module_seeds)
+            done[id(node)] = {}
     for func, seeds in _functions_outside_classes(tree, module_seeds):
         if func in survey.load_scopes or survey.uses(func, seeded):
             _analyze_function(func, analysis, resolver, seeds)
+            done[id(func)] = {}
+    # Functions and classes that receive a model from their call sites in this module:
+    # `train(model, loader)`, `Trainer(model=model)`. Each round may bind the next callee.
+    for _ in range(MAX_ROUNDS):
+        pending = []
+        for node, params in bindings.consistent().items():
+            if done.get(id(node)) != params:
+                done[id(node)] = params
+                pending.append((node, params))
+        if not pending:
+            break
+        for node, params in pending:
+            if isinstance(node, ast.ClassDef):
+                _analyze_class(node, analysis, resolver, module_seeds, init_params=params)
+            else:
+                _analyze_function(node, analysis, resolver, module_seeds, params=params)
+    analysis.deps = sorted(functions.deps)
     return analysis
+
+
+# Calls that wrap a model and return it (or hold it): what each changes. "keep": dtype and
+# placement unchanged (DDP, torch.compile); "adapters": PEFT injects adapter weights, which
+# it keeps in float32 by default, so the model's dtype is no longer one value; "upcast":
+# `prepare_model_for_kbit_training` casts the non-quantized weights to float32.
+_FUNCTION_WRAPPERS = {
+    "get_peft_model": "adapters",
+    "PeftModel.from_pretrained": "adapters",
+    "PeftModelForCausalLM.from_pretrained": "adapters",
+    "PeftModelForSeq2SeqLM.from_pretrained": "adapters",
+    "inject_adapter_in_model": "adapters",
+    "prepare_model_for_kbit_training": "upcast",
+    "prepare_model_for_int8_training": "upcast",
+    "torch.compile": "keep",
+    "DistributedDataParallel": "keep",
+    "DataParallel": "keep",
+    "FullyShardedDataParallel": "keep",
+    "DDP": "keep",
+    "FSDP": "keep",
+}
+# Methods of an accelerator (or a Fabric) that return what they are given.
+_PREPARE_METHODS = {"prepare", "prepare_model", "unwrap_model", "setup", "setup_module"}
+# Methods of a (PEFT) model that return the base model with its placement.
+_BASE_MODEL_METHODS = {"merge_and_unload", "get_base_model", "unload"}
+PARAM_DTYPE = "<param>"  # a parameter's dtype, untouched by the function
+
+
+def wrapper_kind(qualified: str | None) -> str | None:
+    """How a call such as `get_peft_model(model, cfg)` or `DDP(model)` treats the model
+    it is given (see `_FUNCTION_WRAPPERS`), or None for any other call."""
+    if not qualified:
+        return None
+    for suffix, kind in _FUNCTION_WRAPPERS.items():
+        if qualified == suffix or qualified.endswith("." + suffix):
+            return kind
+    if qualified.endswith("deepspeed.initialize"):
+        return "keep"
+    return None
+
+
+def _prepares(receiver: str) -> bool:
+    """`accelerator.prepare(...)`, `self.accelerator.prepare_model(...)`, `fabric.setup(...)`."""
+    last = receiver.rsplit(".", 1)[-1].lower()
+    return "accelerator" in last or "fabric" in last
+
+
+class CallBindings:
+    """What this module's call sites pass to its own functions and classes: for each callee,
+    the state of each model argument at each call."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, tuple[ast.AST, list[dict[str, ModelState | None]]]] = {}
+
+    def record(self, callee: ast.AST, params: dict[str, ModelState | None]) -> None:
+        self.calls.setdefault(id(callee), (callee, []))[1].append(params)
+
+    def consistent(self) -> dict[ast.AST, dict[str, ModelState]]:
+        """Callees whose every recorded call passes the same model load for a parameter
+        (the dtype only where all calls agree)."""
+        out = {}
+        for callee, calls in self.calls.values():
+            names = set().union(*(c.keys() for c in calls))
+            params = {}
+            for name in names:
+                states = [c.get(name) for c in calls]
+                if any(not isinstance(st, ModelState) for st in states):
+                    continue
+                loads = {id(st.load) for st in states}
+                if len({st.load for st in states}) != 1 and len(loads) != 1:
+                    continue
+                dtypes = {st.dtype for st in states}
+                first = states[0]
+                params[name] = ModelState(first.load, first.dtype if len(dtypes) == 1 else None,
+                                          first.cast_by if len(dtypes) == 1 else None)
+            if params:
+                out[callee] = params
+        return out
+
+
+class FunctionTable:
+    """The functions a module defines or imports from the project, with summaries of what
+    they return: a model load (`def build_model(): return X.from_pretrained(...)`), one of
+    their parameters after wrapping (`return get_peft_model(model, cfg)`), or a tuple of
+    those (`return model, tokenizer`). Summaries are computed when a call asks for them."""
+
+    MAX_DEPTH = 3  # modules followed through imports of imports
+
+    def __init__(self, tree: ast.Module, imports: ImportMap, project=None, path=None, depth: int = 0,
+                 origin=None) -> None:
+        self.tree = tree
+        self.imports = imports
+        self.project = project
+        self.path = path
+        self.depth = depth
+        self.origin = origin  # the ParsedModule when this table is another module's
+        self.defs: dict[str, ast.AST] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.defs[node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                self.classes[node.name] = node
+        self._summaries: dict[int, object] = {}
+        self._tables: dict[str, FunctionTable | None] = {}
+        self.deps: set[str] = set()
+        self.bindings = CallBindings()
+        self._consts: dict | None = None
+
+    @property
+    def consts(self) -> dict[str, ast.expr]:
+        if self._consts is None:
+            self._consts = single_assignments(self.tree.body)
+        return self._consts
+
+    def loader_names(self, text: str | None) -> set[str]:
+        """Names whose call may return a model: local functions and methods that load one,
+        and every name imported from a project module (followed when called)."""
+        names = set()
+        if text is not None and _LOAD_CALL.search(text):
+            for node in iter_statements(self.tree.body):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _mentions_load(node):
+                    names.add(node.name)
+        if self.project is not None and self.path is not None and self.depth < self.MAX_DEPTH:
+            for local in list(self.imports.relative) + [n for n, q in self.imports.aliases.items() if "." in q]:
+                if self._imported(local) is not None:
+                    names.add(local)
+        return names
+
+    # -- looking a callee up ---------------------------------------------------------------
+    def _imported(self, local: str) -> tuple[FunctionTable, str] | None:
+        """(the project module's table, the name in it) for a name imported from the
+        project: `from models.build import build_model`, `from .utils import load`."""
+        if self.project is None or self.path is None or self.depth >= self.MAX_DEPTH:
+            return None
+        if local in self.imports.relative:
+            level, module, name = self.imports.relative[local]
+            table = self._table(module, level)
+            if table is None and module == "":
+                return None
+            return (table, name) if table is not None else None
+        qualified = self.imports.aliases.get(local)
+        if not qualified or "." not in qualified:
+            return None
+        module, _, name = qualified.rpartition(".")
+        table = self._table(module, 0)
+        return (table, name) if table is not None else None
+
+    def _table(self, module: str, level: int) -> FunctionTable | None:
+        key = f"{level}:{module}"
+        if key not in self._tables:
+            self._tables[key] = None
+            target = self.project.resolve(self.path, module, level)
+            parsed = self.project.parse(target) if target is not None else None
+            if parsed is not None:
+                self.deps.add(str(target))
+                table = parsed.notes.get("function-table")
+                if table is None:
+                    table = FunctionTable(parsed.tree, ImportMap(parsed.tree), self.project, target,
+                                          self.depth + 1, parsed)
+                    parsed.notes["function-table"] = table
+                self._tables[key] = table
+        return self._tables[key]
+
+    def lookup(self, func: ast.expr, cls: ast.ClassDef | None):
+        """(table, definition, is_method) for a call's target, or None when unknown."""
+        if isinstance(func, ast.Name):
+            node = self.defs.get(func.id) or self.classes.get(func.id)
+            if node is not None:
+                return self, node, False
+            found = self._imported(func.id)
+            if found is not None:
+                table, name = found
+                node = table.defs.get(name) or table.classes.get(name)
+                if node is not None:
+                    self.deps.update(table.deps)
+                    return table, node, False
+            return None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id in ("self", "cls") and cls is not None:
+                method = _method(cls, func.attr)
+                return (self, method, True) if method is not None else None
+            found = self._imported(func.value.id)  # `import utils; utils.load_model()`
+            if found is None and func.value.id in self.imports.aliases:
+                qualified = self.imports.aliases[func.value.id]
+                table = self._table(qualified, 0) if self.project is not None and self.path is not None else None
+                if table is not None:
+                    node = table.defs.get(func.attr)
+                    if node is not None:
+                        return table, node, False
+        return None
+
+    # -- summaries -------------------------------------------------------------------------
+    def summary(self, func: ast.AST, cls: ast.ClassDef | None = None):
+        """What `func` returns, with its parameters as `ParamLoad`s; None when unknown."""
+        key = id(func)
+        if key in self._summaries:
+            return self._summaries[key]
+        self._summaries[key] = None  # recursion: unknown while being computed
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        params = _positional_params(func, method=cls is not None)
+        env = {name: ModelState(ParamLoad(i, name), PARAM_DTYPE) for i, name in enumerate(params)}
+        resolver = _Resolver(self.imports, {**self.consts, **single_assignments(func.body)}, self)
+        walker = _Walker(ModelAnalysis(self.imports), resolver, {}, cls=cls)
+        walker.returns = []
+        walker.block(func.body, env)
+        result = _merge_returns(walker.returns)
+        self._summaries[key] = result
+        return result
+
+    def assigned_self_attributes(self, cls: ast.ClassDef, method: ast.AST, depth: int = 0) -> set[str] | None:
+        """`self.x` keys a method may rebind, through the methods it calls; None: anything
+        (it hands `self` to other code, or calls a method we cannot see)."""
+        keys: set[str] = set()
+        for node in walk_scope(method):
+            if isinstance(node, (ast.Attribute,)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                name = dotted(node)
+                if name and name.startswith("self."):
+                    keys.add(".".join(name.split(".")[:2]))
+            elif isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                    if func.attr in _KEEPING_METHODS or func.attr in MOVE_METHODS:
+                        continue
+                    callee = _method(cls, func.attr)
+                    if callee is None or depth >= 3:
+                        return None
+                    inner = self.assigned_self_attributes(cls, callee, depth + 1)
+                    if inner is None:
+                        return None
+                    keys |= inner
+                elif any(isinstance(a, ast.Name) and a.id == "self" for a in node.args):
+                    return None
+        return keys
+
+
+def _mentions_load(func: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == "from_pretrained" for n in walk_scope(func)
+    )
+
+
+def _method(cls: ast.ClassDef, name: str):
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+    return None
+
+
+def _positional_params(func, method: bool) -> list[str]:
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if method and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return names + [a.arg for a in func.args.kwonlyargs]
+
+
+_NO_VALUE = object()  # `return` / `return None`
+
+
+def _merge_returns(returns: list):
+    values = [r for r in returns if r is not _NO_VALUE]
+    if not values or any(v is None for v in values):
+        return None
+    first = values[0]
+    for other in values[1:]:
+        merged = _merge_values(first, other)
+        if merged is None:
+            return None
+        first = merged
+    return first
+
+
+def _merge_values(a, b):
+    """One value for two paths: equal, or the same load with the dtype they agree on."""
+    if a == b:
+        return a
+    if isinstance(a, ModelState) and isinstance(b, ModelState) and a.load == b.load:
+        same = a.dtype == b.dtype
+        return ModelState(a.load, a.dtype if same else None, a.cast_by if same and a.cast_by == b.cast_by else None)
+    if isinstance(a, TupleState) and isinstance(b, TupleState) and len(a.items) == len(b.items):
+        return TupleState(tuple(_merge_values(x, y) for x, y in zip(a.items, b.items)))
+    return None
+
+
+def instantiate(summary, positional: list, named: dict, foreign: bool):
+    """A summary's value at one call: its `ParamLoad`s replaced by the arguments' states.
+    `foreign`: the summary comes from another module, whose cast nodes cannot be shown."""
+    if summary is None:
+        return None
+    if isinstance(summary, TupleState):
+        return TupleState(tuple(instantiate(item, positional, named, foreign) for item in summary.items))
+    if not isinstance(summary, ModelState):
+        return None
+    load = summary.load
+    if isinstance(load, ParamLoad):
+        arg = named.get(load.name)
+        if arg is None and load.index < len(positional):
+            arg = positional[load.index]
+        if not isinstance(arg, ModelState):
+            return None
+        if summary.dtype == PARAM_DTYPE:
+            return arg
+        if foreign and summary.cast_by is not None:
+            return ModelState(arg.load, None, None)
+        return ModelState(arg.load, summary.dtype, summary.cast_by)
+    if foreign and summary.cast_by is not None:
+        return ModelState(load, None, None)
+    return summary
 
 
 class _Survey:
@@ -151,12 +526,15 @@ class _Survey:
     a 5,000-line modeling file is not. Scopes with no load and no mention of a
     module-level model are not analysed at all."""
 
-    def __init__(self, tree: ast.Module, text: str | None) -> None:
+    def __init__(self, tree: ast.Module, text: str | None, loaders: set[str] = frozenset()) -> None:
         self.load_scopes: set[ast.AST] = set()
         self.classes: list[ast.ClassDef] = []
         if text is None:
             text = ast.unparse(tree)  # tests that pass only a tree
-        lines = sorted({text.count("\n", 0, m.start()) + 1 for m in _LOAD_CALL.finditer(text)})
+        pattern = _LOAD_CALL
+        if loaders:  # calls of functions that may return a model count as loads
+            pattern = re.compile(r"from_pretrained\s*\(|\b(?:" + "|".join(map(re.escape, sorted(loaders))) + r")\s*\(")
+        lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
         if not lines:
             return
         stack: list[tuple[ast.stmt, list[ast.AST]]] = [(stmt, [tree]) for stmt in tree.body]
@@ -216,17 +594,13 @@ def _functions_outside_classes(tree: ast.Module, seeds: dict):
             stack.extend(holder.body)
 
 
-def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds) -> None:
+def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_params: dict | None = None) -> None:
     methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     # `self.x` assigned once in the whole class from a load: other methods see that load,
     # with an unknown dtype (another method may have cast it in place).
     assigned: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
-    nested: dict[ast.AST, list[ast.AST]] = {}  # method -> functions defined inside it
     for method in methods:
-        inner = nested[method] = []
-        for node in ast.walk(method):  # one walk per method collects both
-            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                inner.append(node)
+        for node in ast.walk(method):
             targets = []
             if isinstance(node, ast.Assign):
                 targets = [(t, node.value) for t in node.targets]
@@ -236,22 +610,34 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds) -> None:
                 key = dotted(target)
                 if key and key.startswith("self.") and key.count(".") == 1:
                     assigned.setdefault(key, []).append((method, value))
-    # Each `self.x` bound once is evaluated once (not once per method that may see it): the
-    # evaluation depends only on the value and the class's resolver.
-    loaded: list[tuple[str, ast.AST, ModelState]] = []
-    for key, places in assigned.items():
-        if len(places) == 1 and places[0][1] is not None:
-            state = _Walker(ModelAnalysis(analysis.imports), resolver, {}).expr(places[0][1], {})
-            if state is not None:
-                loaded.append((key, places[0][0], ModelState(state.load, dtype=None)))
+    init = next((m for m in methods if m.name == "__init__"), None)
+    # What `__init__` leaves in `self.x`, for attributes no other method rebinds: every other
+    # method runs after it (`self.model = self.model.to(dtype)` in `__init__` included).
+    after_init: dict[str, ModelState] = {}
+    if init is not None:
+        end = _analyze_function(init, analysis, resolver, module_seeds, cls, params=init_params)
+        for key, state in end.items():
+            if key.startswith("self.") and key.count(".") == 1 and isinstance(state, ModelState):
+                if all(method is init for method, _ in assigned.get(key, [])):
+                    after_init[key] = state
     for method in methods:
+        if method is init:
+            for node in ast.walk(method):  # nested functions inside __init__
+                if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    _analyze_function(node, analysis, resolver, dict(module_seeds), cls)
+            continue
         seeds = dict(module_seeds)
-        for key, where, state in loaded:
-            if where is not method:
-                seeds[key] = state
-        _analyze_function(method, analysis, resolver, seeds)
-        for node in nested[method]:
-            _analyze_function(node, analysis, resolver, seeds)
+        for key, places in assigned.items():
+            if key in after_init:
+                seeds[key] = after_init[key]
+            elif len(places) == 1 and places[0][0] is not method and places[0][1] is not None:
+                state = _Walker(ModelAnalysis(analysis.imports), resolver, {}, cls=cls).expr(places[0][1], {})
+                if isinstance(state, ModelState) and not isinstance(state.load, ParamLoad):
+                    seeds[key] = ModelState(state.load, dtype=None)
+        _analyze_function(method, analysis, resolver, seeds, cls)
+        for node in ast.walk(method):  # nested functions inside methods
+            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                _analyze_function(node, analysis, resolver, seeds, cls)
 
 
 def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelState]:
@@ -259,24 +645,30 @@ def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelS
     seeds = {}
     for name, value in single_assignments(body).items():
         state = _Walker(ModelAnalysis(resolver.imports), resolver, {}).expr(value, {})
-        if state is not None:
+        if isinstance(state, ModelState) and not isinstance(state.load, ParamLoad):
             seeds[prefix + name] = ModelState(state.load, dtype=None)
     return seeds
 
 
-def _analyze_function(func, analysis, resolver, seeds) -> None:
-    local = _Resolver(resolver.imports, {**resolver.consts, **single_assignments(func.body)})
-    params = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
-    env = {k: v for k, v in seeds.items() if k.split(".")[0] not in params or k.startswith("self.")}
-    _Walker(analysis, local, {}).block(func.body, env)
+def _analyze_function(func, analysis, resolver, seeds, cls: ast.ClassDef | None = None,
+                      params: dict | None = None) -> dict:
+    """Walk one function body from `seeds` (names of the enclosing scopes, shadowed by the
+    function's parameters) and `params` (what its call sites pass); returns what the names
+    hold at its end."""
+    local = _Resolver(resolver.imports, {**resolver.consts, **single_assignments(func.body)}, resolver.functions)
+    names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
+    env = {k: v for k, v in seeds.items() if k.split(".")[0] not in names or k.startswith("self.")}
+    env.update(params or {})
+    return _Walker(analysis, local, {}, cls=cls).block(func.body, env)
 
 
 class _Resolver:
     """Resolves dtype, device and quantization arguments, through names bound once."""
 
-    def __init__(self, imports: ImportMap, consts: dict[str, ast.expr]) -> None:
+    def __init__(self, imports: ImportMap, consts: dict[str, ast.expr], functions: FunctionTable | None = None) -> None:
         self.imports = imports
         self.consts = consts
+        self.functions = functions
 
     def deref(self, node: ast.expr, depth: int = 0) -> ast.expr:
         while isinstance(node, ast.Name) and node.id in self.consts and depth < 5:
@@ -370,20 +762,24 @@ class _Resolver:
             device_map = DeviceMap("unknown", False, call)
         quantized = None if pipeline else self.quantization(keywords)
         quant_keywords = any(k in keywords for k in ("load_in_4bit", "load_in_8bit", "quantization_config"))
+        origin = self.functions.origin if self.functions is not None else None
         return ModelLoad(
             call, class_name, dtype, dtype_kw, device_map, quantized, hidden, pipeline,
             _LIBRARIES.get(owner.split(".")[0]) if owner and "." in owner else None, quant_keywords,
+            origin.display if origin is not None else None, origin.source_text() if origin is not None else None,
         )
 
 
 class _Walker:
     """One forward pass over a statement list, updating `env` (key -> ModelState)."""
 
-    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, _unused) -> None:
+    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, _unused, cls: ast.ClassDef | None = None) -> None:
         self.analysis = analysis
         self.resolver = resolver
         self.stmt: ast.stmt | None = None
         self.sole = False
+        self.cls = cls  # the class whose method is walked: `self.load_model()` is followed
+        self.returns: list | None = None  # collected when a function summary is computed
 
     # -- statements ----------------------------------------------------------------------
     def block(self, body: list[ast.stmt], env: dict) -> dict:
@@ -399,6 +795,12 @@ class _Walker:
             state = self.expr(stmt.value, env)
             for target in stmt.targets:
                 self.bind(target, state, env)
+            return env
+        if isinstance(stmt, ast.Return):
+            state = self.expr(stmt.value, env)
+            if self.returns is not None:
+                empty = stmt.value is None or isinstance(stmt.value, ast.Constant) and stmt.value.value is None
+                self.returns.append(_NO_VALUE if empty else state)
             return env
         if isinstance(stmt, ast.AnnAssign):
             state = self.expr(stmt.value, env) if stmt.value else None
@@ -459,7 +861,14 @@ class _Walker:
                 self.expr(child, env)
         return env
 
-    def bind(self, target: ast.AST, state: ModelState | None, env: dict) -> None:
+    def bind(self, target: ast.AST, state, env: dict) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(state, TupleState) \
+                and len(target.elts) == len(state.items) and not any(isinstance(e, ast.Starred) for e in target.elts):
+            for element, item in zip(target.elts, state.items):
+                self.bind(element, item, env)
+            return
+        if isinstance(state, TupleState):
+            state = None
         key = dotted(target)
         if key is not None and (key.count(".") == 0 or (key.startswith("self.") and key.count(".") == 1)):
             _forget(env, key)
@@ -486,6 +895,17 @@ class _Walker:
             return None
         if isinstance(node, (ast.Lambda,)):
             return None  # runs later, if ever
+        if isinstance(node, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            items = tuple(self.expr(e, env) for e in node.elts)
+            return TupleState(items) if any(items) else None
+        if isinstance(node, ast.Subscript):
+            value = self.expr(node.value, env)
+            self.expr(node.slice, env)
+            index = node.slice
+            if isinstance(value, TupleState) and isinstance(index, ast.Constant) and isinstance(index.value, int) \
+                    and -len(value.items) <= index.value < len(value.items):
+                return value.items[index.value]
+            return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             # The comprehension's targets shadow outer names (`[m.to(d) for m in models]`).
             targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
@@ -505,7 +925,7 @@ class _Walker:
             self.expr(child, env)
         return None
 
-    def call(self, call: ast.Call, env: dict) -> ModelState | None:
+    def call(self, call: ast.Call, env: dict):
         func = call.func
         load = self.resolver.load(call)
         if load is not None:
@@ -516,34 +936,124 @@ class _Walker:
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)
             key = dotted(func.value)
-            if receiver is not None:
+            if isinstance(receiver, ModelState):
                 if func.attr in MOVE_METHODS:
                     self.args(call, env)
                     return self.move(call, func.attr, key if key in env else None, receiver, env)
                 if func.attr in _KEEPING_METHODS:
                     self.args(call, env)
                     return receiver if func.attr in _RETURNS_SELF else None
+                if func.attr in _BASE_MODEL_METHODS:
+                    self.args(call, env)
+                    return ModelState(receiver.load, None)
                 if key is not None:
                     _forget(env, key)  # an unknown method may cast or replace it
+            elif func.attr in _PREPARE_METHODS and key is not None and _prepares(key):
+                positional, named = self.args(call, env, escape=False)
+                states = positional + list(named.values())
+                if len(states) == 1:
+                    return states[0]
+                return TupleState(tuple(states)) if any(states) else None
+            elif key == "self" and self.cls is not None and self.resolver.functions is not None:
+                return self.local_call(call, env)
             elif key is not None and key.startswith("self.") and key.count(".") == 1:
                 _forget(env, "self.")  # self.helper() may rebind any self.x
+            elif key is not None and self.resolver.functions is not None and key in self.resolver.imports.aliases \
+                    and "." not in key and self.resolver.functions.lookup(func, self.cls) is not None:
+                return self.local_call(call, env)  # `utils.load_model(...)` of a project module
         else:
             self.expr(func, env)
         name = self.resolver.imports.qualify(func) or ""
+        kind = wrapper_kind(name)
+        if kind is not None:
+            return self.wrap(call, env, kind, name)
+        if isinstance(func, ast.Name) and self.resolver.functions is not None:
+            return self.local_call(call, env)
         self.args(call, env, escape=name not in _HARMLESS_CALLS)
         return None
 
-    def args(self, call: ast.Call, env: dict, escape: bool = True) -> None:
+    def wrap(self, call: ast.Call, env: dict, kind: str, name: str):
+        """A wrapper keeps the model it is given: the same load, with what the wrapper
+        changes (PEFT's float32 adapters make the dtype unknown)."""
+        positional, named = self.args(call, env, escape=False)
+        model_arg = named["model"] if "model" in named else (positional[0] if positional else None)
+        node = next((k.value for k in call.keywords if k.arg == "model"), call.args[0] if call.args else None)
+        if not isinstance(model_arg, ModelState):
+            self.escape(call, env)
+            return None
+        state = model_arg if kind == "keep" else ModelState(model_arg.load, None)
+        key = dotted(node) if node is not None else None
+        if kind != "keep" and key is not None and key in env:
+            env[key] = state  # adapters are injected in place: the old name sees them too
+        if name.endswith("deepspeed.initialize"):
+            return TupleState((state, None, None, None))
+        return state
+
+    def local_call(self, call: ast.Call, env: dict):
+        """A call of the project's own function, method or class: what its call sites pass
+        is recorded (for its own analysis), and what it returns comes from its summary."""
+        table = self.resolver.functions
+        found = table.lookup(call.func, self.cls)
+        if found is None:
+            key = dotted(call.func)
+            if key is not None and key.startswith("self."):
+                _forget(env, "self.")
+            name = self.resolver.imports.qualify(call.func) or ""
+            self.args(call, env, escape=name not in _HARMLESS_CALLS)
+            return None
+        owner, node, is_method = found
+        positional, named = self.args(call, env, escape=False)
+        if owner is table and not is_method:
+            target = _method(node, "__init__") if isinstance(node, ast.ClassDef) else node
+            if target is not None:
+                params = _positional_params(target, method=isinstance(node, ast.ClassDef))
+                bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
+                bound.update({k: v for k, v in named.items() if k in params})
+                table.bindings.record(node, bound)
+        self.escape(call, env, node if is_method else None)
+        if isinstance(node, ast.ClassDef):
+            return None
+        summary = owner.summary(node, self.cls if is_method else None)
+        return instantiate(summary, positional, named, foreign=owner is not table)
+
+    def escape(self, call: ast.Call, env: dict, method=None) -> None:
+        """A model handed to a function may be cast there, in place: its dtype becomes
+        unknown, but it is still the same load (a callee cannot rebind the caller's name,
+        and a cast or a move keeps `device_map` and quantization). A method of this class
+        forgets the `self.x` it (or what it calls) may rebind; one we cannot see, all."""
+        if method is not None and self.cls is not None:
+            keys = self.resolver.functions.assigned_self_attributes(self.cls, method)
+            if keys is None:
+                _forget(env, "self.")
+            else:
+                for key in keys:
+                    _forget(env, key)
         for arg in [*call.args, *(k.value for k in call.keywords)]:
             value = arg.value if isinstance(arg, ast.Starred) else arg
             key = dotted(value)
-            if escape and key is not None:
-                if key == "self":
-                    _forget(env, "self.")
-                elif key in env:
-                    _forget(env, key)  # handed to code we cannot see: it may cast or wrap it
-                    continue
-            self.expr(value, env)
+            if key == "self":
+                _forget(env, "self.")
+            elif key is not None and key in env:
+                state = env[key]
+                _forget(env, key)
+                if isinstance(state, ModelState):
+                    env[key] = ModelState(state.load, None)
+
+    def args(self, call: ast.Call, env: dict, escape: bool = True) -> tuple[list, dict]:
+        """Evaluate the arguments once; returns their states (positional, by keyword)."""
+        positional: list = []
+        named: dict = {}
+        for arg in call.args:
+            value = arg.value if isinstance(arg, ast.Starred) else arg
+            state = self.expr(value, env)
+            positional.append(None if isinstance(arg, ast.Starred) else state)
+        for keyword in call.keywords:
+            state = self.expr(keyword.value, env)
+            if keyword.arg:
+                named[keyword.arg] = state
+        if escape:
+            self.escape(call, env)
+        return positional, named
 
     def move(self, call, method, key, state: ModelState, env) -> ModelState:
         target, unknown, moves, dtype_arg = self.classify(call, method)
@@ -599,8 +1109,16 @@ def _forget(env: dict, key: str) -> None:
 
 
 def _merge(a: dict, b: dict) -> dict:
-    """Keep only what both paths agree on."""
-    return {k: v for k, v in a.items() if k in b and b[k] == v}
+    """What both paths agree on: the same state, or the same load whose dtype differs by
+    path (`if args.bf16: model = model.to(torch.bfloat16)` keeps the `device_map`
+    placement either way; the dtype becomes unknown)."""
+    merged = {}
+    for key, value in a.items():
+        if key in b:
+            joined = _merge_values(value, b[key])
+            if joined is not None:
+                merged[key] = joined
+    return merged
 
 
 def _bound_in(stmt: ast.stmt) -> set[str]:

@@ -22,7 +22,22 @@ DTYPE_ALIASES = {
 class ImportMap:
     def __init__(self, tree: ast.Module) -> None:
         self.aliases: dict[str, str] = {}
+        # `from .build import build_model`: local name -> (level, module, imported name),
+        # resolved to a project file by `analysis.project_modules` when a rule follows it.
+        self.relative: dict[str, tuple[int, str, str]] = {}
+        assigned: dict[str, list[ast.expr | None]] = {}
         for node in iter_statements(tree.body):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for sub in ast.walk(target):
+                        if isinstance(sub, ast.Name):
+                            assigned.setdefault(sub.id, []).append(node.value if sub is target else None)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+                assigned.setdefault(node.target.id, []).extend([None, None])
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.relative[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -34,6 +49,16 @@ class ImportMap:
                 for alias in node.names:
                     if alias.name != "*":
                         self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        # A local alias of an imported name, bound once in the whole file
+        # (`autocast = torch.cuda.amp.autocast`): it names the same thing.
+        for name, values in assigned.items():
+            if len(values) != 1 or values[0] is None or name in self.aliases:
+                continue
+            target = dotted(values[0])
+            # Two dots at least: an API path (`torch.utils.checkpoint.checkpoint`), not a value
+            # such as `torch.float16` that a parameter of the same name may shadow.
+            if target and target.count(".") >= 2 and target.split(".")[0] in self.aliases:
+                self.aliases[name] = self.qualify(values[0])  # type: ignore[assignment]
 
     def qualify(self, node: ast.AST) -> str | None:
         """Dotted qualified name of a Name/Attribute chain, or None for anything else."""

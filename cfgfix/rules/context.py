@@ -16,6 +16,10 @@ class PythonContext:
     document: PythonDocument
     versions: Versions
     notes: dict = field(default_factory=dict)
+    # The file's absolute path and the project's other modules (`ProjectModules`), so the
+    # analysis can follow a model built by a function imported from the project.
+    path: object = None
+    project: object = None
 
     @property
     def source(self) -> SourceText:
@@ -33,7 +37,7 @@ class PythonContext:
         """Model loads and the casts/moves applied to them (CFX1xx)."""
         from cfgfix.analysis.models import analyze_models
 
-        return analyze_models(self.document.tree, self.source.text, self.imports)
+        return analyze_models(self.document.tree, self.source.text, self.imports, self.project, self.path)
 
     @cached_property
     def index(self):

@@ -1,0 +1,118 @@
+"""The project's own Python modules, found from a file's imports and parsed on demand.
+
+Real training code keeps its loader in `models/build.py` and its trainer in `train.py`:
+to follow a model across that import, a rule's analysis asks this index for the module a
+name was imported from. Only files inside the project that the import names are read,
+each at most once per process (memoised on size and mtime), and the caller records every
+file it read so that cached results are re-checked when one of them changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A module file over this size is a vendored library or generated code, not a loader.
+MAX_MODULE_BYTES = 2_000_000
+# How many folders above the importing file a top-level package may live (repo/src/pkg/...).
+MAX_PARENT_LEVELS = 4
+
+
+@dataclass
+class ParsedModule:
+    path: Path
+    display: str
+    text: str
+    tree: ast.Module
+    source: object = None  # SourceText, made when a finding needs a span in this file
+    notes: dict = field(default_factory=dict)  # analyses of this module, keyed by their user
+
+    def source_text(self):
+        if self.source is None:
+            from cfgfix.documents.text import SourceText
+
+            self.source = SourceText.from_bytes(self.display, self.text.encode("utf-8"))
+        return self.source
+
+
+class ProjectModules:
+    """Resolves `from models.build import build_model` (and relative imports) to files under
+    `root`, and parses them. One instance per linter process."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(os.path.abspath(root)) if root is not None else None
+        self._parsed: dict[str, tuple[tuple[int, int], ParsedModule | None]] = {}
+
+    def resolve(self, importer: Path, module: str, level: int = 0) -> Path | None:
+        """The file that `import module` (or `from .module`, level > 0) names, seen from
+        `importer`; None for libraries and for anything outside the project."""
+        if not module and level == 0:
+            return None
+        parts = module.split(".") if module else []
+        folder = Path(os.path.abspath(importer)).parent
+        if level > 0:
+            for _ in range(level - 1):
+                folder = folder.parent
+            bases = [folder]
+        else:
+            bases = []
+            for _ in range(MAX_PARENT_LEVELS + 1):
+                bases.append(folder)
+                bases.append(folder / "src")
+                if self.root is not None and folder == self.root:
+                    break
+                if folder.parent == folder:
+                    break
+                folder = folder.parent
+        for base in bases:
+            candidate = base.joinpath(*parts) if parts else base
+            for path in (candidate.with_suffix(".py") if parts else None, candidate / "__init__.py"):
+                if path is not None and path != Path(os.path.abspath(importer)) and self._inside(path) and path.is_file():
+                    return path
+        return None
+
+    def _inside(self, path: Path) -> bool:
+        if self.root is None:
+            return True
+        try:
+            path.relative_to(self.root)
+        except ValueError:
+            return False
+        return True
+
+    def parse(self, path: Path) -> ParsedModule | None:
+        """The module at `path`, parsed once per process; None when it cannot be read or
+        parsed (the file's own run reports that)."""
+        key = str(path)
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        stamp = (info.st_size, info.st_mtime_ns)
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        module = None
+        if info.st_size <= MAX_MODULE_BYTES:
+            try:
+                data = path.read_bytes()
+                text = data.decode("utf-8-sig")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tree = ast.parse(text, filename=key)
+                module = ParsedModule(path, _display(path, self.root), text, tree)
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+                module = None
+        self._parsed[key] = (stamp, module)
+        return module
+
+
+def _display(path: Path, root: Path | None) -> str:
+    """The path as findings show it: relative to the current folder when under it."""
+    try:
+        return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else path.as_posix()
+    except ValueError:
+        return path.as_posix()
