@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,3 +118,40 @@ def _display(path: Path, root: Path | None) -> str:
         return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else path.as_posix()
     except ValueError:
         return path.as_posix()
+
+
+# Roots of imports that are libraries, never the project's own code: followed imports are
+# only tried for the rest, and the prefilter below looks only at those.
+_LIBRARY_ROOTS = frozenset({
+    "torch", "torchvision", "torchaudio", "transformers", "diffusers", "peft", "trl", "accelerate",
+    "deepspeed", "datasets", "evaluate", "tokenizers", "safetensors", "huggingface_hub", "bitsandbytes",
+    "numpy", "scipy", "pandas", "sklearn", "tqdm", "wandb", "tensorboard", "yaml", "omegaconf", "hydra",
+    "lightning", "pytorch_lightning", "lightning_fabric", "fire", "click", "typer", "einops", "timm",
+    "open_clip", "sentencepiece", "tiktoken", "vllm", "xformers", "flash_attn", "apex", "jax", "flax",
+    "tensorflow", "keras", "PIL", "cv2", "matplotlib", "requests", "rich", "loguru", "absl", "ml_collections",
+    "modelscope", "swift", "llamafactory", "axolotl", "unsloth", "auto_gptq", "optimum", "awq", "gptqmodel",
+})
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^\n#)]+)", re.MULTILINE)
+_LOADER_WORD = re.compile(r"model|load|build|create|init|setup|net|prepare|wrap|policy|unet|vae|encoder|llm", re.IGNORECASE)
+
+
+def may_call_project_loader(data: bytes) -> bool:
+    """Text only, before parsing: the file assigns the result of a function it imports from
+    the project (not a library) whose name says it may build a model: `model =
+    build_model(cfg)`, `model, tok = load(args)` after `from .utils import load`."""
+    names = []
+    for match in _FROM_IMPORT.finditer(data):
+        dots, module = match.group(1), match.group(2).decode("ascii", "replace")
+        root = module.split(".")[0]
+        if not dots and (root in _LIBRARY_ROOTS or root in _STDLIB or not root):
+            continue
+        for part in match.group(3).decode("utf-8", "replace").split(","):
+            words = part.split()
+            local = words[-1] if words else ""
+            if local.isidentifier() and _LOADER_WORD.search(local):
+                names.append(local)
+    if not names:
+        return False
+    pattern = re.compile(rb"=[ \t]*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")[ \t]*\(")
+    return pattern.search(data) is not None
