@@ -1,0 +1,129 @@
+"""What `self.x` holds across a class's methods, and where a name's value was built.
+
+Trainer classes build the scaler in `__init__` and step it in `train_step`, set
+`self.use_amp = True` once and read it in another method. A rule that sees only one
+function loses those values; this index answers "which expression was assigned to
+`self.scaler`" for the whole class, and `origin()` follows a name or `self.x` back to the
+single expression that built it.
+
+Only certain answers are given: an attribute assigned once (ignoring `= None`
+placeholders) in the whole class, a name bound once in its scope or at module level.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from cfgfix.analysis.names import dotted, single_assignments, walk_scope
+
+NOTE = "cfgfix.analysis.attributes"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    value: ast.expr
+    stmt: ast.stmt
+    method: ast.AST
+
+
+class ClassAttributes:
+    """`self.x` -> every expression a method of the class assigns to it."""
+
+    def __init__(self, cls: ast.ClassDef) -> None:
+        self.cls = cls
+        self.assigned: dict[str, list[Assignment]] = {}
+        self.opaque: set[str] = set()  # rebound by tuple unpacking, augmented assignment, `del`
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in walk_scope(method):
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        key = _self_key(target)
+                        if key is not None:
+                            self.assigned.setdefault(key, []).append(Assignment(node.value, node, method))
+                        else:
+                            for sub in ast.walk(target):
+                                sub_key = _self_key(sub)
+                                if sub_key is not None:
+                                    self.opaque.add(sub_key)
+                elif isinstance(node, (ast.AugAssign, ast.Delete)):
+                    for target in node.targets if isinstance(node, ast.Delete) else [node.target]:
+                        key = _self_key(target)
+                        if key is not None:
+                            self.opaque.add(key)
+
+    def single(self, key: str) -> Assignment | None:
+        """The one value `self.x` is given (a `self.x = None` placeholder does not count)."""
+        if key in self.opaque:
+            return None
+        values = [a for a in self.assigned.get(key, ()) if not _is_none(a.value)]
+        return values[0] if len(values) == 1 else None
+
+
+def _self_key(node: ast.AST) -> str | None:
+    key = dotted(node) if isinstance(node, ast.Attribute) else None
+    if key is not None and key.startswith("self.") and key.count(".") == 1:
+        return key
+    return None
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+class ValueIndex:
+    """Per module: the attributes of each class, and `origin()` for names and `self.x`."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self._classes: dict[int, ClassAttributes] = {}
+
+    @classmethod
+    def of(cls, ctx) -> ValueIndex:
+        index = ctx.notes.get(NOTE)
+        if index is None:
+            index = ctx.notes[NOTE] = cls(ctx.document.tree)
+        return index
+
+    def attributes(self, cls: ast.ClassDef) -> ClassAttributes:
+        found = self._classes.get(id(cls))
+        if found is None:
+            found = self._classes[id(cls)] = ClassAttributes(cls)
+        return found
+
+    def origin(self, node: ast.expr, function: ast.AST | None, cls: ast.ClassDef | None, depth: int = 0) -> ast.expr:
+        """The expression that built `node`'s value, followed through names bound once in
+        the function (or at module level, when the function does not rebind them) and
+        `self.x` assigned once in the class; `node` itself when nothing certain is known."""
+        if depth > 5:
+            return node
+        key = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if key is None:
+            return node
+        value = None
+        if key.startswith("self.") and key.count(".") == 1 and cls is not None:
+            assignment = self.attributes(cls).single(key)
+            value = assignment.value if assignment is not None else None
+            function = assignment.method if assignment is not None else function
+        elif "." not in key:
+            value = self._name_value(key, function)
+        if value is None or value is node:
+            return node
+        return self.origin(value, function, cls, depth + 1)
+
+    def _name_value(self, name: str, function: ast.AST | None) -> ast.expr | None:
+        if function is not None and not isinstance(function, ast.Lambda):
+            args = function.args  # type: ignore[attr-defined]
+            params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+            if name in params:
+                return None
+            local = single_assignments(function.body)  # type: ignore[attr-defined]
+            if name in local:
+                return local[name]
+            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                   for n in walk_scope(function)):
+                return None  # bound more than once in the function
+        return single_assignments(self.tree.body).get(name)
