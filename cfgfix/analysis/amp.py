@@ -54,28 +54,23 @@ OPTIMIZER = re.compile(
 
 
 class Resolver:
-    """Resolves dtype, device and boolean arguments through names bound once in the scope
-    (or once at module level and never rebound or taken as a parameter in the function)."""
+    """Resolves dtype, device and boolean arguments in one scope, through the shared value
+    index: names bound once (in the function, or at module level and not rebound there) and
+    `self.x` assigned once in the class (`self.use_amp = True` in `__init__`)."""
 
-    def __init__(self, ctx, function: ast.AST | None, module_consts: dict[str, ast.expr]) -> None:
+    def __init__(self, ctx, function: ast.AST | None, module_consts: dict[str, ast.expr] | None = None) -> None:
+        from cfgfix.analysis.attributes import ValueIndex
+
         self.imports = ctx.index.imports
-        if function is None or isinstance(function, ast.Lambda):
-            self.consts = module_consts
-            return
-        bound = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        args = function.args
-        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-        outer = {k: v for k, v in module_consts.items() if k not in bound | params}
-        local = {k: v for k, v in single_assignments(function.body).items() if k not in params}
-        self.consts = {**outer, **local}
+        self.values = ValueIndex.of(ctx)
+        self.function = None if isinstance(function, ast.Lambda) else function
+        self.cls = None
+        if self.function is not None:
+            context = ctx.index.contexts.get(id(self.function))
+            self.cls = context.classdef if context is not None else None
 
     def deref(self, node: ast.expr) -> ast.expr:
-        for _ in range(5):
-            if isinstance(node, ast.Name) and node.id in self.consts:
-                node = self.consts[node.id]
-            else:
-                break
-        return node
+        return self.values.origin(node, self.function, self.cls)
 
     def dtype(self, node: ast.expr, strings: bool = False) -> str | None:
         """"float16", "bfloat16", "float32", "float64", "default" (an explicit None), or None.

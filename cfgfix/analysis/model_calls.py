@@ -9,11 +9,15 @@ import re
 
 from cfgfix.analysis.models import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
+from cfgfix.analysis.project_modules import may_call_project_loader
 from cfgfix.core import Edit, Related
 from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
 
 LOAD_TRIGGERS = (b"from_pretrained",)
+# A load here, or a loader imported from the project's own modules (`from models.build
+# import build_model`): the text test `may_hold_model` decides which.
+LOAD_OR_LOADER_TRIGGERS = (b"from_pretrained", b"import")
 _MODEL_CLASS = re.compile(
     rb"(?:AutoModel\w*|AutoPeftModel\w*|\w+For[A-Z]\w*|\w*Model|UNet\w*|AutoencoderKL\w*|\w+Pipeline)$"
 )
@@ -44,6 +48,22 @@ def may_load_model(data: bytes) -> bool:
     return False
 
 
+def may_hold_model(data: bytes) -> bool:
+    """A model class's `from_pretrained(` here, or a call of a project function that may
+    return one (followed into its module by the model analysis)."""
+    return may_load_model(data) or may_call_project_loader(data)
+
+
+def may_hold_model_with(*words: bytes):
+    """`may_hold_model`, where a load in this file must also mention one of `words`
+    (`device_map`): a load in another module is checked by the analysis itself."""
+    def check(data: bytes) -> bool:
+        if any(word in data for word in words) and may_load_model(data):
+            return True
+        return may_call_project_loader(data)
+    return check
+
+
 MOVE_TRIGGERS = (b".to(", b".cuda(", b".half(", b".bfloat16(", b".float(")
 
 
@@ -60,7 +80,13 @@ def call_text(src: SourceText, mc: ModelCall) -> str:
 
 
 def load_related(src: SourceText, load: ModelLoad, message: str) -> Related:
-    return Related(src.span_of_node(load.call), message)
+    """The load's span, in the module that holds it (another one for a project loader)."""
+    return Related((load.source or src).span_of_node(load.call), message)
+
+
+def load_text(src: SourceText, load: ModelLoad, node: ast.AST) -> str:
+    """Source text of a node of the load (`torch_dtype=torch.bfloat16`), from its module."""
+    return (load.source or src).node_text(node)
 
 
 def drop_call_edits(src: SourceText, mc: ModelCall) -> list[Edit] | None:

@@ -687,7 +687,12 @@ class _Resolver:
         return None
 
     def is_device(self, node: ast.expr) -> bool:
+        name = dotted(node)
+        if name and "device" in name.split(".")[-1].lower():
+            return True  # `device`, `self.device`, `args.device`, whatever it was bound to
         node = self.deref(node)
+        if isinstance(node, ast.IfExp):  # the GPU idiom: "cuda" if torch.cuda.is_available() else "cpu"
+            return self.is_device(node.body) or self.is_device(node.orelse)
         if isinstance(node, ast.Constant):
             return isinstance(node.value, int) and not isinstance(node.value, bool) or (
                 isinstance(node.value, str) and self.dtype(node) is None

@@ -39,7 +39,7 @@ class StepFunction:
 
     @property
     def description(self) -> str:
-        return f"`{self.owner.name}.{self.function.name}`, which the {_WHO[self.framework]} runs every step"
+        return f"`{self.owner.name}.{self.function.name}`, which the {_WHO[self.framework]} calls every step"
 
 
 _WHO = {"callback": "trainer", "trainer": "Trainer's loop", "lightning": "Lightning loop"}

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Iterable
 
 from cfgfix.analysis.model_calls import (
-    LOAD_TRIGGERS,
+    LOAD_OR_LOADER_TRIGGERS,
     MOVE_TRIGGERS,
     call_text,
     drop_call_edits,
     load_related,
-    may_load_model,
+    load_text,
+    may_hold_model,
     name_of,
 )
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
@@ -72,8 +73,8 @@ class RedundantDtypeCast(Rule):
     name = "redundant-dtype-cast"
     severity = Severity.INFO
     fix_availability = "unsafe"
-    trigger_check = staticmethod(may_load_model)
-    triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
+    trigger_check = staticmethod(may_hold_model)
+    triggers = (LOAD_OR_LOADER_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
         Example(
@@ -229,7 +230,7 @@ class RedundantDtypeCast(Rule):
                 edits = None
                 description = ""
             if state.cast_by is None:
-                origin = f"loaded with `{ctx.source.node_text(state.load.dtype_keyword)}` on line {state.load.line}"
+                origin = f"loaded with `{load_text(src, state.load, state.load.dtype_keyword)}` on {state.load.where}"
                 related = [load_related(src, state.load, f"loaded in {state.dtype} here")]
             else:
                 origin = f"already cast on line {state.cast_by.lineno}"

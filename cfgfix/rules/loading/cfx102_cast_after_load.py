@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Iterable
 
 from cfgfix.analysis.model_calls import (
-    LOAD_TRIGGERS,
+    LOAD_OR_LOADER_TRIGGERS,
     MOVE_TRIGGERS,
     call_text,
     drop_call_edits,
     dtype_source_text,
     load_related,
-    may_load_model,
+    load_text,
+    may_hold_model,
     name_of,
 )
 from cfgfix.core import Applicability, Finding, Fix, Severity
@@ -67,8 +68,8 @@ class CastAfterLoad(Rule):
     name = "cast-after-load"
     severity = Severity.WARNING
     fix_availability = "unsafe"
-    trigger_check = staticmethod(may_load_model)
-    triggers = (LOAD_TRIGGERS, MOVE_TRIGGERS)
+    trigger_check = staticmethod(may_hold_model)
+    triggers = (LOAD_OR_LOADER_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
         Example(
@@ -181,7 +182,7 @@ class CastAfterLoad(Rule):
             if load.library is None or load.quant_keywords:
                 continue  # other loaders have other defaults; quantized loads pick their own dtype
             if state.dtype == "float32":
-                why = f"`{src.node_text(load.dtype_keyword)}`"
+                why = f"`{load_text(src, load, load.dtype_keyword)}`"
             elif state.dtype == "default" and load.library == "diffusers":
                 why = "no dtype: diffusers loads float32 by default"
             elif state.dtype == "default" and transformers.below("5") is True:
@@ -190,7 +191,7 @@ class CastAfterLoad(Rule):
                 continue
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"{name_of(src, mc)} is loaded in float32 (line {load.line}: {why}) and then cast "
+                f"{name_of(src, mc)} is loaded in float32 ({load.where}: {why}) and then cast "
                 f"to {mc.target_dtype} with `{call_text(src, mc)}`: the whole float32 model is "
                 f"materialised first, twice the memory of {mc.target_dtype} weights. Pass the dtype "
                 "to `from_pretrained` instead.",
@@ -200,6 +201,8 @@ class CastAfterLoad(Rule):
 
     def _fix(self, ctx, mc, transformers) -> Fix | None:
         src, load = ctx.source, mc.state.load
+        if load.source is not None:
+            return None  # the load is in another module: one fix edits one file
         dtype_text = dtype_source_text(ctx.models, mc.target_dtype)
         if load.dtype_keyword is not None:
             load_edit = python_edits.replace_node(src, load.dtype_keyword.value, dtype_text)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Iterable
 
 from cfgfix.analysis.model_calls import (
-    LOAD_TRIGGERS,
+    LOAD_OR_LOADER_TRIGGERS,
     announcing_line,
     call_text,
     drop_call_edits,
     load_related,
-    may_load_model,
+    load_text,
+    may_hold_model_with,
     name_of,
 )
 from cfgfix.core import Finding, Fix, Severity
@@ -61,10 +62,27 @@ class MoveDispatchedModel(Rule):
     name = "move-dispatched-model"
     severity = Severity.WARNING
     fix_availability = "safe"
-    trigger_check = staticmethod(may_load_model)
-    triggers = (LOAD_TRIGGERS, (b"device_map",), (b".to(", b".cuda("))
+    trigger_check = staticmethod(may_hold_model_with(b"device_map"))
+    triggers = (LOAD_OR_LOADER_TRIGGERS, (b".to(", b".cuda("))
 
     VALID = [
+        Example(
+            "from models.build import build_model\n"
+            "model = build_model('m')\n"
+            "model.to('cuda')\n",
+            why="the project's loader does not dispatch the model",
+            files={"models/build.py": "from transformers import AutoModelForCausalLM\n"
+                   "def build_model(name):\n"
+                   "    return AutoModelForCausalLM.from_pretrained(name)\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "def train(model):\n"
+            "    model.to('cuda')\n"
+            "train(AutoModel.from_pretrained('m', device_map='auto'))\n"
+            "train(AutoModel.from_pretrained('m'))\n",
+            why="call sites that pass different models bind nothing",
+        ),
         Example(
             "from transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('m')\n"
@@ -93,13 +111,6 @@ class MoveDispatchedModel(Rule):
         Example(
             "from transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('m', device_map='auto')\n"
-            "model = get_peft_model(model, config)\n"
-            "model.to(device)\n",
-            why="the model was wrapped by a function cfgfix does not follow",
-        ),
-        Example(
-            "from transformers import AutoModel\n"
-            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
             "moved = [model.to('cuda') for model in others]\n",
             why="a comprehension variable shadows the name",
         ),
@@ -110,6 +121,73 @@ class MoveDispatchedModel(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "from peft import get_peft_model\n"
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "model = get_peft_model(model, config)\n"
+            "model.to(device)\n",
+            why="a PEFT wrapper keeps the dispatched base model; its `.to` moves every weight",
+            line=5,
+            fixed="from peft import get_peft_model\n"
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "model = get_peft_model(model, config)\n",
+        ),
+        Example(
+            "import torch\n"
+            "from models.build import build_model\n"
+            "model = build_model('Qwen/Qwen2.5-7B')\n"
+            "model.to('cuda')\n",
+            why="the loader lives in another module of the project",
+            line=4,
+            files={"models/build.py": "from transformers import AutoModelForCausalLM\n"
+                   "def build_model(name):\n"
+                   "    model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+                   "    return model\n"},
+            fixed="import torch\n"
+            "from models.build import build_model\n"
+            "model = build_model('Qwen/Qwen2.5-7B')\n",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForSeq2SeqLM\n"
+            "class T5Trainer:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.model = AutoModelForSeq2SeqLM.from_pretrained(cfg.model, device_map='auto')\n"
+            "        self.model = self.model.to(dtype=torch.bfloat16)\n"
+            "    def train(self):\n"
+            "        self.model.to(self.device)\n",
+            why="`__init__` rebinds `self.model` with a cast that keeps the dispatch; another method moves it",
+            line=8,
+            fixed="import torch\n"
+            "from transformers import AutoModelForSeq2SeqLM\n"
+            "class T5Trainer:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.model = AutoModelForSeq2SeqLM.from_pretrained(cfg.model, device_map='auto')\n"
+            "        self.model = self.model.to(dtype=torch.bfloat16)\n"
+            "    def train(self):\n"
+            "        pass\n",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "def train(model, loader):\n"
+            "    model.cuda()\n"
+            "    for batch in loader:\n"
+            "        model(**batch).loss.backward()\n"
+            "def main():\n"
+            "    model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "    train(model, loader)\n",
+            why="the model reaches the training function through its call site",
+            line=3,
+            fixed="from transformers import AutoModel\n"
+            "def train(model, loader):\n"
+            "    for batch in loader:\n"
+            "        model(**batch).loss.backward()\n"
+            "def main():\n"
+            "    model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "    train(model, loader)\n",
+        ),
         Example(
             "from transformers import AutoModelForSeq2SeqLM\n"
             "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', device_map='auto')\n"
@@ -171,7 +249,7 @@ class MoveDispatchedModel(Rule):
             if not (moves or casts_offloaded):
                 continue
             severity = Severity.ERROR if device_map.offload else Severity.WARNING
-            map_text = src.node_text(device_map.node)
+            map_text = load_text(src, mc.state.load, device_map.node)
             if device_map.offload:
                 consequence = (
                     "with modules offloaded to the CPU or disk, accelerate raises "
@@ -191,7 +269,7 @@ class MoveDispatchedModel(Rule):
             yield self.finding(
                 src.span_of_node(mc.call),
                 f"{name_of(src, mc)} was dispatched with `device_map={map_text}` "
-                f"(line {mc.state.load.line}); `{call_text(src, mc)}` moves it again: {consequence}.",
+                f"({mc.state.load.where}); `{call_text(src, mc)}` moves it again: {consequence}.",
                 fix=Fix(tuple(edits), description) if edits else None,
                 related=[load_related(src, mc.state.load, "dispatched here")],
                 severity=severity,

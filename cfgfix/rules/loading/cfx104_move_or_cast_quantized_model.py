@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Iterable
 
 from cfgfix.analysis.model_calls import (
-    LOAD_TRIGGERS,
+    LOAD_OR_LOADER_TRIGGERS,
     MOVE_TRIGGERS,
     call_text,
     drop_call_edits,
     load_related,
-    may_load_model,
+    may_hold_model_with,
     name_of,
 )
 from cfgfix.core import Finding, Fix, Severity
@@ -56,8 +56,8 @@ class MoveOrCastQuantizedModel(Rule):
     name = "move-or-cast-quantized-model"
     severity = Severity.ERROR
     fix_availability = "safe"
-    trigger_check = staticmethod(may_load_model)
-    triggers = (LOAD_TRIGGERS, (b"load_in_", b"quantization_config"), MOVE_TRIGGERS)
+    trigger_check = staticmethod(may_hold_model_with(b"load_in_", b"quantization_config"))
+    triggers = (LOAD_OR_LOADER_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
         Example(
@@ -141,7 +141,7 @@ class MoveOrCastQuantizedModel(Rule):
             kind = {"4bit": "4-bit", "8bit": "8-bit"}.get(bits, "quantized")
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"{name_of(src, mc)} is loaded {kind} (line {mc.state.load.line}); "
+                f"{name_of(src, mc)} is loaded {kind} ({mc.state.load.where}); "
                 f"`{call_text(src, mc)}`: {problem}. The load already chose its device and dtype.",
                 fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`") if edits else None,
                 related=[load_related(src, mc.state.load, f"loaded {kind} here")],

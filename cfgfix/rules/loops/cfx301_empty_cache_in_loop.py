@@ -9,6 +9,7 @@ from typing import Iterable
 from cfgfix.analysis.loop_text import LOOP_WORDS, header_span, in_loop_text
 from cfgfix.analysis.loops import identifiers, last_part, loop_analysis
 from cfgfix.analysis.names import dotted, iter_statements
+from cfgfix.analysis.steps import step_functions
 from cfgfix.analysis.structure import Loop
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
@@ -41,7 +42,10 @@ class EmptyCacheInLoop(Rule):
     """## What it does
     Flags `torch.cuda.empty_cache()` inside a training or evaluation step loop: a loop whose
     body runs a backward pass, an optimizer step or a forward pass over the batches of a data
-    loader, every iteration or every few (`if step % 10 == 0`).
+    loader, every iteration or every few (`if step % 10 == 0`, `if i % self.clear_every == 0`).
+    Also in code a framework runs once per step, whose loop lives in the library: a
+    `TrainerCallback`'s `on_step_end`/`on_substep_end`, a `Trainer` subclass's
+    `training_step`/`compute_loss`, a Lightning `training_step`/`on_train_batch_end`.
 
     ## Why is this bad?
     It never lowers the peak. `empty_cache()` only hands back cached blocks that no tensor
@@ -74,7 +78,8 @@ class EmptyCacheInLoop(Rule):
     one will not use again: after training, between two models, after evaluation. cfgfix
     stays silent there: outside step loops, in loops over models or checkpoints, in an
     `except` handler (out-of-memory recovery), in a branch that also evaluates or saves,
-    and behind an explicit option (`if args.empty_cache_steps and ...`).
+    in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks, and
+    behind an explicit option that can be off (`if args.empty_cache_steps and ...`).
 
     ## Fix safety
     Safe: the call changes no value and no result. The fix removes it, together with a
@@ -94,10 +99,23 @@ class EmptyCacheInLoop(Rule):
     name = "empty-cache-in-loop"
     severity = Severity.WARNING
     fix_availability = "safe"
-    triggers = ((b"empty_cache",), LOOP_WORDS)
-    trigger_check = staticmethod(lambda data: _word_in_loop_text(data, b"empty_cache"))
+    triggers = ((b"empty_cache",),)
+    trigger_check = staticmethod(lambda data: _word_in_loop_text(data, b"empty_cache") or _STEP_HOOK.search(data) is not None)
 
     VALID = [
+        Example(
+            "import torch\nfrom transformers import TrainerCallback\n"
+            "class Cleanup(TrainerCallback):\n"
+            "    def on_epoch_end(self, args, state, control, **kwargs):\n"
+            "        torch.cuda.empty_cache()\n",
+            why="an epoch-end hook is a phase boundary, not a step",
+        ),
+        Example(
+            _TRAIN_LOOP.replace("        optimizer.zero_grad()\n",
+                                "        optimizer.zero_grad()\n        if step == 0 and epoch == 0:\n"
+                                "            torch.cuda.empty_cache()\n"),
+            why="once, after the first step (`step == 0 and epoch == 0`), not per step",
+        ),
         Example(
             _TRAIN_LOOP + "del optimizer\ngc.collect()\ntorch.cuda.empty_cache()\n",
             why="after the training loop: a phase boundary",
@@ -173,6 +191,51 @@ class EmptyCacheInLoop(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\nfrom transformers import TrainerCallback\n"
+            "class ClearCache(TrainerCallback):\n"
+            "    def on_step_end(self, args, state, control, **kwargs):\n"
+            "        torch.cuda.empty_cache()\n",
+            why="a callback's `on_step_end` runs every step; its loop is in the Trainer",
+            line=5,
+            fixed="import torch\nfrom transformers import TrainerCallback\n"
+            "class ClearCache(TrainerCallback):\n"
+            "    def on_step_end(self, args, state, control, **kwargs):\n"
+            "        pass\n",
+        ),
+        Example(
+            "import torch\nfrom transformers import Trainer\n"
+            "class MyTrainer(Trainer):\n"
+            "    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):\n"
+            "        outputs = model(**inputs)\n"
+            "        torch.cuda.empty_cache()\n"
+            "        return outputs.loss\n",
+            why="a Trainer subclass's `compute_loss` runs every step",
+            line=6,
+            fixed="import torch\nfrom transformers import Trainer\n"
+            "class MyTrainer(Trainer):\n"
+            "    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):\n"
+            "        outputs = model(**inputs)\n"
+            "        return outputs.loss\n",
+        ),
+        Example(
+            "import torch\n"
+            "class Runner:\n"
+            "    def train(self, loader):\n"
+            "        for batch_idx, batch in enumerate(loader):\n"
+            "            self.model(**batch).loss.backward()\n"
+            "            self.optimizer.step()\n"
+            "            if batch_idx % self.cache_clear_frequency == 0:\n"
+            "                torch.cuda.empty_cache()\n",
+            why="a frequency named after the cache is not an option that can be off: it runs every N steps",
+            line=8,
+            fixed="import torch\n"
+            "class Runner:\n"
+            "    def train(self, loader):\n"
+            "        for batch_idx, batch in enumerate(loader):\n"
+            "            self.model(**batch).loss.backward()\n"
+            "            self.optimizer.step()\n",
+        ),
         Example(
             "import gc\nimport torch\n"
             "for step, batch in enumerate(train_loader):\n"
@@ -260,36 +323,51 @@ class EmptyCacheInLoop(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
+        hooks = None
         if not _call_line_in_loop(ctx, "empty_cache"):
-            return  # most modules: no need for the module index
+            hooks = step_functions(ctx.document.tree, ctx.imports)
+            if not hooks:
+                return  # most modules: no need for the module index
         analysis = loop_analysis(ctx)
         src = ctx.source
         for site in ctx.index.calls_named(*EMPTY_CACHE):
             context = site.context
-            if not context.loops:
-                continue
-            loop = context.loops[-1]
-            kind = analysis.is_step_loop(loop)
-            if kind is None:
-                continue
-            chain = analysis.chain(context.stmt, loop)
+            if context.loops:
+                loop = context.loops[-1]
+                kind = analysis.is_step_loop(loop)
+                if kind is None:
+                    continue
+                where, related = f"the {kind} loop on line {loop.lineno}", Related(header_span(src, loop), f"the {kind} loop")
+                top = loop
+            else:  # a framework's per-step hook: its loop is in the library
+                if hooks is None:
+                    hooks = step_functions(ctx.document.tree, ctx.imports)
+                hook = hooks.get(id(context.function))
+                if hook is None:
+                    continue
+                where = hook.description
+                related = Related(src.span(*_def_range(src, hook.function)), "runs once per training step")
+                top = hook.function
+            chain = analysis.chain(context.stmt, top)
             if any(isinstance(node, ast.ExceptHandler) for node in chain):
                 continue  # out-of-memory recovery runs once, not every step
             branches = [node for node in chain if isinstance(node, ast.If)]
-            if any(any("cache" in word for word in identifiers(node.test)) for node in branches):
-                continue  # an explicit option: the user asked for it
+            if any(_cache_option(node.test) for node in branches):
+                continue  # an explicit option that can be off: the user asked for it
+            if any(_runs_once(node.test) for node in branches):
+                continue  # `if step == 0 and epoch == 0`: once, not per step
             if branches and self._phase_boundary(ctx, analysis, branches[0], context.stmt):
                 continue
-            how_often = "in a branch of" if branches else "every iteration of"
+            how_often = "in a branch of" if branches else ("every iteration of" if context.loops else "in")
             yield self.finding(
                 src.span_of_node(site.node),
-                f"`{src.node_text(site.node)}` runs {how_often} the {kind} loop on line {loop.lineno}: it "
+                f"`{src.node_text(site.node)}` runs {how_often} {where}: it "
                 "synchronises the GPU and gives cached blocks back to the driver, which the next step "
                 "must `cudaMalloc` again. It does not lower peak memory (tensors in use are not "
                 "cache), and the allocator already empties its cache and retries before it raises "
                 "out-of-memory. Keep it for phase boundaries (after training, between models).",
                 fix=self._fix(ctx, analysis, site),
-                related=[Related(header_span(src, loop), f"the {kind} loop")],
+                related=[related],
             )
 
     @staticmethod
@@ -359,6 +437,55 @@ def _delete_lines(src, stmts: list[ast.stmt]):
     start = src.line_starts[first - 1]
     end = src.line_starts[last] if last < rows else len(src.text)
     return python_edits.Edit(src.path, start, end, "")
+
+
+_STEP_HOOK = re.compile(
+    rb"def\s+(?:on_step_end|on_substep_end|on_step_begin|on_train_batch_end|on_train_batch_start|training_step"
+    rb"|compute_loss|on_after_backward|on_before_optimizer_step|on_optimizer_step|on_pre_optimizer_step)\s*\("
+)
+
+
+def _def_range(src, function) -> tuple[int, int]:
+    """From `def` to the end of its name: where a hook is shown."""
+    start = src.offset(function.lineno, function.col_offset)
+    line = src.line_text(function.lineno)
+    name_at = line.find(function.name, function.col_offset)
+    end = src.offset(function.lineno, name_at + len(function.name)) if name_at >= 0 else start
+    return start, end
+
+
+def _truth_operands(test: ast.expr) -> list[ast.expr]:
+    """The operands whose truth the condition tests: `a and not b` -> [a, b]."""
+    if isinstance(test, ast.BoolOp):
+        return [o for value in test.values for o in _truth_operands(value)]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _truth_operands(test.operand)
+    return [test]
+
+
+def _cache_option(test: ast.expr) -> bool:
+    """An option that switches the call on or off (`if args.empty_cache:`, `if
+    self.clear_cache and step % n == 0:`). A frequency alone (`if step % self.cache_every
+    == 0`) is always on: it does not count."""
+    for operand in _truth_operands(test):
+        if isinstance(operand, (ast.Name, ast.Attribute)) and any("cache" in w for w in identifiers(operand)):
+            return True
+        if isinstance(operand, ast.Compare) and not any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                                                        for n in ast.walk(operand)):
+            if any("cache" in w for w in identifiers(operand)):
+                return True  # `if args.empty_cache_mode != "never":`
+    return False
+
+
+def _runs_once(test: ast.expr) -> bool:
+    """`step == 0`, `batch_cnt == 1 and epoch == 0`: an equality with a constant and no
+    modulus, so the branch runs once, not every few steps."""
+    for operand in _truth_operands(test):
+        if (isinstance(operand, ast.Compare) and len(operand.ops) == 1 and isinstance(operand.ops[0], ast.Eq)
+                and isinstance(operand.comparators[0], ast.Constant) and isinstance(operand.comparators[0].value, int)
+                and not any(isinstance(n, ast.BinOp) for n in ast.walk(operand.left))):
+            return True
+    return False
 
 
 def _call_line_in_loop(ctx, word: str) -> bool:

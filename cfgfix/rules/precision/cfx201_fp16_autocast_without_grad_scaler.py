@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import ast
 from typing import Iterable
 
@@ -41,6 +43,9 @@ def _is_method_call(node: ast.AST, method: str) -> bool:
 
 def _before(a: ast.AST, b: ast.AST) -> bool:
     return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)
+
+
+_SCALER_USE = re.compile(rb"caler\w*\s*[(.\[]|caler\w*\s*=")
 
 
 @register
@@ -111,9 +116,11 @@ class Fp16AutocastWithoutGradScaler(Rule):
     severity = Severity.ERROR
     fix_availability = "none"
     triggers = ((b".backward(",), (b"autocast",))
-    # Any scaler in the file (GradScaler, a NativeScaler wrapper, `loss_scaler`, `self.scaler`)
-    # means the loss may be scaled: the rule cannot match, so the file is not parsed for it.
-    trigger_check = staticmethod(lambda data: b"caler" not in data)
+    # A scaler used in the file (GradScaler, a NativeScaler wrapper, `loss_scaler(...)`,
+    # `self.scaler.scale(...)`) means the loss may be scaled: the rule cannot match, so the
+    # file is not parsed for it. A name that is only imported (`from torch.cuda.amp import
+    # autocast, GradScaler`) and never called does not scale anything.
+    trigger_check = staticmethod(lambda data: _SCALER_USE.search(data) is None)
 
     VALID = [
         Example(
@@ -279,6 +286,22 @@ class Fp16AutocastWithoutGradScaler(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "from torch.cuda.amp import autocast, GradScaler\n"
+            "class Trainer:\n"
+            "    def __init__(self, model, optimizer):\n"
+            "        self.model, self.optimizer = model, optimizer\n"
+            "        self.use_amp = True\n"
+            "    def train_epoch(self, loader):\n"
+            "        for batch in loader:\n"
+            "            with autocast(enabled=self.use_amp):\n"
+            "                loss = self.model(batch).mean()\n"
+            "            loss.backward()\n"
+            "            self.optimizer.step()\n",
+            why="a trainer class: `enabled` set once in `__init__`, GradScaler imported but never built",
+            line=9,
+        ),
         Example(
             "import torch\n"
             "for x, y in loader:\n"

@@ -22,8 +22,8 @@ def dtype_origin(src, source) -> tuple[str, Related]:
     state = source.state
     if state.cast_by is None:
         load = state.load
-        text = f"loaded with `{src.node_text(load.dtype_keyword)}` on line {load.line}"
-        return text, Related(src.span_of_node(load.call), f"loaded in {state.dtype} here")
+        text = f"loaded with `{(load.source or src).node_text(load.dtype_keyword)}` on {load.where}"
+        return text, Related((load.source or src).span_of_node(load.call), f"loaded in {state.dtype} here")
     cast = state.cast_by
     method = src.node_text(cast)[len(src.node_text(cast.func.value)):]
     text = f"cast with `{' '.join(method.split())}` on line {cast.lineno}"
