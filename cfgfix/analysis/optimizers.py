@@ -262,6 +262,8 @@ class _Builder:
             callee = _last_name(other.name) or ""
             if _HARMLESS_FOR_OPTIMIZER.search(callee):
                 continue
+            if other.method in ("step", "unscale_") and "scaler" in (other.receiver or "").rsplit(".", 1)[-1].lower():
+                continue  # GradScaler.step(opt) calls opt.step(): it owns no precision
             local = self._local_functions(other)
             if local and not _calls_owner(self.index, local):
                 continue  # this module's own training loop

@@ -184,6 +184,23 @@ class GradScalerWithFp16Params(Rule):
     INVALID = [
         Example(
             "import torch\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "class SFTTrainer:\n"
+            "    def __init__(self, args):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(args.model).half().cuda()\n"
+            "        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr)\n"
+            "        self.scaler = torch.amp.GradScaler('cuda')\n"
+            "    def step(self, batch):\n"
+            "        with torch.autocast('cuda', dtype=torch.float16):\n"
+            "            loss = self.model(**batch).loss\n"
+            "        self.scaler.scale(loss).backward()\n"
+            "        self.scaler.step(self.optimizer)\n"
+            "        self.scaler.update()\n",
+            why="a trainer class builds the scaler in `__init__` and steps it in another method",
+            line=12,
+        ),
+        Example(
+            "import torch\n"
             "model = Net().cuda().half()\n"
             "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
             "scaler = torch.cuda.amp.GradScaler()\n"
@@ -226,12 +243,14 @@ class GradScalerWithFp16Params(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         facts = AmpFacts.of(ctx)
-        scopes = {id(s.function): s.function for s in facts.scalers if s.enabled is True and s.key}
-        for function in scopes.values():
-            if not _changes_trainable_params(scope_body(ctx, function)):
-                yield from self._scope(ctx, function, facts)
+        scopes = {id(s.function): s for s in facts.scalers if s.enabled is True and s.key}
+        for scaler in scopes.values():
+            function = scaler.function
+            body = scope_body(ctx, function) + _later_methods(ctx, scaler)
+            if not _changes_trainable_params(body):
+                yield from self._scope(ctx, function, facts, body)
 
-    def _scope(self, ctx, function, facts: AmpFacts) -> Iterator[Finding]:
+    def _scope(self, ctx, function, facts: AmpFacts, body: list | None = None) -> Iterator[Finding]:
         """One pass over a scope's statements in source order. Casts to float16 count only
         when unconditional; anything that may undo them (a cast back, the model handed to
         other code, a rebinding) counts wherever it is."""
@@ -269,7 +288,7 @@ class GradScalerWithFp16Params(Rule):
                 if opt.attached == key:
                     opt.attached = None  # the optimizer keeps the old module's parameters
 
-        for stmt, guarded in guarded_statements(scope_body(ctx, function)):
+        for stmt, guarded in guarded_statements(body if body is not None else scope_body(ctx, function)):
             for call in _calls_in(stmt):
                 func = call.func
                 receiver = dotted(func.value) if isinstance(func, ast.Attribute) else None
@@ -442,3 +461,20 @@ def _optimized_model(ctx, value: ast.expr) -> str | None:
         elif not (isinstance(func, ast.Name) and func.id in ("filter", "list", "tuple")):
             return None
     return model
+
+
+def _later_methods(ctx, scaler) -> list[ast.stmt]:
+    """A trainer class builds `self.scaler` in one method and steps it in others: their
+    statements follow the building method's, as one pass would see them at run time."""
+    if not (scaler.key or "").startswith("self.") or scaler.function is None:
+        return []
+    context = ctx.index.contexts.get(id(scaler.function))
+    cls = context.classdef if context is not None else None
+    if cls is None:
+        return []
+    later = []
+    for method in cls.body:
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method is not scaler.function:
+            if any(dotted(n) == scaler.key for n in ast.walk(method) if isinstance(n, ast.Attribute)):
+                later.extend(method.body)
+    return later
