@@ -264,8 +264,8 @@ class Linter:
         ctx = PythonContext(document, versions, path=sf.path, project=self.modules)
         result = FileResult()
         self._run(rules, ctx, sf, result)
-        if "models" in ctx.__dict__ and ctx.models.deps:  # the model analysis followed imports
-            result.deps = _dependency_hashes(ctx.models.deps, self.modules.root)
+        if "functions" in ctx.__dict__ and ctx.functions.deps:  # an analysis followed imports
+            result.deps = _dependency_hashes(sorted(ctx.functions.deps), self.modules.root)
         return result
 
     def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1,

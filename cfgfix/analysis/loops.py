@@ -44,7 +44,7 @@ _MODEL_WORDS = ("model", "ckpt", "checkpoint")
 def loop_analysis(ctx) -> LoopAnalysis:
     analysis = ctx.notes.get(NOTE)
     if analysis is None:
-        analysis = ctx.notes[NOTE] = LoopAnalysis(ctx.index)
+        analysis = ctx.notes[NOTE] = LoopAnalysis(ctx.index, ctx.functions)
     return analysis
 
 
@@ -116,7 +116,8 @@ def _first_arg(call: ast.Call | None, keyword: str) -> ast.AST | None:
 
 
 class LoopAnalysis:
-    def __init__(self, index: ModuleIndex) -> None:
+    def __init__(self, index: ModuleIndex, functions=None) -> None:
+        self.functions = functions  # `analysis.models.FunctionTable`: the project's functions
         self.index = index
         self.imports = index.imports
         self._direct: dict[int, list[CallSite]] = {}
@@ -176,12 +177,33 @@ class LoopAnalysis:
         return names
 
     def calls_step_function(self, site: CallSite) -> bool:
-        if not self.step_functions:
-            return False
         func = site.node.func
-        if isinstance(func, ast.Name):
-            return func.id in self.step_functions
-        return site.receiver in ("self", "cls") and site.method in self.step_functions
+        if self.step_functions:
+            if isinstance(func, ast.Name) and func.id in self.step_functions:
+                return True
+            if site.receiver in ("self", "cls") and site.method in self.step_functions:
+                return True
+        if isinstance(func, ast.Name) and self.functions is not None:
+            found = self.functions.lookup(func, None)  # a step function in another module
+            if found is not None and found[0] is not self.functions:
+                return _runs_step(found[1])
+        return False
+
+    def returns_graph(self, call: ast.Call) -> bool:
+        """A call of the project's own function that returns a loss with its graph
+        (`loss = train_one_step(model, batch)`, `return outputs.loss`)."""
+        if self.functions is None:
+            return False
+        found = self.functions.lookup(call.func, None)
+        if found is None or not isinstance(found[1], Function):
+            return False
+        table, func, _ = found
+        key = ("returns-graph", id(func))
+        cache = table.__dict__.setdefault("_loop_notes", {})
+        if key not in cache:
+            cache[key] = False  # recursion: unknown while computed
+            cache[key] = _function_returns_graph(func, table)
+        return cache[key]
 
     @cached_property
     def known_modules(self) -> set[str]:
@@ -603,12 +625,19 @@ def graph_origin(analysis, flow: ScopeFlow, expr: ast.AST, at: ast.stmt, region:
             return again(func.value, at)
         if is_loss_call(expr, imports):
             return expr
+        if analysis is None:  # the cheap first look: a plain function's result may be a loss
+            return expr if isinstance(func, ast.Name) and func.id not in _NOT_LOSS_BUILTINS else None
+        if analysis.returns_graph(expr):
+            return expr
         return None
     if isinstance(expr, ast.BinOp):
         return again(expr.left, at) or again(expr.right, at)
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
         return again(expr.operand, at)
     return None
+
+
+_NOT_LOSS_BUILTINS = frozenset({"float", "int", "round", "len", "str", "sum", "max", "min", "abs", "list", "dict", "tuple"})
 
 
 def _forward_like(call: ast.Call, analysis) -> bool:
@@ -756,3 +785,56 @@ def statements_in_loops(tree: ast.Module):
                         stack.append((child, function, child_outer))
                     else:  # except handlers, match cases
                         stack.extend((c, function, child_outer) for c in reversed(child.body))
+
+
+def _runs_step(func: ast.AST) -> bool:
+    """A function that runs one training step itself: a backward pass or an optimizer
+    step outside any loop of its own."""
+    for node in _walk_outside_loops(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            receiver = last_part(dotted(node.func.value))
+            if method in ("backward", "manual_backward") or (
+                    method == "step" and _OPTIMIZER.search(receiver or "")):
+                return True
+    return False
+
+
+def _walk_outside_loops(func: ast.AST):
+    stack = list(getattr(func, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*Loop, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _function_returns_graph(func: ast.AST, table) -> bool:
+    """Every value the function returns carries an autograd graph (a loss, an output's
+    `.loss`, a criterion's result), by the same analysis the caller's loop gets."""
+    index = table.__dict__.get("_loop_index")
+    if index is None:
+        index = table._loop_index = ModuleIndex.build(table.tree, table.imports)
+    analysis = LoopAnalysis(index, table)
+    flow = ScopeFlow(func.body)
+    returns = [n for n in _walk_outside_defs(func) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    for ret in returns:
+        value = ret.value
+        if isinstance(value, ast.Tuple) and value.elts:
+            value = value.elts[0]  # `return loss, logits`
+        if graph_origin(analysis, flow, value, ret, func, table.imports) is None:
+            return False
+    return True
+
+
+def _walk_outside_defs(func: ast.AST):
+    stack = list(getattr(func, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))

@@ -162,6 +162,7 @@ def analyze_models(
     imports: ImportMap | None = None,
     project=None,
     path=None,
+    functions: FunctionTable | None = None,
 ) -> ModelAnalysis:
     """Model loads and the casts and moves applied to them, in one module. With `project`
     (an `analysis.project_modules.ProjectModules`) and the module's `path`, functions
@@ -169,7 +170,7 @@ def analyze_models(
     files read)."""
     imports = imports or ImportMap(tree)
     analysis = ModelAnalysis(imports=imports, tree=tree)
-    functions = FunctionTable(tree, imports, project, path)
+    functions = functions or FunctionTable(tree, imports, project, path)
     survey = _Survey(tree, text, functions.loader_names(text))
     if not survey.load_scopes:
         analysis.deps = sorted(functions.deps)

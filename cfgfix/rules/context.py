@@ -33,11 +33,19 @@ class PythonContext:
         return ImportMap(self.document.tree)
 
     @cached_property
+    def functions(self):
+        """This module's functions and those it imports from the project, with summaries
+        (shared by the model and loop analyses; `deps` lists the other files read)."""
+        from cfgfix.analysis.models import FunctionTable
+
+        return FunctionTable(self.document.tree, self.imports, self.project, self.path)
+
+    @cached_property
     def models(self):
         """Model loads and the casts/moves applied to them (CFX1xx)."""
         from cfgfix.analysis.models import analyze_models
 
-        return analyze_models(self.document.tree, self.source.text, self.imports, self.project, self.path)
+        return analyze_models(self.document.tree, self.source.text, self.imports, functions=self.functions)
 
     @cached_property
     def index(self):

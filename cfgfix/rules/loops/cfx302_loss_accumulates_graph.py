@@ -39,8 +39,32 @@ _LOSS_BUILDER_DEF = re.compile(rb"(?:async\s+)?def\s+(?:forward|__call__|\w*(?:l
 
 def _may_accumulate_loss(data: bytes) -> bool:
     """Text only: a line that accumulates into a plain name (`+=`, `.append(`, `x = x + ...`)
-    a value that mentions a loss, inside a `for`/`while` block by indentation. (`bytes.find`
-    per word, then a match per line: much faster than a multi-line regex over large files.)"""
+    a value that mentions a loss, inside a `for`/`while` block by indentation; or a name
+    bound from a call (`cost = train_step(...)` ... `avg_cost += cost`), whose origin the
+    analysis decides. (`bytes.find` per word, then a match per line: much faster than a
+    multi-line regex over large files.)"""
+    return _loss_word_accumulated(data) or _call_result_accumulated(data)
+
+
+_ACCUMULATE_NAME = re.compile(rb"^[ \t]*\w+[ \t]*\+=[ \t]*(\w+)[ \t]*(?:#[^\n]*)?$", re.MULTILINE)
+
+
+def _call_result_accumulated(data: bytes) -> bool:
+    """`avg_cost += cost` in a loop, where `cost = <name>(...)` somewhere: the value of a
+    function's call, which may return a loss whatever it is called."""
+    if b".backward(" not in data and b" import " not in data:
+        return False
+    for match in _ACCUMULATE_NAME.finditer(data):
+        name = match.group(1)
+        if re.search(rb"\b" + re.escape(name) + rb"[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_][\w.]*\(", data):
+            start = data.rfind(b"\n", 0, match.start()) + 1
+            line = data[start:data.find(b"\n", match.end()) if data.find(b"\n", match.end()) >= 0 else len(data)]
+            if in_loop_text(data, start, line.rstrip(b"\r"), _LOSS_BUILDER_DEF):
+                return True
+    return False
+
+
+def _loss_word_accumulated(data: bytes) -> bool:
     for word in _LOSS_WORDS:
         pos = data.find(word)
         while pos >= 0:
@@ -179,10 +203,25 @@ class LossAccumulatesGraph(Rule):
     severity = Severity.WARNING
     fix_availability = "safe"
     # "oss": loss, Loss, cross_entropy in one scan
-    triggers = ((b"oss", b"criterion"), (b"+", b".append("), LOOP_WORDS)
+    triggers = ((b"oss", b"criterion", b"+="), (b"+", b".append("), LOOP_WORDS)
     trigger_check = staticmethod(_may_accumulate_loss)
 
     VALID = [
+        Example(
+            "import torch\n"
+            "from engine.steps import train_one_step\n"
+            "def run(model, loader, optimizer):\n"
+            "    avg_cost = 0\n"
+            "    for batch in loader:\n"
+            "        cost = train_one_step(model, batch, optimizer)\n"
+            "        avg_cost += cost\n",
+            why="the step function returns `loss.item()`, a number",
+            files={"engine/__init__.py": "", "engine/steps.py": "def train_one_step(model, batch, optimizer):\n"
+                   "    loss = model(**batch).loss\n"
+                   "    loss.backward()\n"
+                   "    optimizer.step()\n"
+                   "    return loss.item()\n"},
+        ),
         Example(
             "total = 0.0\nfor batch in loader:\n    loss = model(**batch).loss\n    loss.backward()\n"
             "    total += loss.item()\nprint(total)\n",
@@ -294,6 +333,31 @@ class LossAccumulatesGraph(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "from engine.steps import train_one_step\n"
+            "def run(model, loader, optimizer):\n"
+            "    avg_cost = 0\n"
+            "    for batch in loader:\n"
+            "        cost = train_one_step(model, batch, optimizer)\n"
+            "        avg_cost += cost\n"
+            "    print(avg_cost / len(loader))\n",
+            why="the loss comes back from a step function in another module, under another name",
+            line=7,
+            files={"engine/__init__.py": "", "engine/steps.py": "def train_one_step(model, batch, optimizer):\n"
+                   "    loss = model(**batch).loss\n"
+                   "    loss.backward()\n"
+                   "    optimizer.step()\n"
+                   "    return loss\n"},
+            fixed="import torch\n"
+            "from engine.steps import train_one_step\n"
+            "def run(model, loader, optimizer):\n"
+            "    avg_cost = 0\n"
+            "    for batch in loader:\n"
+            "        cost = train_one_step(model, batch, optimizer)\n"
+            "        avg_cost += cost.item()\n"
+            "    print(avg_cost / len(loader))\n",
+        ),
         Example(
             "import torch\n"
             "losses = []\n"
@@ -412,7 +476,8 @@ class LossAccumulatesGraph(Rule):
             method = self._accumulator(analysis, flow, context, acc, context.loops[-1], imports)
             if method is None:
                 continue
-            no_backward = not analysis.backward_sites(context.function)
+            no_backward = not analysis.backward_sites(context.function) and not any(
+                analysis.calls_step_function(site) for site in analysis.calls_within(context.loops[0]))
             yield self._report(ctx, stmt, acc, value, origin, method, no_backward)
 
     @staticmethod
