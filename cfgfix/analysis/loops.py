@@ -37,7 +37,9 @@ _MODEL_LOADS = frozenset({
     "load_model", "load_adapter",
 })
 _MODEL_LOAD_NAMES = frozenset({"torch.load", "safetensors.torch.load_file"})
-_BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examples")
+_BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examples", "chunk", "micro", "mini")
+# `range(int(bs / fbs))`, `range(0, n, mbs)`: batch sizes by their usual short names.
+_BATCH_SIZE_NAME = re.compile(r"^[a-z]?[a-z]?bs$|_bs$|^bsz$")
 _MODEL_WORDS = ("model", "ckpt", "checkpoint")
 
 
@@ -67,6 +69,8 @@ def is_optimizer_step(site: CallSite) -> bool:
     """`optimizer.step()`, `scaler.step(opt)`, `model_engine.step()`, `*.zero_grad()`."""
     if site.method == "zero_grad":
         return True
+    if site.method == "train_batch":  # DeepSpeed's PipelineEngine: forward, backward and step
+        return "engine" in last_part(site.receiver).lower()
     return site.method == "step" and bool(_OPTIMIZER.search(last_part(site.receiver)))
 
 
@@ -237,13 +241,61 @@ class LoopAnalysis:
         )
 
     def runs_forward(self, loop: ast.stmt) -> bool:
-        return any(self.is_forward(site, generate=True) for site in self.direct_calls(loop))
+        return any(
+            self.is_forward(site, generate=True) or self.calls_forward_function(site) for site in self.direct_calls(loop)
+        )
+
+    @cached_property
+    def forward_functions(self) -> set[str]:
+        """Names of this module's functions and methods that run a forward pass themselves
+        (`def compute_logprobs(self, model, batch): out = model(**batch) ...`)."""
+        names = set()
+        for site in self.index.calls:
+            func = site.context.function
+            if isinstance(func, Function) and self.is_forward(site):
+                names.add(func.name)
+        return names
+
+    def calls_forward_function(self, site: CallSite) -> bool:
+        func = site.node.func
+        if isinstance(func, ast.Name):
+            return func.id in self.forward_functions
+        return site.receiver in ("self", "cls") and site.method in self.forward_functions
+
+    def step_callers(self, function: ast.AST) -> list[tuple[CallSite, ast.stmt, str]]:
+        """Where this module calls `function` once per step: (the call, its step loop, the
+        loop's kind), for a plain function (`cleanup()`) or a method of the same class
+        (`self._cleanup_memory()`)."""
+        if not isinstance(function, Function):
+            return []
+        out = []
+        for site in self.index.calls:
+            func = site.node.func
+            if isinstance(func, ast.Name) and func.id == function.name:
+                pass
+            elif site.receiver in ("self", "cls") and site.method == function.name:
+                if site.context.classdef is None or site.context.classdef is not self._class_of(function):
+                    continue
+            else:
+                continue
+            loops = site.context.loops
+            if not loops:
+                continue
+            kind = self.is_step_loop(loops[-1])
+            if kind is not None:
+                out.append((site, loops[-1], kind))
+        return out
+
+    def _class_of(self, function: ast.AST):
+        context = self.index.contexts.get(id(function))
+        return context.classdef if context is not None else None
 
     def iterates_batches(self, loop: ast.stmt) -> bool:
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
         words = identifiers(loop.iter) + identifiers(loop.target)
-        return any(w in word for word in words for w in _BATCH_WORDS)
+        return any(w in word for word in words for w in _BATCH_WORDS) or any(
+            _BATCH_SIZE_NAME.search(word) for word in identifiers(loop.iter))
 
     def iterates_models(self, loop: ast.stmt) -> bool:
         """A loop over models or checkpoints: it loads one per iteration, deletes one, or

@@ -318,6 +318,7 @@ class FunctionTable:
         self.deps: set[str] = set()
         self.bindings = CallBindings()
         self._consts: dict | None = None
+        self._default_dtype: bool | None = None
 
     @property
     def consts(self) -> dict[str, ast.expr]:
@@ -400,6 +401,39 @@ class FunctionTable:
                     node = table.defs.get(func.attr)
                     if node is not None:
                         return table, node, False
+        return None
+
+    @property
+    def default_dtype_changed(self) -> bool:
+        """`torch.set_default_dtype(...)` / `set_default_tensor_type(...)` in the module: a
+        load without a dtype then materialises that dtype, not the library's default."""
+        if self._default_dtype is None:
+            self._default_dtype = any(
+                isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
+                and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id)
+                in ("set_default_dtype", "set_default_tensor_type")
+                for n in ast.walk(self.tree)
+            )
+        return self._default_dtype
+
+    def class_library(self, node: ast.expr, depth: int = 0) -> str | None:
+        """"transformers" or "diffusers" for a model class the project defines on top of a
+        library's base (`class ChatGLMForConditionalGeneration(ChatGLMPreTrainedModel)`,
+        `ChatGLMPreTrainedModel(PreTrainedModel)`): its `from_pretrained` is the library's."""
+        if depth > 4:
+            return None
+        found = self.lookup(node, None) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        table, cls, _ = found
+        for base in cls.bases:
+            qualified = table.imports.qualify(base) or ""
+            root = qualified.split(".")[0]
+            if "." in qualified and root in _LIBRARIES:
+                return _LIBRARIES[root]
+            inner = table.class_library(base, depth + 1)
+            if inner is not None:
+                return inner
         return None
 
     # -- summaries -------------------------------------------------------------------------
@@ -490,9 +524,24 @@ def _merge_values(a, b):
     if isinstance(a, ModelState) and isinstance(b, ModelState) and a.load == b.load:
         same = a.dtype == b.dtype
         return ModelState(a.load, a.dtype if same else None, a.cast_by if same and a.cast_by == b.cast_by else None)
+    if isinstance(a, ModelState) and isinstance(b, ModelState) and _alike(a.load, b.load):
+        # Two loads, one per branch (`if "qwen" in name: ... else: ...`), that agree on all a
+        # rule asks of a load: the first stands for both; the dtype only where both agree.
+        same = a.dtype == b.dtype and a.cast_by is None and b.cast_by is None
+        return ModelState(a.load, a.dtype if same else None, None)
     if isinstance(a, TupleState) and isinstance(b, TupleState) and len(a.items) == len(b.items):
         return TupleState(tuple(_merge_values(x, y) for x, y in zip(a.items, b.items)))
     return None
+
+
+def _alike(a, b) -> bool:
+    """Loads that no rule can tell apart: same library, placement, quantization."""
+    if isinstance(a, ParamLoad) or isinstance(b, ParamLoad):
+        return False
+    def placement(load):
+        return None if load.device_map is None else (load.device_map.kind, load.device_map.offload)
+    return (a.library, a.quantized, a.quant_keywords, a.pipeline, a.hidden_kwargs, placement(a), a.path) == (
+        b.library, b.quantized, b.quant_keywords, b.pipeline, b.hidden_kwargs, placement(b), b.path)
 
 
 def instantiate(summary, positional: list, named: dict, foreign: bool):
@@ -631,10 +680,13 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
         for key, places in assigned.items():
             if key in after_init:
                 seeds[key] = after_init[key]
-            elif len(places) == 1 and places[0][0] is not method and places[0][1] is not None:
-                state = _Walker(ModelAnalysis(analysis.imports), resolver, {}, cls=cls).expr(places[0][1], {})
-                if isinstance(state, ModelState) and not isinstance(state.load, ParamLoad):
-                    seeds[key] = ModelState(state.load, dtype=None)
+            elif places and all(place is not method and value is not None for place, value in places):
+                # Assigned only in other methods (`model_init()` loads it, one branch per
+                # family): if every assignment is a load no rule can tell apart, this method
+                # sees that load, with an unknown dtype (another method may have cast it).
+                state = _class_attribute_state(analysis, resolver, cls, [value for _, value in places])
+                if state is not None:
+                    seeds[key] = state
         _analyze_function(method, analysis, resolver, seeds, cls)
         for node in ast.walk(method):  # nested functions inside methods
             if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -649,6 +701,19 @@ def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelS
         if isinstance(state, ModelState) and not isinstance(state.load, ParamLoad):
             seeds[prefix + name] = ModelState(state.load, dtype=None)
     return seeds
+
+
+def _class_attribute_state(analysis, resolver, cls, values) -> ModelState | None:
+    merged = None
+    for value in values:
+        state = _Walker(ModelAnalysis(analysis.imports), resolver, {}, cls=cls).expr(value, {})
+        if not isinstance(state, ModelState) or isinstance(state.load, ParamLoad):
+            return None
+        state = ModelState(state.load, None)
+        merged = state if merged is None else _merge_values(merged, state)
+        if merged is None:
+            return None
+    return merged
 
 
 def _analyze_function(func, analysis, resolver, seeds, cls: ast.ClassDef | None = None,
@@ -670,6 +735,9 @@ class _Resolver:
         self.imports = imports
         self.consts = consts
         self.functions = functions
+
+    def default_dtype_changed(self) -> bool:
+        return self.functions is not None and self.functions.default_dtype_changed
 
     def deref(self, node: ast.expr, depth: int = 0) -> ast.expr:
         while isinstance(node, ast.Name) and node.id in self.consts and depth < 5:
@@ -768,10 +836,13 @@ class _Resolver:
             device_map = DeviceMap("unknown", False, call)
         quantized = None if pipeline else self.quantization(keywords)
         quant_keywords = any(k in keywords for k in ("load_in_4bit", "load_in_8bit", "quantization_config"))
+        library = _LIBRARIES.get(owner.split(".")[0]) if owner and "." in owner else None
+        if library is None and self.functions is not None:
+            library = self.functions.class_library(func.value)  # the project's own model class
         origin = self.functions.origin if self.functions is not None else None
         return ModelLoad(
             call, class_name, dtype, dtype_kw, device_map, quantized, hidden, pipeline,
-            _LIBRARIES.get(owner.split(".")[0]) if owner and "." in owner else None, quant_keywords,
+            library, quant_keywords,
             origin.display if origin is not None else None, origin.source_text() if origin is not None else None,
         )
 
@@ -938,7 +1009,8 @@ class _Walker:
             self.args(call, env)
             if not any(known.call is call for known in self.analysis.loads):
                 self.analysis.loads.append(load)
-            return ModelState(load, load.dtype if load.dtype in DTYPE_ALIASES.values() else ("default" if load.dtype is None else None))
+            default = "default" if not self.resolver.default_dtype_changed() else None
+            return ModelState(load, load.dtype if load.dtype in DTYPE_ALIASES.values() else (default if load.dtype is None else None))
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)
             key = dotted(func.value)

@@ -7,7 +7,7 @@ import re
 from typing import Iterable
 
 from cfgfix.analysis.loop_text import LOOP_WORDS, header_span, in_loop_text
-from cfgfix.analysis.loops import identifiers, last_part, loop_analysis
+from cfgfix.analysis.loops import _MODEL_LOADS, identifiers, last_part, loop_analysis, module_like
 from cfgfix.analysis.names import dotted, iter_statements
 from cfgfix.analysis.steps import step_functions
 from cfgfix.analysis.structure import Loop
@@ -100,7 +100,10 @@ class EmptyCacheInLoop(Rule):
     severity = Severity.WARNING
     fix_availability = "safe"
     triggers = ((b"empty_cache",),)
-    trigger_check = staticmethod(lambda data: _word_in_loop_text(data, b"empty_cache") or _STEP_HOOK.search(data) is not None)
+    trigger_check = staticmethod(
+        lambda data: _word_in_loop_text(data, b"empty_cache") or _STEP_HOOK.search(data) is not None
+        or _helper_called_in_loop(data, b"empty_cache")
+    )
 
     VALID = [
         Example(
@@ -326,7 +329,7 @@ class EmptyCacheInLoop(Rule):
         hooks = None
         if not _call_line_in_loop(ctx, "empty_cache"):
             hooks = step_functions(ctx.document.tree, ctx.imports)
-            if not hooks:
+            if not hooks and not _helper_called_in_loop(ctx.source.text.encode("utf-8"), b"empty_cache"):
                 return  # most modules: no need for the module index
         analysis = loop_analysis(ctx)
         src = ctx.source
@@ -339,15 +342,22 @@ class EmptyCacheInLoop(Rule):
                     continue
                 where, related = f"the {kind} loop on line {loop.lineno}", Related(header_span(src, loop), f"the {kind} loop")
                 top = loop
-            else:  # a framework's per-step hook: its loop is in the library
+            else:  # a framework's per-step hook, or a helper a step loop calls
                 if hooks is None:
                     hooks = step_functions(ctx.document.tree, ctx.imports)
                 hook = hooks.get(id(context.function))
-                if hook is None:
-                    continue
-                where = hook.description
-                related = Related(src.span(*_def_range(src, hook.function)), "runs once per training step")
-                top = hook.function
+                if hook is not None:
+                    where = hook.description
+                    related = Related(src.span(*_def_range(src, hook.function)), "runs once per training step")
+                else:
+                    callers = analysis.step_callers(context.function)
+                    if not callers or _runs_a_phase(ctx, analysis, context.function):
+                        continue
+                    caller, loop, kind = callers[0]
+                    where = (f"`{context.function.name}()`, which the {kind} loop on line {loop.lineno} calls "
+                             f"every iteration (line {caller.node.lineno})")
+                    related = Related(src.span_of_node(caller.node), f"called every iteration of the {kind} loop")
+                top = context.function
             chain = analysis.chain(context.stmt, top)
             if any(isinstance(node, ast.ExceptHandler) for node in chain):
                 continue  # out-of-memory recovery runs once, not every step
@@ -443,6 +453,34 @@ _STEP_HOOK = re.compile(
     rb"def\s+(?:on_step_end|on_substep_end|on_step_begin|on_train_batch_end|on_train_batch_start|training_step"
     rb"|compute_loss|on_after_backward|on_before_optimizer_step|on_optimizer_step|on_pre_optimizer_step)\s*\("
 )
+
+
+_DEF = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+
+
+def _helper_called_in_loop(data: bytes, word: bytes) -> bool:
+    """Text only: `word` inside a function whose name is called on a line inside a loop
+    (`def _cleanup_memory(self): ... empty_cache()` and `while ...: self._cleanup_memory()`)."""
+    pos = data.find(word)
+    while pos >= 0:
+        heads = [m for m in _DEF.finditer(data, 0, pos)]
+        if heads:
+            name = heads[-1].group(1) + b"("
+            if _word_in_loop_text(data, name):
+                return True
+        pos = data.find(word, pos + 1)
+    return False
+
+
+def _runs_a_phase(ctx, analysis, function) -> bool:
+    """A helper with a loop of its own, or one that loads or deletes a model, is a whole
+    phase (evaluate a checkpoint, then free it): its `empty_cache()` is a boundary."""
+    for node in ast.walk(function):
+        if isinstance(node, Loop):
+            return True
+        if isinstance(node, ast.Delete) and any(module_like(dotted(t)) for t in node.targets):
+            return True
+    return any(site.method in _MODEL_LOADS for site in ctx.index.calls_within(function))
 
 
 def _def_range(src, function) -> tuple[int, int]:
