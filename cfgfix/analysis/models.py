@@ -171,6 +171,8 @@ def analyze_models(
     imports = imports or ImportMap(tree)
     analysis = ModelAnalysis(imports=imports, tree=tree)
     functions = functions or FunctionTable(tree, imports, project, path)
+    if functions.text is None:
+        functions.text = text
     survey = _Survey(tree, text, functions.loader_names(text))
     if not survey.load_scopes:
         analysis.deps = sorted(functions.deps)
@@ -236,6 +238,7 @@ _PREPARE_METHODS = {"prepare", "prepare_model", "unwrap_model", "setup", "setup_
 # Methods of a (PEFT) model that return the base model with its placement.
 _BASE_MODEL_METHODS = {"merge_and_unload", "get_base_model", "unload"}
 PARAM_DTYPE = "<param>"  # a parameter's dtype, untouched by the function
+_WRAPPER_NAMES = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize", "prepare", "compile"}
 
 
 def wrapper_kind(qualified: str | None) -> str | None:
@@ -319,6 +322,14 @@ class FunctionTable:
         self.bindings = CallBindings()
         self._consts: dict | None = None
         self._default_dtype: bool | None = None
+        self._self_attributes: dict[tuple[int, int], set[str] | None] = {}
+        self._mentions: dict[int, bool] = {}
+        self._loader_callees: frozenset[str] | None = None
+        self.text: str | None = None  # the module's source, when the caller has it
+        self._line_starts: list[int] | None = None
+        # What a project module must mention to be worth parsing: a model load or wrapper,
+        # or a training step (a step function, a returned loss).
+        self.needs = (b"from_pretrained", b"get_peft_model", b"backward(", b"loss")
 
     @property
     def consts(self) -> dict[str, ast.expr]:
@@ -332,15 +343,29 @@ class FunctionTable:
         names = set()
         if text is not None and _LOAD_CALL.search(text):
             for node in iter_statements(self.tree.body):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _mentions_load(node):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and self.mentions_load(node):
                     names.add(node.name)
-        if self.project is not None and self.path is not None and self.depth < self.MAX_DEPTH:
-            for local in list(self.imports.relative) + [n for n, q in self.imports.aliases.items() if "." in q]:
-                if self._imported(local) is not None:
+        if self.project is not None and self.path is not None and self.depth < self.MAX_DEPTH and text is not None:
+            # Imported functions whose result this module binds to a model-like name
+            # (`model = build_model(cfg)`): the same test as the prefilter's.
+            from cfgfix.analysis.project_modules import model_assignment_callees
+
+            callees = model_assignment_callees(text.encode("utf-8", "surrogatepass"))
+            for local in callees:
+                if (local in self.imports.relative or "." in self.imports.aliases.get(local, "")) and self._resolves(local):
                     names.add(local)
         return names
 
     # -- looking a callee up ---------------------------------------------------------------
+    def _resolves(self, local: str) -> bool:
+        """Whether a name is imported from a project file (a path lookup, no parse)."""
+        if local in self.imports.relative:
+            level, module, _ = self.imports.relative[local]
+            return self.project.resolve(self.path, module, level) is not None
+        qualified = self.imports.aliases.get(local, "")
+        module = qualified.rpartition(".")[0]
+        return bool(module) and self.project.resolve(self.path, module, 0) is not None
+
     def _imported(self, local: str) -> tuple[FunctionTable, str] | None:
         """(the project module's table, the name in it) for a name imported from the
         project: `from models.build import build_model`, `from .utils import load`."""
@@ -364,7 +389,7 @@ class FunctionTable:
         if key not in self._tables:
             self._tables[key] = None
             target = self.project.resolve(self.path, module, level)
-            parsed = self.project.parse(target) if target is not None else None
+            parsed = self.project.parse(target, self.needs) if target is not None else None
             if parsed is not None:
                 self.deps.add(str(target))
                 table = parsed.notes.get("function-table")
@@ -408,7 +433,8 @@ class FunctionTable:
         """`torch.set_default_dtype(...)` / `set_default_tensor_type(...)` in the module: a
         load without a dtype then materialises that dtype, not the library's default."""
         if self._default_dtype is None:
-            self._default_dtype = any(
+            text = self.origin.text if self.origin is not None else self.text
+            self._default_dtype = (text is None or "set_default_" in text) and any(
                 isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
                 and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id)
                 in ("set_default_dtype", "set_default_tensor_type")
@@ -457,7 +483,65 @@ class FunctionTable:
 
     def assigned_self_attributes(self, cls: ast.ClassDef, method: ast.AST, depth: int = 0) -> set[str] | None:
         """`self.x` keys a method may rebind, through the methods it calls; None: anything
-        (it hands `self` to other code, or calls a method we cannot see)."""
+        (it hands `self` to other code, or calls a method we cannot see). Memoised."""
+        key = (id(cls), id(method))
+        if key not in self._self_attributes:
+            self._self_attributes[key] = set()  # recursion: nothing more while computed
+            self._self_attributes[key] = self._assigned_self_attributes(cls, method, depth)
+        return self._self_attributes[key]
+
+    def may_build_model(self, func: ast.expr, cls: ast.ClassDef | None) -> bool:
+        """Whether a callee given no model may still return one: a local function or method
+        that loads or wraps one, or a project function the module binds to a model-like name
+        (`model = build_model(cfg)`). Decided without parsing another module."""
+        if isinstance(func, ast.Name):
+            node = self.defs.get(func.id)
+            if node is not None:
+                return self.mentions_load(node)
+            return func.id in self.loader_callees
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id in ("self", "cls") and cls is not None:
+                method = _method(cls, func.attr)
+                return method is not None and self.mentions_load(method)
+            return func.attr in self.loader_callees
+        return False
+
+    @property
+    def loader_callees(self) -> frozenset[str]:
+        if self._loader_callees is None:
+            from cfgfix.analysis.project_modules import model_assignment_callees
+
+            text = self.origin.text if self.origin is not None else self.text
+            self._loader_callees = model_assignment_callees(text.encode("utf-8", "surrogatepass")) if text else frozenset()
+        return self._loader_callees
+
+    def mentions_load(self, func: ast.AST) -> bool:
+        """The function's text names a load or a wrapper (a substring test on its lines when
+        the module's text is known, else a walk)."""
+        found = self._mentions.get(id(func))
+        if found is None:
+            text = self.text_of(func)
+            if text is not None:
+                found = "from_pretrained" in text or any(name + "(" in text for name in _WRAPPER_NAMES)
+                found = found and _mentions_load(func)
+            else:
+                found = _mentions_load(func)
+            self._mentions[id(func)] = found
+        return found
+
+    def text_of(self, node: ast.AST) -> str | None:
+        text = self.origin.text if self.origin is not None else self.text
+        if text is None:
+            return None
+        if self._line_starts is None:
+            starts = [0]
+            starts.extend(i + 1 for i, ch in enumerate(text) if ch == "\n")
+            self._line_starts = starts
+        starts = self._line_starts
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno)
+        return text[starts[first]:starts[last] if last < len(starts) else len(text)]
+
+    def _assigned_self_attributes(self, cls: ast.ClassDef, method: ast.AST, depth: int) -> set[str] | None:
         keys: set[str] = set()
         for node in walk_scope(method):
             if isinstance(node, (ast.Attribute,)) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -481,10 +565,21 @@ class FunctionTable:
         return keys
 
 
+_LOADER_NAME = re.compile(r"model|load|build|create|init|setup|net|prepare|wrap|policy|unet|vae|encoder|llm|lora|peft",
+                          re.IGNORECASE)
+
+
 def _mentions_load(func: ast.AST) -> bool:
-    return any(
-        isinstance(n, ast.Attribute) and n.attr == "from_pretrained" for n in walk_scope(func)
-    )
+    """The function loads or wraps a model somewhere (`from_pretrained`, a PEFT or DDP
+    wrapper): only those are worth a summary when no model is passed to them."""
+    for n in walk_scope(func):
+        if isinstance(n, ast.Attribute) and n.attr == "from_pretrained":
+            return True
+        if isinstance(n, ast.Call):
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+            if name in _WRAPPER_NAMES:
+                return True
+    return False
 
 
 def _method(cls: ast.ClassDef, name: str):
@@ -670,6 +765,12 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
             if key.startswith("self.") and key.count(".") == 1 and isinstance(state, ModelState):
                 if all(method is init for method, _ in assigned.get(key, [])):
                     after_init[key] = state
+    # Each attribute's values are evaluated once for the whole class, not once per method.
+    attribute_states = {
+        key: (_class_attribute_state(analysis, resolver, cls, [value for _, value in places])
+              if all(value is not None for _, value in places) and _may_hold_load(places) else None)
+        for key, places in assigned.items()
+    }
     for method in methods:
         if method is init:
             for node in ast.walk(method):  # nested functions inside __init__
@@ -677,16 +778,14 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
                     _analyze_function(node, analysis, resolver, dict(module_seeds), cls)
             continue
         seeds = dict(module_seeds)
-        for key, places in assigned.items():
+        for key, state in attribute_states.items():
             if key in after_init:
                 seeds[key] = after_init[key]
-            elif places and all(place is not method and value is not None for place, value in places):
+            elif state is not None and all(place is not method for place, _ in assigned[key]):
                 # Assigned only in other methods (`model_init()` loads it, one branch per
                 # family): if every assignment is a load no rule can tell apart, this method
                 # sees that load, with an unknown dtype (another method may have cast it).
-                state = _class_attribute_state(analysis, resolver, cls, [value for _, value in places])
-                if state is not None:
-                    seeds[key] = state
+                seeds[key] = state
         _analyze_function(method, analysis, resolver, seeds, cls)
         for node in ast.walk(method):  # nested functions inside methods
             if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -701,6 +800,12 @@ def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelS
         if isinstance(state, ModelState) and not isinstance(state.load, ParamLoad):
             seeds[prefix + name] = ModelState(state.load, dtype=None)
     return seeds
+
+
+def _may_hold_load(places) -> bool:
+    """Cheap test before any evaluation: every value is a call or a name (a load, a loader's
+    result, a wrapper, a parameter), not a literal, a comprehension or arithmetic."""
+    return all(isinstance(value, (ast.Call, ast.Name, ast.Attribute)) for _, value in places)
 
 
 def _class_attribute_state(analysis, resolver, cls, values) -> ModelState | None:
@@ -1069,30 +1174,49 @@ class _Walker:
 
     def local_call(self, call: ast.Call, env: dict):
         """A call of the project's own function, method or class: what its call sites pass
-        is recorded (for its own analysis), and what it returns comes from its summary."""
+        is recorded (for its own analysis), and what it returns comes from its summary.
+        Nothing is looked up (no module parsed) unless a model goes in or the callee is
+        known to build one."""
         table = self.resolver.functions
-        found = table.lookup(call.func, self.cls)
+        func = call.func
+        positional, named = self.args(call, env, escape=False)
+        passes_model = any(isinstance(s, (ModelState, TupleState)) for s in [*positional, *named.values()])
+        method = _method(self.cls, func.attr) if (
+            self.cls is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")) else None
+        found = table.lookup(func, self.cls) if passes_model or table.may_build_model(func, self.cls) else None
+        if found is None and isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes):
+            found = (table, table.defs.get(func.id) or table.classes[func.id], False)  # local: no parse
+            if not passes_model:  # a call site that passes no model: its callee binds nothing
+                self._record(table, found[1], positional, named)
+                self.escape(call, env)
+                return None
         if found is None:
-            key = dotted(call.func)
-            if key is not None and key.startswith("self."):
-                _forget(env, "self.")
-            name = self.resolver.imports.qualify(call.func) or ""
-            self.args(call, env, escape=name not in _HARMLESS_CALLS)
+            if method is not None:
+                self.escape(call, env, method)
+            elif isinstance(func, ast.Attribute) and dotted(func.value) == "self":
+                _forget(env, "self.")  # an inherited method we cannot see
+                self.escape(call, env)
+            elif (self.resolver.imports.qualify(func) or "") not in _HARMLESS_CALLS:
+                self.escape(call, env)
             return None
         owner, node, is_method = found
-        positional, named = self.args(call, env, escape=False)
         if owner is table and not is_method:
-            target = _method(node, "__init__") if isinstance(node, ast.ClassDef) else node
-            if target is not None:
-                params = _positional_params(target, method=isinstance(node, ast.ClassDef))
-                bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
-                bound.update({k: v for k, v in named.items() if k in params})
-                table.bindings.record(node, bound)
+            self._record(table, node, positional, named)
         self.escape(call, env, node if is_method else None)
         if isinstance(node, ast.ClassDef):
             return None
         summary = owner.summary(node, self.cls if is_method else None)
         return instantiate(summary, positional, named, foreign=owner is not table)
+
+    @staticmethod
+    def _record(table, node, positional: list, named: dict) -> None:
+        target = _method(node, "__init__") if isinstance(node, ast.ClassDef) else node
+        if target is not None:
+            params = _positional_params(target, method=isinstance(node, ast.ClassDef))
+            bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
+            bound.update({k: v for k, v in named.items() if k in params})
+            table.bindings.record(node, bound)
 
     def escape(self, call: ast.Call, env: dict, method=None) -> None:
         """A model handed to a function may be cast there, in place: its dtype becomes

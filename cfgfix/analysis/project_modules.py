@@ -10,6 +10,7 @@ file it read so that cached results are re-checked when one of them changes.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import sys
@@ -85,9 +86,14 @@ class ProjectModules:
             return False
         return True
 
-    def parse(self, path: Path) -> ParsedModule | None:
+    def parse(self, path: Path, needs: tuple[bytes, ...] = ()) -> ParsedModule | None:
         """The module at `path`, parsed once per process; None when it cannot be read or
-        parsed (the file's own run reports that)."""
+        parsed (the file's own run reports that), or when its text has none of `needs` (a
+        module with no `from_pretrained` cannot hold a loader: not worth a parse)."""
+        if needs:
+            text = self.raw(path)
+            if text is None or not any(word in text for word in needs):
+                return None
         key = str(path)
         try:
             info = path.stat()
@@ -112,6 +118,26 @@ class ProjectModules:
         return module
 
 
+    def raw(self, path: Path) -> bytes | None:
+        key = "raw:" + str(path)
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        stamp = (info.st_size, info.st_mtime_ns)
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]  # type: ignore[return-value]
+        data = None
+        if info.st_size <= MAX_MODULE_BYTES:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                data = None
+        self._parsed[key] = (stamp, data)  # type: ignore[assignment]
+        return data
+
+
 def _display(path: Path, root: Path | None) -> str:
     """The path as findings show it: relative to the current folder when under it."""
     try:
@@ -133,25 +159,53 @@ _LIBRARY_ROOTS = frozenset({
 })
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^\n#)]+)", re.MULTILINE)
-_LOADER_WORD = re.compile(r"model|load|build|create|init|setup|net|prepare|wrap|policy|unet|vae|encoder|llm", re.IGNORECASE)
 
 
+# `model = build_model(cfg)`, `self.model, tok = load(args)`: an assignment at the start of
+# a line from a plain call (group 1: the targets, group 2: the callee). Anchored at line
+# starts so the scan fails fast everywhere else.
+_ASSIGN_FROM_CALL = re.compile(
+    rb"^[ \t]*([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*=[ \t]*([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE
+)
+_MODEL_TARGET = re.compile(rb"(?i)model|net|unet|vae|encoder|policy|actor|critic|llm|transformer")
+
+
+# A function named for what it returns: `build_model`, `load_llm`, `get_net`, `create_policy`.
+_LOADER_CALLEE = re.compile(r"(?i)model|load|build|net|llm|policy|unet|vae|peft|lora")
+
+
+@functools.lru_cache(maxsize=32)
+def model_assignment_callees(data: bytes) -> frozenset[str]:
+    """Plain functions (snake_case, named like loaders) whose result the text binds to a
+    model-like name: `model = build_model(cfg)`. Cheap first: a line must hold `model`-ish
+    text and `= name(`; only those lines are matched."""
+    if b"=" not in data:
+        return frozenset()
+    found = set()
+    for match in _ASSIGN_FROM_CALL.finditer(data):
+        name = match.group(2).decode("ascii", "replace")
+        if not name[:1].isupper() and _LOADER_CALLEE.search(name) and _MODEL_TARGET.search(match.group(1)):
+            found.add(name)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=32)
 def may_call_project_loader(data: bytes) -> bool:
-    """Text only, before parsing: the file assigns the result of a function it imports from
-    the project (not a library) whose name says it may build a model: `model =
-    build_model(cfg)`, `model, tok = load(args)` after `from .utils import load`."""
+    """Text only, before parsing: the file assigns to a model-like name the result of a
+    function it imports from the project (not a library): `model = build_model(cfg)` after
+    `from models.build import build_model`. The imports are read first (most files import
+    no loader-named function from their own project); memoised: several rules ask."""
     names = []
     for match in _FROM_IMPORT.finditer(data):
-        dots, module = match.group(1), match.group(2).decode("ascii", "replace")
-        root = module.split(".")[0]
+        dots, module = match.group(1), match.group(2)
+        root = module.split(b".")[0].decode("ascii", "replace")
         if not dots and (root in _LIBRARY_ROOTS or root in _STDLIB or not root):
             continue
-        for part in match.group(3).decode("utf-8", "replace").split(","):
+        for part in match.group(3).split(b","):
             words = part.split()
-            local = words[-1] if words else ""
-            if local.isidentifier() and _LOADER_WORD.search(local):
+            local = words[-1].decode("ascii", "replace") if words else ""
+            if local.isidentifier() and not local[:1].isupper() and _LOADER_CALLEE.search(local):
                 names.append(local)
     if not names:
         return False
-    pattern = re.compile(rb"=[ \t]*(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")[ \t]*\(")
-    return pattern.search(data) is not None
+    return bool(model_assignment_callees(data) & set(names))

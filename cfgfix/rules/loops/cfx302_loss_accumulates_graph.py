@@ -54,13 +54,19 @@ def _call_result_accumulated(data: bytes) -> bool:
     function's call, which may return a loss whatever it is called."""
     if b".backward(" not in data and b" import " not in data:
         return False
-    for match in _ACCUMULATE_NAME.finditer(data):
-        name = match.group(1)
-        if re.search(rb"\b" + re.escape(name) + rb"[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_][\w.]*\(", data):
-            start = data.rfind(b"\n", 0, match.start()) + 1
-            line = data[start:data.find(b"\n", match.end()) if data.find(b"\n", match.end()) >= 0 else len(data)]
-            if in_loop_text(data, start, line.rstrip(b"\r"), _LOSS_BUILDER_DEF):
-                return True
+    accumulated = {m.group(1): m for m in _ACCUMULATE_NAME.finditer(data)}
+    if not accumulated:
+        return False
+    bound = re.compile(
+        rb"\b(" + b"|".join(re.escape(n) for n in accumulated) + rb")[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_][\w.]*\("
+    )
+    for name in {m.group(1) for m in bound.finditer(data)}:
+        match = accumulated[name]
+        start = data.rfind(b"\n", 0, match.start()) + 1
+        end = data.find(b"\n", match.end())
+        line = data[start:end if end >= 0 else len(data)]
+        if in_loop_text(data, start, line.rstrip(b"\r"), _LOSS_BUILDER_DEF):
+            return True
     return False
 
 
