@@ -241,10 +241,13 @@ PARAM_DTYPE = "<param>"  # a parameter's dtype, untouched by the function
 _WRAPPER_NAMES = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize", "prepare", "compile"}
 
 
+_WRAPPER_LAST = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize"}
+
+
 def wrapper_kind(qualified: str | None) -> str | None:
     """How a call such as `get_peft_model(model, cfg)` or `DDP(model)` treats the model
     it is given (see `_FUNCTION_WRAPPERS`), or None for any other call."""
-    if not qualified:
+    if not qualified or qualified.rsplit(".", 1)[-1] not in _WRAPPER_LAST:
         return None
     for suffix, kind in _FUNCTION_WRAPPERS.items():
         if qualified == suffix or qualified.endswith("." + suffix):
@@ -506,6 +509,10 @@ class FunctionTable:
             return func.attr in self.loader_callees
         return False
 
+    def bound_like_loader(self, func: ast.expr) -> bool:
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        return name in self.loader_callees
+
     @property
     def loader_callees(self) -> frozenset[str]:
         if self._loader_callees is None:
@@ -522,8 +529,7 @@ class FunctionTable:
         if found is None:
             text = self.text_of(func)
             if text is not None:
-                found = "from_pretrained" in text or any(name + "(" in text for name in _WRAPPER_NAMES)
-                found = found and _mentions_load(func)
+                found = "from_pretrained" in text and _mentions_load(func)
             else:
                 found = _mentions_load(func)
             self._mentions[id(func)] = found
@@ -534,9 +540,7 @@ class FunctionTable:
         if text is None:
             return None
         if self._line_starts is None:
-            starts = [0]
-            starts.extend(i + 1 for i, ch in enumerate(text) if ch == "\n")
-            self._line_starts = starts
+            self._line_starts = _line_starts(text)
         starts = self._line_starts
         first, last = node.lineno - 1, (node.end_lineno or node.lineno)
         return text[starts[first]:starts[last] if last < len(starts) else len(text)]
@@ -570,23 +574,31 @@ _LOADER_NAME = re.compile(r"model|load|build|create|init|setup|net|prepare|wrap|
 
 
 def _mentions_load(func: ast.AST) -> bool:
-    """The function loads or wraps a model somewhere (`from_pretrained`, a PEFT or DDP
-    wrapper): only those are worth a summary when no model is passed to them."""
-    for n in walk_scope(func):
-        if isinstance(n, ast.Attribute) and n.attr == "from_pretrained":
-            return True
-        if isinstance(n, ast.Call):
-            name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-            if name in _WRAPPER_NAMES:
-                return True
-    return False
+    """The function loads a model somewhere (`from_pretrained`): only those can return one
+    when no model is passed to them (a wrapper is followed when a model goes in)."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "from_pretrained" for n in walk_scope(func))
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    pos = text.find("\n")
+    while pos >= 0:
+        starts.append(pos + 1)
+        pos = text.find("\n", pos + 1)
+    return starts
 
 
 def _method(cls: ast.ClassDef, name: str):
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-    return None
+    """The class's own method `name` (an index built once per class: trainer classes have
+    hundreds of methods and thousands of `self.x()` calls)."""
+    index = cls.__dict__.get("_cfgfix_methods")
+    if index is None:
+        index = {}
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                index.setdefault(node.name, node)
+        cls._cfgfix_methods = index  # type: ignore[attr-defined]
+    return index.get(name)
 
 
 def _positional_params(func, method: bool) -> list[str]:
@@ -679,7 +691,15 @@ class _Survey:
         pattern = _LOAD_CALL
         if loaders:  # calls of functions that may return a model count as loads
             pattern = re.compile(r"from_pretrained\s*\(|\b(?:" + "|".join(map(re.escape, sorted(loaders))) + r")\s*\(")
-        lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+        import bisect
+
+        starts = None
+        found = set()
+        for m in pattern.finditer(text):
+            if starts is None:
+                starts = _line_starts(text)
+            found.add(bisect.bisect_right(starts, m.start()))
+        lines = sorted(found)
         if not lines:
             return
         stack: list[tuple[ast.stmt, list[ast.AST]]] = [(stmt, [tree]) for stmt in tree.body]
@@ -744,8 +764,12 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     # `self.x` assigned once in the whole class from a load: other methods see that load,
     # with an unknown dtype (another method may have cast it in place).
     assigned: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
+    nested: dict[int, list[ast.AST]] = {}  # method -> functions defined inside it
     for method in methods:
-        for node in ast.walk(method):
+        inner = nested[id(method)] = []
+        for node in ast.walk(method):  # one walk per method collects both
+            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner.append(node)
             targets = []
             if isinstance(node, ast.Assign):
                 targets = [(t, node.value) for t in node.targets]
@@ -773,9 +797,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     }
     for method in methods:
         if method is init:
-            for node in ast.walk(method):  # nested functions inside __init__
-                if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    _analyze_function(node, analysis, resolver, dict(module_seeds), cls)
+            for node in nested[id(method)]:  # nested functions inside __init__
+                _analyze_function(node, analysis, resolver, dict(module_seeds), cls)
             continue
         seeds = dict(module_seeds)
         for key, state in attribute_states.items():
@@ -787,9 +810,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
                 # sees that load, with an unknown dtype (another method may have cast it).
                 seeds[key] = state
         _analyze_function(method, analysis, resolver, seeds, cls)
-        for node in ast.walk(method):  # nested functions inside methods
-            if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                _analyze_function(node, analysis, resolver, seeds, cls)
+        for node in nested[id(method)]:  # nested functions inside methods
+            _analyze_function(node, analysis, resolver, seeds, cls)
 
 
 def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelState]:
@@ -1184,7 +1206,11 @@ class _Walker:
         method = _method(self.cls, func.attr) if (
             self.cls is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
             and func.value.id in ("self", "cls")) else None
-        found = table.lookup(func, self.cls) if passes_model or table.may_build_model(func, self.cls) else None
+        # Another module is parsed only for a callee bound like a loader (`model =
+        # build_model(cfg)`, `model = add_lora(model, cfg)`); this module's own are free.
+        local = isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes) or method is not None
+        wanted = table.may_build_model(func, self.cls) or passes_model and (local or table.bound_like_loader(func))
+        found = table.lookup(func, self.cls) if wanted else None
         if found is None and isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes):
             found = (table, table.defs.get(func.id) or table.classes[func.id], False)  # local: no parse
             if not passes_model:  # a call site that passes no model: its callee binds nothing

@@ -2,10 +2,10 @@
 
 # (code, name, module, class, kinds, trigger groups, has trigger_check, default_enabled, scope)
 RULES = (
-    ('CFX101', 'redundant-dtype-cast', 'cfgfix.rules.loading.cfx101_redundant_dtype_cast', 'RedundantDtypeCast', ('python',), ((b'from_pretrained',), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
-    ('CFX102', 'cast-after-load', 'cfgfix.rules.loading.cfx102_cast_after_load', 'CastAfterLoad', ('python',), ((b'from_pretrained',), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
-    ('CFX103', 'move-dispatched-model', 'cfgfix.rules.loading.cfx103_move_dispatched_model', 'MoveDispatchedModel', ('python',), ((b'from_pretrained',), (b'device_map',), (b'.to(', b'.cuda(')), True, True, 'file'),
-    ('CFX104', 'move-or-cast-quantized-model', 'cfgfix.rules.loading.cfx104_move_or_cast_quantized_model', 'MoveOrCastQuantizedModel', ('python',), ((b'from_pretrained',), (b'load_in_', b'quantization_config'), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
+    ('CFX101', 'redundant-dtype-cast', 'cfgfix.rules.loading.cfx101_redundant_dtype_cast', 'RedundantDtypeCast', ('python',), ((b'from_pretrained', b'import'), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
+    ('CFX102', 'cast-after-load', 'cfgfix.rules.loading.cfx102_cast_after_load', 'CastAfterLoad', ('python',), ((b'from_pretrained', b'import'), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
+    ('CFX103', 'move-dispatched-model', 'cfgfix.rules.loading.cfx103_move_dispatched_model', 'MoveDispatchedModel', ('python',), ((b'from_pretrained', b'import'), (b'.to(', b'.cuda(')), True, True, 'file'),
+    ('CFX104', 'move-or-cast-quantized-model', 'cfgfix.rules.loading.cfx104_move_or_cast_quantized_model', 'MoveOrCastQuantizedModel', ('python',), ((b'from_pretrained', b'import'), (b'.to(', b'.cuda(', b'.half(', b'.bfloat16(', b'.float(')), True, True, 'file'),
     ('CFX105', 'device-map-in-distributed-training', 'cfgfix.rules.loading.cfx105_device_map_in_distributed_training', 'DeviceMapInDistributedTraining', ('python',), ((b'from_pretrained',), (b'device_map',)), True, True, 'file'),
     ('CFX201', 'fp16-autocast-without-grad-scaler', 'cfgfix.rules.precision.cfx201_fp16_autocast_without_grad_scaler', 'Fp16AutocastWithoutGradScaler', ('python',), ((b'.backward(',), (b'autocast',)), True, True, 'file'),
     ('CFX202', 'grad-scaler-with-bf16', 'cfgfix.rules.precision.cfx202_grad_scaler_with_bf16', 'GradScalerWithBf16', ('python',), ((b'GradScaler',), (b'autocast',), (b'bfloat16',)), True, True, 'file'),
@@ -14,8 +14,8 @@ RULES = (
     ('CFX205', 'bf16-weights-plain-adamw', 'cfgfix.rules.precision.cfx205_bf16_weights_plain_adamw', 'Bf16WeightsPlainAdamw', ('python',), ((b'Adam',), (b'parameters(',), (b'bfloat16',)), True, True, 'file'),
     ('CFX206', 'implicit-checkpoint-dtype', 'cfgfix.rules.precision.cfx206_implicit_checkpoint_dtype', 'ImplicitCheckpointDtype', ('python',), ((b'from_pretrained',), (b'.backward(', b'Trainer(', b'deepspeed.initialize')), True, True, 'file'),
     ('CFX207', 'deprecated-cuda-amp-api', 'cfgfix.rules.precision.cfx207_deprecated_cuda_amp_api', 'DeprecatedCudaAmpApi', ('python',), ((b'cuda.amp', b'cuda import amp'), (b'autocast', b'GradScaler')), False, True, 'file'),
-    ('CFX301', 'empty-cache-in-loop', 'cfgfix.rules.loops.cfx301_empty_cache_in_loop', 'EmptyCacheInLoop', ('python',), ((b'empty_cache',), (b'for ', b'while ')), True, True, 'file'),
-    ('CFX302', 'loss-accumulates-graph', 'cfgfix.rules.loops.cfx302_loss_accumulates_graph', 'LossAccumulatesGraph', ('python',), ((b'oss', b'criterion'), (b'+', b'.append('), (b'for ', b'while ')), True, True, 'file'),
+    ('CFX301', 'empty-cache-in-loop', 'cfgfix.rules.loops.cfx301_empty_cache_in_loop', 'EmptyCacheInLoop', ('python',), ((b'empty_cache',),), True, True, 'file'),
+    ('CFX302', 'loss-accumulates-graph', 'cfgfix.rules.loops.cfx302_loss_accumulates_graph', 'LossAccumulatesGraph', ('python',), ((b'oss', b'criterion', b'+='), (b'+', b'.append('), (b'for ', b'while ')), True, True, 'file'),
     ('CFX303', 'eval-without-no-grad', 'cfgfix.rules.loops.cfx303_eval_without_no_grad', 'EvalWithoutNoGrad', ('python',), ((b'val', b'train(False)'), (b'for ', b'while ')), True, True, 'file'),
     ('CFX304', 'alloc-conf-after-cuda-init', 'cfgfix.rules.loops.cfx304_alloc_conf_after_cuda_init', 'AllocConfAfterCudaInit', ('python',), ((b'PYTORCH_CUDA_ALLOC_CONF', b'PYTORCH_ALLOC_CONF'), (b'environ', b'putenv')), False, True, 'file'),
     ('CFX305', 'invalid-alloc-conf', 'cfgfix.rules.loops.cfx305_invalid_alloc_conf', 'InvalidAllocConf', ('python', 'shell', 'dockerfile', 'env', 'makefile'), ((b'PYTORCH_CUDA_ALLOC_CONF', b'PYTORCH_ALLOC_CONF'),), False, True, 'file'),
