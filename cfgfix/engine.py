@@ -112,16 +112,20 @@ def _dependency_hashes(paths: list[str], root) -> dict[str, str]:
     return out
 
 
-def dependencies_unchanged(deps: dict[str, str], root) -> bool:
-    """Whether every file a cached result depends on still has the same content."""
+def dependencies_unchanged(deps: dict[str, str], root, seen: dict[str, str | None] | None = None) -> bool:
+    """Whether every file a cached result depends on still has the same content (`seen`:
+    hashes already computed in this run; many files follow the same loader module)."""
     from cfgfix.cache import content_hash
 
+    seen = {} if seen is None else seen
     for key, digest in deps.items():
-        path = Path(root, key) if root is not None else Path(key)
-        try:
-            if content_hash(path.read_bytes()) != digest:
-                return False
-        except OSError:
+        if key not in seen:
+            path = Path(root, key) if root is not None else Path(key)
+            try:
+                seen[key] = content_hash(path.read_bytes())
+            except OSError:
+                seen[key] = None
+        if seen[key] != digest:
             return False
     return True
 
@@ -478,6 +482,7 @@ class Engine:
         self._launch_files = list(files)
         datas: dict[str, bytes] = {}
         pending: list[tuple[SourceFile, bytes]] = []
+        dep_hashes: dict[str, str | None] = {}  # loader modules hashed once per run
         for sf in files:
             try:
                 data = read_file(sf.path)
@@ -490,7 +495,8 @@ class Engine:
             datas[sf.display] = data
             cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
             restored = _restore(cached)
-            if restored is not None and restored.deps and not dependencies_unchanged(restored.deps, self.versions.root):
+            if restored is not None and restored.deps and not dependencies_unchanged(
+                    restored.deps, self.versions.root, dep_hashes):
                 restored = None  # a module it follows changed
             if restored is not None:
                 results[sf.display] = restored
