@@ -51,14 +51,15 @@ _ACCUMULATE_NAME = re.compile(rb"^[ \t]*\w+[ \t]*\+=[ \t]*(\w+)[ \t]*(?:#[^\n]*)
 
 def _call_result_accumulated(data: bytes) -> bool:
     """`avg_cost += cost` in a loop, where `cost = <name>(...)` somewhere: the value of a
-    function's call, which may return a loss whatever it is called."""
+    plain function's call (the analysis follows those, here or in the project's modules),
+    which may return a loss whatever it is called."""
     if b".backward(" not in data and b" import " not in data:
         return False
     accumulated = {m.group(1): m for m in _ACCUMULATE_NAME.finditer(data)}
     if not accumulated:
         return False
     bound = re.compile(
-        rb"\b(" + b"|".join(re.escape(n) for n in accumulated) + rb")[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_][\w.]*\("
+        rb"\b(" + b"|".join(re.escape(n) for n in accumulated) + rb")[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_]\w*\("
     )
     for name in {m.group(1) for m in bound.finditer(data)}:
         match = accumulated[name]
