@@ -32,7 +32,7 @@ _FRAMEWORK_NO_GRAD = frozenset({
     "validation_epoch_end", "test_epoch_end",
 })
 EVAL_FUNCTION = re.compile(r"^_*(?:(?:evaluate|validate|evaluation|validation|eval|val)$|(?:eval|val)_)")
-_MODEL_LOADS = frozenset({
+MODEL_LOADS = frozenset({
     "from_pretrained", "from_config", "from_single_file", "load_state_dict", "load_checkpoint",
     "load_model", "load_adapter",
 })
@@ -307,7 +307,7 @@ class LoopAnalysis:
             if any(module_like(name) for name in identifiers(loop.target)):
                 return True
         for site in self.direct_calls(loop):
-            if site.method in _MODEL_LOADS or site.name in _MODEL_LOAD_NAMES:
+            if site.method in MODEL_LOADS or site.name in _MODEL_LOAD_NAMES:
                 return True
         for stmt in scope_statements(loop.body):
             if isinstance(stmt, ast.Delete) and any(module_like(dotted(t)) for t in stmt.targets):
@@ -842,7 +842,7 @@ def statements_in_loops(tree: ast.Module):
 def _runs_step(func: ast.AST) -> bool:
     """A function that runs one training step itself: a backward pass or an optimizer
     step outside any loop of its own."""
-    for node in _walk_outside_loops(func):
+    for node in _body_nodes(func, Loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func.attr
             receiver = last_part(dotted(node.func.value))
@@ -850,16 +850,6 @@ def _runs_step(func: ast.AST) -> bool:
                     method == "step" and _OPTIMIZER.search(receiver or "")):
                 return True
     return False
-
-
-def _walk_outside_loops(func: ast.AST):
-    stack = list(getattr(func, "body", []))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*Loop, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _function_returns_graph(func: ast.AST, table) -> bool:
@@ -870,7 +860,7 @@ def _function_returns_graph(func: ast.AST, table) -> bool:
         index = table._loop_index = ModuleIndex.build(table.tree, table.imports)
     analysis = LoopAnalysis(index, table)
     flow = ScopeFlow(func.body)
-    returns = [n for n in _walk_outside_defs(func) if isinstance(n, ast.Return) and n.value is not None]
+    returns = [n for n in _body_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
     if not returns:
         return False
     for ret in returns:
@@ -882,11 +872,12 @@ def _function_returns_graph(func: ast.AST, table) -> bool:
     return True
 
 
-def _walk_outside_defs(func: ast.AST):
+def _body_nodes(func: ast.AST, stop: tuple = ()):
+    """Every node of a function's body, not inside nested definitions (nor inside `stop`)."""
     stack = list(getattr(func, "body", []))
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, (*stop, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         yield node
         stack.extend(ast.iter_child_nodes(node))

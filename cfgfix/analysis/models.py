@@ -238,7 +238,6 @@ _PREPARE_METHODS = {"prepare", "prepare_model", "unwrap_model", "setup", "setup_
 # Methods of a (PEFT) model that return the base model with its placement.
 _BASE_MODEL_METHODS = {"merge_and_unload", "get_base_model", "unload"}
 PARAM_DTYPE = "<param>"  # a parameter's dtype, untouched by the function
-_WRAPPER_NAMES = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize", "prepare", "compile"}
 
 
 _WRAPPER_LAST = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize"}
@@ -567,10 +566,6 @@ class FunctionTable:
                 elif any(isinstance(a, ast.Name) and a.id == "self" for a in node.args):
                     return None
         return keys
-
-
-_LOADER_NAME = re.compile(r"model|load|build|create|init|setup|net|prepare|wrap|policy|unet|vae|encoder|llm|lora|peft",
-                          re.IGNORECASE)
 
 
 def _mentions_load(func: ast.AST) -> bool:

@@ -111,7 +111,7 @@ class ProjectModules:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     tree = ast.parse(text, filename=key)
-                module = ParsedModule(path, _display(path, self.root), text, tree)
+                module = ParsedModule(path, _display(path), text, tree)
             except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
                 module = None
         self._parsed[key] = (stamp, module)
@@ -138,7 +138,7 @@ class ProjectModules:
         return data
 
 
-def _display(path: Path, root: Path | None) -> str:
+def _display(path: Path) -> str:
     """The path as findings show it: relative to the current folder when under it."""
     try:
         return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else path.as_posix()

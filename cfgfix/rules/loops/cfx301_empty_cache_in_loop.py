@@ -6,8 +6,8 @@ import ast
 import re
 from typing import Iterable
 
-from cfgfix.analysis.loop_text import LOOP_WORDS, header_span, in_loop_text
-from cfgfix.analysis.loops import _MODEL_LOADS, identifiers, last_part, loop_analysis, module_like
+from cfgfix.analysis.loop_text import header_span, in_loop_text
+from cfgfix.analysis.loops import MODEL_LOADS, identifiers, last_part, loop_analysis, module_like
 from cfgfix.analysis.names import dotted, iter_statements
 from cfgfix.analysis.steps import step_functions
 from cfgfix.analysis.structure import Loop
@@ -480,7 +480,7 @@ def _runs_a_phase(ctx, analysis, function) -> bool:
             return True
         if isinstance(node, ast.Delete) and any(module_like(dotted(t)) for t in node.targets):
             return True
-    return any(site.method in _MODEL_LOADS for site in ctx.index.calls_within(function))
+    return any(site.method in MODEL_LOADS for site in ctx.index.calls_within(function))
 
 
 def _def_range(src, function) -> tuple[int, int]:
