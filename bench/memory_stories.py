@@ -1,4 +1,4 @@
-"""The four user stories: cfgfix's memory estimate of each launch (project mode, from the
+"""The five user stories: cfgfix's memory estimate of each launch (project mode, from the
 files as they are and from the fixed twin) next to the figures the story's authors wrote in
 their README, and the GPU's usable memory. Run: `.venv/bin/python bench/memory_stories.py`.
 
@@ -19,6 +19,7 @@ CLAIMS = {
                           "ZeRO-2 offload 'leaving ~12-14 GB for 2.6B parameters'",
     "flan-t5-xl-trainer": "'2.85B x 2 bytes is under 6 GB' (the model, so the 32 GB card has room)",
     "mm-8b-47gb": "'weights 17 GB, gradients 17 GB, Adam's two states 31.66 GB' (~66 GB / 8 GPUs with ZeRO-3)",
+    "mm-encoder-8b": "'8.5B x 2 bytes = 17 GB of weights', 'with 8 GPUs the data parallelism spreads the rest'",
     "qwen7b-lora": "no figure (memory 'creeps up during an epoch')",
 }
 

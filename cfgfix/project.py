@@ -289,6 +289,7 @@ class ProjectModel:
         self.target_gpus: int | None = None
         self.target_gpu_origin = "gpu in the cfgfix settings"
         self.simulate = False  # `check --simulate`
+        self.target_model: dict = {}  # [tool.cfgfix.model]: {"params": int, "modules": {name: count or id}}
 
     @classmethod
     def build(cls, files, results, root: Path, settings=None) -> "ProjectModel":
@@ -297,6 +298,7 @@ class ProjectModel:
             model.target_gpu, model.target_gpus = settings.gpu, settings.gpus
             model.target_gpu_origin = settings.gpu_origin
             model.simulate = settings.simulate
+            model.target_model = {"params": settings.model_params, "modules": dict(settings.model_modules)}
         for sf in files:
             result = results.get(sf.display)
             if result is None:

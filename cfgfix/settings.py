@@ -25,7 +25,7 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
-_KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores", "gpu", "gpus")
+_KNOWN_KEYS = _LIST_KEYS + ("per-file-ignores", "gpu", "gpus", "model")
 _SELECTOR_KEYS = ("select", "ignore", "extend-select")
 # A code (CFX103), a prefix of one (CFX1, CFX), or ALL.
 _SELECTOR_RE = LazyRegex(r"ALL|[A-Z]+[0-9]*")
@@ -48,6 +48,11 @@ class Settings:
     gpu: str | None = None  # the target GPU ("RTX 4090"): CFX602, CFX701, `estimate`, `fix --fit`
     gpus: int | None = None  # GPUs per run, when no launch says
     simulate: bool = False  # `check --simulate`: CFX7xx measure with the FakeTensor simulator
+    # `[tool.cfgfix.model]`: what cfgfix cannot size statically in the script's own model class
+    # (training/custom_model.py): `params` (the whole model) and `modules` (attribute -> a
+    # parameter count, or a model id / folder), as ((name, value), ...)
+    model_params: int | None = None
+    model_modules: tuple[tuple[str, object], ...] = ()
     # Where `gpu` came from, as `explain` shows it: the settings file, or the --gpu flag.
     gpu_origin: str = field(default="gpu in the cfgfix settings", compare=False, repr=False)
     # Selectors given on the command line, only so errors blame the flag, not the file.
@@ -59,6 +64,7 @@ class Settings:
             self.select, self.ignore, self.extend_select,
             [[g, list(c)] for g, c in self.per_file_ignores],
             self.exclude, self.extend_exclude, self.gpu, self.gpus,
+            self.model_params, [list(m) for m in self.model_modules],
         ]
         import hashlib  # the cache's key only
         import json
@@ -131,6 +137,8 @@ def _from_table(table: dict, path: Path) -> Settings:
             values[key] = _per_file_ignores(value, path)
         elif key == "gpu":
             values[key] = check_gpu(value, f"{path}: 'gpu'")
+        elif key == "model":
+            values["model"] = _model_table(value, path, where)
         elif key == "gpus":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
                 raise SettingsError(f"{path}: 'gpus' must be an integer from 1 to {MAX_GPUS}, got {_short(value)}")
@@ -152,7 +160,45 @@ def _from_table(table: dict, path: Path) -> Settings:
         extend_exclude=values.get("extend-exclude", ()),
         gpu=values.get("gpu"),
         gpus=values.get("gpus"),
+        model_params=values.get("model", (None, ()))[0],
+        model_modules=values.get("model", (None, ()))[1],
     )
+
+
+MAX_PARAMS = 10**14  # far beyond any model trained; a bigger count is a typo
+
+
+def _model_table(value, path: Path, where: str) -> tuple[int | None, tuple[tuple[str, object], ...]]:
+    """`[model]`: `params = 8.5e9` and `[model.modules]` `name = 94_000_000` or `name = "org/id"`."""
+    if not isinstance(value, dict):
+        raise SettingsError(f"{path}: 'model' in {where} must be a table with 'params' and/or 'modules', got {_short(value)}")
+    unknown = [k for k in value if k not in ("params", "modules")]
+    if unknown:
+        raise SettingsError(f"{path}: unknown key 'model.{unknown[0]}' in {where} (known: model.params, model.modules)")
+    params = value.get("params")
+    if params is not None:
+        params = _count(params, f"{path}: 'model.params'")
+    modules = value.get("modules", {})
+    if not isinstance(modules, dict):
+        raise SettingsError(f"{path}: 'model.modules' must be a table of attribute = parameter count or model id, "
+                            f"got {_short(modules)}")
+    out = []
+    for name, item in modules.items():
+        what = f"{path}: 'model.modules.{name}'"
+        if not name.isidentifier():
+            raise SettingsError(f"{what}: a module is named by its attribute in the model class (self.<name>)")
+        if isinstance(item, str) and item.strip():
+            out.append((name, item.strip()))
+        else:
+            out.append((name, _count(item, what)))
+    return params, tuple(out)
+
+
+def _count(value, what: str) -> int:
+    """A parameter count: an integer or a float such as 8.5e9, at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not 1 <= value <= MAX_PARAMS:
+        raise SettingsError(f"{what} must be a parameter count from 1 to {MAX_PARAMS:.0e} (such as 8.5e9), got {_short(value)}")
+    return int(value)
 
 
 MAX_GPUS = 65536  # more than any cluster runs one job on; a bigger number is a typo

@@ -418,11 +418,35 @@ def _unet(config: dict, source: str) -> ModelShape:
     )
 
 
+def _clip_vision(config: dict, source: str) -> ModelShape:
+    """CLIPVisionModel (modeling_clip.py CLIPVisionTransformer): patch Conv2d without bias,
+    class embedding, position embeddings for every patch + the class token, pre-LayerNorm;
+    per layer q, k, v, out_proj with biases, fc1/fc2 MLP with biases, two LayerNorms;
+    post-LayerNorm. No head (CLIPVisionModel returns the hidden states)."""
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads, inter = config["num_attention_heads"], config["intermediate_size"]
+    patch, image, channels = config["patch_size"], config["image_size"], config.get("num_channels", 3)
+    tokens = (image // patch) ** 2 + 1
+    linears = (("q_proj", h, h), ("k_proj", h, h), ("v_proj", h, h), ("out_proj", h, h), ("fc1", h, inter), ("fc2", inter, h))
+    per_layer = sum(i * o for _, i, o in linears) + 4 * h + inter + h + 4 * h
+    embed = channels * patch * patch * h + h + tokens * h
+    params = embed + 2 * h + layers * per_layer + 2 * h
+    return ModelShape(
+        family="clip_vision", params=params, layers=layers, encoder_layers=layers, hidden=h, heads=heads, kv_heads=heads,
+        head_dim=h // heads, vocab=0, intermediate=inter, gated_mlp=False, mlp_tensors=2, norm="layer", attention="fused",
+        dropout=float(config.get("attention_dropout", 0.0) or 0.0), embedding_params=embed,
+        largest_module_params=inter * h, blocks=(BlockKind(layers, per_layer, linears),), source=source,
+    )
+
+
 _BUILDERS = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
     "gemma": _llama_like, "gemma2": _llama_like, "phi3": _llama_like,
     "phi": _phi, "gpt_neox": _gpt_neox, "gpt2": _gpt2, "t5": _t5, "mt5": _t5, "bert": _bert,
 }
+# Families sized only as a part of a composite model (their activations are not modelled: a
+# composite takes its activation dimensions from its largest backbone, memory/parts.py)
+_PART_BUILDERS = {"clip_vision_model": _clip_vision}
 SUPPORTED_FAMILIES = tuple(sorted(_BUILDERS)) + ("unet",)
 
 
@@ -521,3 +545,20 @@ def resolve_shape(model: str) -> ModelShape:
         raise ShapeError(f"unknown model {model!r}: pass a local folder with config.json, --params, "
                          f"or one of the catalog ids (`cfgfix estimate --list-models`)")
     return shape
+
+
+def resolve_part_shape(model: str) -> ModelShape:
+    """`resolve_shape`, plus the families sized only as parts of a composite model."""
+    try:
+        return resolve_shape(model)
+    except ShapeError:
+        path = Path(model)
+        config_path = path / "config.json" if os.path.isdir(path) else path
+        try:
+            config = json.loads(config_path.read_text("utf-8")) if os.path.isfile(config_path) else None
+        except (OSError, ValueError):
+            config = None
+        builder = _PART_BUILDERS.get(config.get("model_type")) if isinstance(config, dict) else None
+        if builder is None:
+            raise
+        return builder(config, str(config_path))

@@ -27,8 +27,12 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     shape = None
     problem = None
     model = get("model")
+    composite = getattr(training, "composite", None)
     if params is not None:
         shape = shapes.params_only(params)
+    elif composite is not None:
+        shape, problem = _composite(composite, assumptions)
+        model = None
     elif isinstance(model, str):
         try:
             shape = shapes.resolve_shape(_local(model, training) or model)
@@ -84,14 +88,15 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         micro_batch=micro,
         seq_len=seq if _positive(seq) else None,
         resolution=resolution if _positive(resolution) else None,
-        checkpointing=get("gradient_checkpointing") is True,
+        checkpointing=get("gradient_checkpointing") is True or _composite_checkpointing(composite, assumptions),
         lora_rank=get("lora_rank") if _positive(get("lora_rank")) else None,
         quantization=get("quantization") if get("quantization") in ("4bit", "8bit") else None,
         gradient_accumulation=accum if _positive(accum) else 1,
         target_len=get("target_len") if _positive(get("target_len")) else None,
         attention=get("attention") if get("attention") in ATTENTIONS else None,
         optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
-        head=get("head") if get("head") in HEADS else None,
+        # a composite's backbones are base models (no vocabulary head) under the user's own head
+        head=get("head") if get("head") in HEADS else ("classification" if composite is not None else None),
         frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions),
     )
     return MemoryInput(setup, shape, assumptions, problem)
@@ -129,6 +134,40 @@ def _frozen(found, half: str | None, assumptions: list[str]) -> tuple:
                                f"assumed ({nbytes} B per weight)")
         out.append((item["name"], int(params), nbytes))
     return tuple(out)
+
+
+def _composite(sized, assumptions: list[str]):
+    """The shape of the script's own model class (training/custom_model.py), with what was
+    left out stated: parts that could not be sized, frozen parts counted as trained."""
+    for part in sized.unresolved:
+        assumptions.append(f"{sized.class_name}.{part.name} not counted: {part.problem} "
+                           f"(state its size in the cfgfix settings: [tool.cfgfix.model.modules] {part.name} = <parameters>)")
+    assumptions.extend(sized.notes)
+    if sized.frozen_params:
+        frozen = ", ".join(p.name for p in sized.parts if p.frozen)
+        assumptions.append(f"{sized.class_name}: frozen parts ({frozen}, {sized.frozen_params / 1e9:.3g}B) counted as trained "
+                           "(gradients and optimizer states): the estimate errs high")
+    if sized.shape is None:
+        return None, f"{sized.class_name} in the script: none of its parts could be sized" + (
+            f" ({sized.unresolved[0].problem})" if sized.unresolved else "")
+    parts = ", ".join(f"{p.name} {p.params / 1e9:.3g}B" if p.params >= 1e8 else f"{p.name} {p.params / 1e6:.3g}M"
+                      for p in sized.parts if p.params is not None)
+    from dataclasses import replace
+
+    return replace(sized.shape, source=f"{sized.shape.source} ({parts})"), None
+
+
+def _composite_checkpointing(sized, assumptions: list[str]) -> bool:
+    """`self.text.gradient_checkpointing_enable()` in the class's __init__: the activation model
+    follows the largest backbone, so its checkpointing is the run's."""
+    if sized is None or not sized.checkpointed:
+        return False
+    main = sized.main
+    if main is None or main.name not in sized.checkpointed:
+        assumptions.append(f"{sized.class_name}: gradient checkpointing enabled on {', '.join(sorted(sized.checkpointed))} "
+                           "only, not on the largest backbone: not counted")
+        return False
+    return True
 
 
 def _positive(value) -> bool:

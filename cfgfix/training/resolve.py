@@ -67,6 +67,11 @@ class TrainingSetup:
     argument_refs: dict = field(default_factory=dict)
     arguments_resolved: bool = True  # every `**spread` and reference of the call resolved
     arguments_file: dict | None = None
+    # the script's own model class sized as the sum of its parts (training/custom_model.py Sized)
+    composite: object = None
+    # `TrainingArguments(**cfg["training"])`: the (document, mapping node) the keywords come
+    # from, where `fix --fit` adds a setting the launch does not state yet
+    spread: tuple | None = None
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -129,6 +134,8 @@ class _Resolver:
         if script is not None:
             sources["script"] = dict(script.values)
             self._references(script)
+            if script.custom_model is not None:
+                self._custom_model(script)
             for module in script.config_modules:
                 parsed = project.script(module)
                 if parsed is None:
@@ -180,6 +187,8 @@ class _Resolver:
             if getattr(node, "kind", None) != "mapping":
                 setup.arguments_resolved = False
                 continue
+            if setup.spread is None:
+                setup.spread = (resolved.doc, node)
             for key, value in node.entries:
                 if not isinstance(key.value, str) or value.kind != "scalar":
                     continue
@@ -190,6 +199,46 @@ class _Resolver:
                 setup.argument_refs[key.value] = entry
                 if setting is not None:
                     found.setdefault(setting, entry)
+
+    def _custom_model(self, script) -> None:
+        """`model = MyModel(cfg["model"])`: the class's parts sized with the arguments this
+        launch gives it (a config mapping, a flag, a literal) and the settings' overrides."""
+        from cfgfix.training.custom_model import size_custom_model
+        from cfgfix.training.resolve_refs import UNKNOWN, RefResolver
+        from cfgfix.training.values import literal
+
+        setup, custom = self.setup, script.custom_model
+        resolver = RefResolver(self.project, self.launch, self.launch_file, setup.script, script.refs)
+
+        def resolve(node):
+            try:
+                return literal(node, {})
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+            ref = script.refs.ref(node) if script.refs is not None else None
+            found = resolver.resolve(ref) if ref is not None else None
+            if found is None or found is UNKNOWN:
+                return None
+            return found.value.to_python() if hasattr(found.value, "kind") else found.value
+
+        args = [resolve(a) for a in custom.call.args]
+        kwargs = {kw.arg: resolve(kw.value) for kw in custom.call.keywords if kw.arg}
+
+        def parse(module):
+            found = self.project.script(module)
+            return found[1] if found is not None else None
+
+        folders = [self.launch_file.parent, self.project.root]
+        if setup.script is not None:
+            folders.insert(0, setup.script.parent)
+        overrides = getattr(self.project, "target_model", None) or {}
+        sized = size_custom_model(custom, args, kwargs, parse, folders, overrides)
+        sized.origin = f"{custom.class_name}(...) in {self.display(setup.script)} (line {custom.call.lineno})"
+        setup.composite = sized
+        if sized.shape is not None:
+            self.setup.sources["script"].setdefault("model", Value(
+                "model", f"{custom.class_name} (the script's own class)",
+                sized.origin))
 
     def _argument_file(self) -> None:
         """`HfArgumentParser.parse_yaml_file(sys.argv[1])` with one YAML/JSON argument: its

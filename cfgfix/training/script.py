@@ -53,6 +53,9 @@ class ScriptSetup:
     argument_spreads: list = field(default_factory=list)  # Refs of `**` mappings
     argument_opaque: set = field(default_factory=set)  # HF names set to something computed
     parses_argument_file: bool = False  # HfArgumentParser.parse_yaml_file / parse_json_file
+    # `model = MyModel(cfg["model"])` with MyModel one of the project's nn.Module classes
+    # (training/custom_model.py): sized per launch as the sum of its parts
+    custom_model: object = None
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -62,7 +65,21 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
     if key not in cache:
         parsed = project.script(path)
         cache[key] = read_script(parsed[0], parsed[1], path) if parsed is not None else None
+        if cache[key] is not None and "Module" in parsed[0].text + "".join(
+                _module_text(project, m) for m in cache[key].config_modules):
+            from cfgfix.training.custom_model import find_custom_model
+
+            def parse(module: Path):
+                found = project.script(module)
+                return found[1] if found is not None else None
+
+            cache[key].custom_model = find_custom_model(parsed[1], path, cache[key].config_modules, parse)
     return cache[key]
+
+
+def _module_text(project, module: Path) -> str:
+    found = project.script(module)
+    return found[0].text if found is not None else ""
 
 
 def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:

@@ -67,6 +67,15 @@ class SetupWriter:
             return self._deepspeed(setting, value)
         if setting == "mixed_precision":
             return self._mixed_precision(value)
+        composite = getattr(self.setup, "composite", None)
+        if setting == "gradient_checkpointing" and value and composite is not None and self.setup.trainer:
+            # the Trainer's gradient_checkpointing calls model.gradient_checkpointing_enable(),
+            # which a plain nn.Module does not have: the run would stop with an AttributeError
+            backbones = [p.name for p in composite.parts if p.shape is not None]
+            self.reason = (f"{composite.class_name} is a plain nn.Module: the Trainer's gradient_checkpointing would call "
+                           f"its missing gradient_checkpointing_enable(); call it on the backbones in __init__ instead"
+                           + (f" (self.{backbones[0]}.gradient_checkpointing_enable())" if backbones else ""))
+            return None
         written = HF_OPTIMIZERS.get(value) if setting == "optimizer" else value
         if written is None:
             return None
@@ -87,6 +96,10 @@ class SetupWriter:
         """Add a training setting where none is written: the training config, else a flag."""
         if name is None:
             return None
+        if self.setup.spread is not None:  # TrainingArguments(**cfg["training"]): into that mapping
+            edit = self._into_spread(name, value)
+            if edit is not None:
+                return edit
         path = self.setup.files.get("training config")
         if path is not None and self._is_deepspeed_config(path):
             # DeepSpeed ignores a top-level `gradient_checkpointing` or `optim` (CFX507 flags
@@ -99,6 +112,16 @@ class SetupWriter:
             if edit is not None:
                 return Change([edit], where=[f"{self.project.display(path)}: {name}: {_flag_text(value)}"])
         return self._append_flag(name, value)
+
+    def _into_spread(self, name: str, value) -> Change | None:
+        """Add `name: value` to the YAML/JSON mapping a `TrainingArguments(**cfg[...])` call
+        spreads: a minimal text edit, so the file keeps its comments, quoting and key order."""
+        doc, node = self.setup.spread
+        edit = insert_entry(doc, node, name, value)
+        if edit is None:
+            return None
+        shown = self.project.display(Path(doc.source.path)) if os.path.isabs(str(doc.source.path)) else doc.source.path
+        return Change([edit], where=[f"{shown}: {name}: {_flag_text(value)}"])
 
     def _is_deepspeed_config(self, path: Path) -> bool:
         if path == self.setup.files.get("deepspeed") or "deepspeed" in self.project.configs.get(path, ()):
@@ -192,7 +215,8 @@ class SetupWriter:
         that parses its flags (every batch and precision value "auto", so the Trainer fills
         them), and pass it with `--deepspeed`."""
         setup = self.setup
-        if not (setup.trainer and setup.parses_training_arguments) or not setup.launch.args:
+        spread = setup.trainer and setup.spread is not None
+        if not spread and (not (setup.trainer and setup.parses_training_arguments) or not setup.launch.args):
             return None
         stage = value if setting == "zero_stage" else max(setup.get("zero_stage") or 0, 2)
         zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
@@ -210,8 +234,15 @@ class SetupWriter:
         launch_dir = setup.launch_file.parent
         name = f"ds_zero{stage}.json"
         shown = self.project.display(launch_dir / name)
-        last = setup.launch.args[-1][1]
         written = _as_launch_sees(launch_dir / name, setup, self.project.root)
+        if spread:  # `deepspeed: ds_zero2.json` in the mapping TrainingArguments(**...) reads
+            change = self._into_spread("deepspeed", written)
+            if change is None:
+                return None
+            change.created[shown] = json.dumps(config, indent=2) + "\n"
+            change.where.insert(0, f"{shown} (new): ZeRO-{stage}")
+            return change
+        last = setup.launch.args[-1][1]
         return Change([Edit(last.path, last.end, last.end, f" --deepspeed {written}")],
                       created={shown: json.dumps(config, indent=2) + "\n"},
                       where=[f"{shown} (new): ZeRO-{stage}", f"{last.path}: --deepspeed {written}"])

@@ -1,0 +1,452 @@
+"""A model the script builds from its own class: `model = MultimodalEncoder(cfg["model"])`
+where `MultimodalEncoder(nn.Module).__init__` loads pretrained backbones and adds torch
+layers. Its `__init__` is read statically, statement by statement, with the constructor's
+arguments resolved for the launch (a config mapping from the training YAML, a flag, a
+literal): each `self.x = ...` becomes a `Part` (memory/parts.py) sized from
+
+- `X.from_pretrained(id)`: the catalog or the id's `config.json` (a local folder), without the
+  LM head when X builds the base model (`AutoModel`, `BertModel`, `CLIPVisionModel`);
+- a standard torch layer (`nn.Linear`, `nn.TransformerEncoderLayer`, `nn.Sequential`, ...)
+  whose dimensions resolve from literals, config values, local names, arithmetic and the
+  backbones' configs (`self.text.config.hidden_size`);
+- another of the project's own `nn.Module` classes, read the same way.
+
+What cannot be resolved is a part with a `problem`; the user may state its size (or the
+whole model's) in the settings (`[tool.cfgfix.model]`, settings.py). Nothing is imported or
+run: `estimate --simulate` instantiates the class on the meta device to compare.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cfgfix.memory.parts import CONTAINERS, TORCH_LAYERS, Part, composite_shape, torch_layer_params
+
+UNKNOWN = object()
+_MAX_DEPTH = 3  # nested user classes followed
+
+
+@dataclass
+class CustomModel:
+    """The script's `name = Class(args)` with its class found in the project."""
+
+    class_name: str
+    module: Path  # the file defining the class
+    call: ast.Call  # the construction in the script
+    span: object = None
+
+
+@dataclass
+class Sized:
+    parts: list[Part] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    shape: object = None  # ModelShape, or None when nothing could be sized
+    class_name: str = ""
+    origin: str = ""
+    checkpointed: set = field(default_factory=set)  # parts whose gradient checkpointing __init__ enables
+
+    @property
+    def main(self) -> Part | None:
+        """The largest pretrained part: the one whose dimensions the activation model uses."""
+        backbones = [p for p in self.parts if p.shape is not None and p.params is not None]
+        return max(backbones, key=lambda p: p.params) if backbones else None
+
+    @property
+    def unresolved(self) -> list[Part]:
+        return [p for p in self.parts if p.params is None]
+
+    @property
+    def frozen_params(self) -> int:
+        return sum(p.params for p in self.parts if p.frozen and p.params is not None)
+
+
+@dataclass
+class _Module:
+    """A module value while reading `__init__`: its parameters (None: unknown), its config
+    (a backbone's config.json, for `.config.hidden_size`) and how it was built."""
+
+    params: int | None
+    what: str
+    shape: object = None
+    config: dict | None = None
+    problem: str | None = None
+    children: list = field(default_factory=list)  # parts of a nested user class
+
+
+def find_custom_model(tree: ast.Module, path: Path, local_modules: list[Path], parse) -> CustomModel | None:
+    """The script's construction of one of the project's own `nn.Module` classes, preferring
+    the one bound to `model` or handed to a Trainer / optimizer. `parse(path)` gives a
+    module's tree (memoised by the project)."""
+    classes = _module_classes(tree, path, local_modules, parse)
+    if not classes:
+        return None
+    found: list[tuple[int, ast.Call, str, Path]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name not in classes:
+            continue
+        target = node.targets[0]
+        bound = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        found.append((0 if bound == "model" else 1, node.value, name, classes[name][1]))
+    if not found:
+        return None
+    found.sort(key=lambda item: (item[0], item[1].lineno))
+    _, call, name, module = found[0]
+    return CustomModel(name, module, call)
+
+
+def _module_classes(tree, path, local_modules, parse) -> dict[str, tuple[ast.ClassDef, Path]]:
+    """The nn.Module subclasses defined in the script or in the project modules it imports."""
+    out: dict[str, tuple[ast.ClassDef, Path]] = {}
+    for module_path, module_tree in [(path, tree)] + [(p, parse(p)) for p in local_modules]:
+        if module_tree is None:
+            continue
+        for node in module_tree.body:
+            if isinstance(node, ast.ClassDef) and _is_nn_module(node):
+                out.setdefault(node.name, (node, module_path))
+    return out
+
+
+def _is_nn_module(node: ast.ClassDef) -> bool:
+    bases = [ast.unparse(b) for b in node.bases]
+    # a PreTrainedModel subclass loads with transformers' semantics (the shared model analysis)
+    return any(b in ("nn.Module", "torch.nn.Module", "Module") for b in bases)
+
+
+def size_custom_model(custom: CustomModel, args: list, kwargs: dict, parse, model_folders: list[Path],
+                      overrides: dict | None = None) -> Sized:
+    """The parts of `custom` built with these (resolved) constructor arguments.
+    `overrides`: {"params": int | None, "modules": {attribute: int | model id}} from the settings."""
+    overrides = overrides or {}
+    reader = _Reader(parse, model_folders, custom.module)
+    classes = reader.classes(custom.module)
+    cls = classes.get(custom.class_name)
+    sized = Sized(class_name=custom.class_name)
+    if cls is None:
+        sized.notes.append(f"{custom.class_name}: class not found")
+        return sized
+    parts = reader.instantiate(cls, args, kwargs, 0)
+    stated = overrides.get("modules") or {}
+    out = []
+    for part in parts:
+        if part.name in stated:
+            part = reader.stated_part(part.name, stated[part.name], part)
+        out.append(part)
+    for name, value in stated.items():
+        if not any(p.name == name for p in out):
+            out.append(reader.stated_part(name, value, None))
+    sized.parts = out
+    sized.notes.extend(reader.notes)
+    sized.checkpointed = set(reader.checkpointed)
+    source = f"{custom.class_name} in {custom.module.name}: sum of its parts"
+    if overrides.get("params"):
+        from cfgfix.memory.shapes import params_only
+
+        base = composite_shape(out, source) if any(p.params for p in out) else params_only(overrides["params"])
+        from dataclasses import replace
+
+        sized.shape = replace(base, params=int(overrides["params"]),
+                              source=f"{custom.class_name}: {int(overrides['params']) / 1e9:.3g}B parameters stated in the cfgfix settings (model.params)")
+    elif any(p.params for p in out):
+        sized.shape = composite_shape(out, source)
+    return sized
+
+
+class _Reader:
+    def __init__(self, parse, model_folders: list[Path], home: Path) -> None:
+        self.parse = parse
+        self.model_folders = model_folders
+        self.home = home
+        self.notes: list[str] = []
+        self.checkpointed: set[str] = set()  # attributes whose gradient_checkpointing_enable() __init__ calls
+        self._classes: dict[Path, dict] = {}
+
+    # -- classes --------------------------------------------------------------------------
+    def classes(self, module: Path) -> dict[str, ast.ClassDef]:
+        if module not in self._classes:
+            tree = self.parse(module)
+            self._classes[module] = {n.name: n for n in (tree.body if tree is not None else ())
+                                     if isinstance(n, ast.ClassDef) and _is_nn_module(n)}
+        return self._classes[module]
+
+    def instantiate(self, cls: ast.ClassDef, args: list, kwargs: dict, depth: int) -> list[Part]:
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        if init is None:
+            return []
+        env: dict[str, object] = {}
+        params = [a.arg for a in init.args.args[1:]]
+        defaults = init.args.defaults
+        for i, name in enumerate(params):
+            default_index = i - (len(params) - len(defaults))
+            if i < len(args):
+                env[name] = args[i]
+            elif name in kwargs:
+                env[name] = kwargs[name]
+            elif default_index >= 0:
+                env[name] = self.value(defaults[default_index], {}, {})
+            else:
+                env[name] = UNKNOWN
+        attrs: dict[str, _Module] = {}
+        frozen: set[str] = set()
+        order: list[str] = []
+        for stmt in init.body:
+            self.statement(stmt, env, attrs, frozen, order, depth)
+        parts = []
+        for name in order:
+            module = attrs[name]
+            parts.append(Part(name, module.what, module.params, module.shape, name in frozen, module.problem))
+        return parts
+
+    def statement(self, stmt, env, attrs, frozen, order, depth) -> None:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            value = self.value(stmt.value, env, attrs, depth)
+            if isinstance(target, ast.Name):
+                env[target.id] = value
+            elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+                if isinstance(value, _Module):
+                    if target.attr not in attrs:
+                        order.append(target.attr)
+                    attrs[target.attr] = value
+                elif _looks_like_module(stmt.value):
+                    if target.attr not in attrs:
+                        order.append(target.attr)
+                    attrs[target.attr] = _Module(None, ast.unparse(stmt.value)[:80], problem=f"could not size {ast.unparse(stmt.value)[:80]}")
+                else:
+                    env["self." + target.attr] = value
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            call = stmt.value
+            # self.vision.requires_grad_(False) / self.vision.eval() keeps it frozen
+            if (isinstance(call.func, ast.Attribute) and call.func.attr == "requires_grad_" and call.args
+                    and isinstance(call.args[0], ast.Constant) and call.args[0].value is False):
+                owner = _self_attr(call.func.value)
+                if owner is not None:
+                    frozen.add(owner)
+            # self.text.gradient_checkpointing_enable(): that backbone recomputes its layers
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "gradient_checkpointing_enable":
+                owner = _self_attr(call.func.value)
+                if owner is not None:
+                    self.checkpointed.add(owner)
+        elif isinstance(stmt, ast.For):
+            # for p in self.vision.parameters(): p.requires_grad = False
+            it = stmt.iter
+            if (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "parameters"
+                    and any(isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Attribute)
+                            and s.targets[0].attr == "requires_grad" and isinstance(s.value, ast.Constant)
+                            and s.value.value is False for s in stmt.body)):
+                owner = _self_attr(it.func.value)
+                if owner is not None:
+                    frozen.add(owner)
+        elif isinstance(stmt, ast.If):
+            self.notes.append(f"a branch in __init__ (line {stmt.lineno}) was not followed: its modules are not counted")
+
+    # -- expressions ------------------------------------------------------------------------
+    def value(self, node, env, attrs, depth: int = 0):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return env.get(node.id, UNKNOWN)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.value(e, env, attrs, depth) for e in node.elts]
+        if isinstance(node, ast.Subscript):
+            base = self.value(node.value, env, attrs, depth)
+            key = self.value(node.slice, env, attrs, depth)
+            if isinstance(base, dict) and isinstance(key, str):
+                return base.get(key, UNKNOWN)
+            if isinstance(base, list) and isinstance(key, int) and -len(base) <= key < len(base):
+                return base[key]
+            return UNKNOWN
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                return attrs.get(node.attr) or env.get("self." + node.attr, UNKNOWN)
+            base = self.value(node.value, env, attrs, depth)
+            if isinstance(base, _Module):
+                return base.config if node.attr == "config" and base.config is not None else UNKNOWN
+            if isinstance(base, dict):  # cfg.text_backbone (OmegaConf / namespace style), config.hidden_size
+                return base.get(node.attr, UNKNOWN)
+            return UNKNOWN
+        if isinstance(node, ast.BinOp):
+            left, right = self.value(node.left, env, attrs, depth), self.value(node.right, env, attrs, depth)
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (left, right)):
+                return UNKNOWN
+            ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+                   ast.FloorDiv: lambda a, b: a // b if b else UNKNOWN, ast.Div: lambda a, b: a / b if b else UNKNOWN}
+            op = ops.get(type(node.op))
+            return op(left, right) if op else UNKNOWN
+        if isinstance(node, ast.Call):
+            return self.call(node, env, attrs, depth)
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1:
+            count = _range_count(node.generators[0].iter, lambda n: self.value(n, env, attrs, depth))
+            elt = self.value(node.elt, env, attrs, depth)
+            if isinstance(elt, _Module) and count is not None:
+                return [elt] * count
+            return UNKNOWN
+        if isinstance(node, ast.Starred):
+            return self.value(node.value, env, attrs, depth)
+        return UNKNOWN
+
+    def call(self, node: ast.Call, env, attrs, depth):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name == "from_pretrained" and isinstance(func, ast.Attribute):
+            return self.pretrained(node, env, attrs, depth)
+        if name == "get" and isinstance(func, ast.Attribute) and node.args:
+            base = self.value(func.value, env, attrs, depth)
+            key = self.value(node.args[0], env, attrs, depth)
+            if isinstance(base, dict) and isinstance(key, str):
+                default = self.value(node.args[1], env, attrs, depth) if len(node.args) > 1 else None
+                return base.get(key, default)
+            return UNKNOWN
+        if name in ("int", "float") and len(node.args) == 1:
+            value = self.value(node.args[0], env, attrs, depth)
+            return int(value) if name == "int" and isinstance(value, (int, float)) else value
+        args = []
+        for a in node.args:
+            value = self.value(a, env, attrs, depth)
+            if isinstance(a, ast.Starred) and isinstance(value, list):
+                args.extend(value)
+            else:
+                args.append(value)
+        kwargs = {kw.arg: self.value(kw.value, env, attrs, depth) for kw in node.keywords if kw.arg}
+        text = ast.unparse(node)[:80]
+        if name in CONTAINERS:
+            members = args[0] if name == "ModuleList" and args and isinstance(args[0], list) else args
+            return self.sum_modules(members, text)
+        if name in ("TransformerEncoder", "TransformerDecoder"):
+            layer = args[0] if args else kwargs.get("encoder_layer", kwargs.get("decoder_layer", UNKNOWN))
+            count = args[1] if len(args) > 1 else kwargs.get("num_layers", UNKNOWN)
+            norm = args[2] if len(args) > 2 else kwargs.get("norm")
+            if isinstance(layer, _Module) and layer.params is not None and isinstance(count, int):
+                extra = norm.params if isinstance(norm, _Module) and norm.params is not None else 0
+                return _Module(layer.params * count + extra, f"nn.{name}({layer.what} x {count})")
+            return _Module(None, text, problem=f"could not size {text}: its layer or number of layers is not known")
+        if name in TORCH_LAYERS:
+            clean_args = [None if v is UNKNOWN else v for v in args]
+            clean_kwargs = {k: (None if v is UNKNOWN else v) for k, v in kwargs.items()}
+            params = torch_layer_params(name, clean_args, clean_kwargs)
+            if params is None:
+                return _Module(None, text, problem=f"could not size {text}: a dimension is not known statically")
+            return _Module(params, f"nn.{name}({', '.join(_short(v) for v in args)})")
+        if depth < _MAX_DEPTH:
+            cls = self.classes(self.home).get(name)
+            if cls is not None:
+                parts = self.instantiate(cls, [None if v is UNKNOWN else v for v in args], kwargs, depth + 1)
+                return self.sum_modules([_Module(p.params, p.what, p.shape, problem=p.problem) for p in parts], f"{name}(...)")
+        return UNKNOWN
+
+    def sum_modules(self, members, text: str) -> _Module:
+        modules = [m for m in members if isinstance(m, _Module)]
+        if len(modules) != len(members):
+            return _Module(None, text, problem=f"could not size {text}: a member is not a module cfgfix knows")
+        unknown = [m for m in modules if m.params is None]
+        if unknown:
+            return _Module(None, text, problem=unknown[0].problem)
+        return _Module(sum(m.params for m in modules), text)
+
+    def pretrained(self, node: ast.Call, env, attrs, depth):
+        from cfgfix.memory import shapes
+
+        receiver = ast.unparse(node.func.value)
+        cls = receiver.rsplit(".", 1)[-1]
+        if cls in ("AutoConfig",) or cls.endswith("Config"):
+            model_id = self.value(node.args[0], env, attrs, depth) if node.args else UNKNOWN
+            config = self.config_of(model_id) if isinstance(model_id, str) else None
+            return config if config is not None else UNKNOWN
+        if cls.endswith(("Tokenizer", "TokenizerFast", "Processor", "ImageProcessor", "FeatureExtractor")):
+            return UNKNOWN
+        model_id = self.value(node.args[0], env, attrs, depth) if node.args else UNKNOWN
+        if not isinstance(model_id, str):
+            return _Module(None, f"{receiver}.from_pretrained(...)",
+                           problem=f"{receiver}.from_pretrained({ast.unparse(node.args[0]) if node.args else ''}): the model id is not known statically")
+        where = self.local(model_id)
+        try:
+            shape = shapes.resolve_part_shape(where or model_id)
+        except shapes.ShapeError as exc:
+            config = self.config_of(model_id)
+            return _Module(None, f"{model_id} ({receiver})", config=config, problem=str(exc))
+        base = _base_model(cls)
+        if base and shape.head_params:
+            shape = shapes.with_head(shape, "classification")  # the base model: no vocabulary head
+        return _Module(shape.params, f"{model_id} ({receiver}{', no LM head' if base else ''})", shape,
+                       self.config_of(model_id))
+
+    def local(self, model_id: str) -> str | None:
+        for base in self.model_folders:
+            candidate = base / model_id
+            if os.path.exists(candidate):
+                return str(candidate)
+        return None
+
+    def config_of(self, model_id: str) -> dict | None:
+        """The config dict `.config` reads: a local folder's config.json, else the catalog's."""
+        from cfgfix.memory.shapes import catalog_entry
+
+        where = self.local(model_id)
+        if where is not None:
+            path = Path(where)
+            path = path / "config.json" if path.is_dir() else path
+            try:
+                data = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):
+                return None
+            return data if isinstance(data, dict) else None
+        row = catalog_entry(model_id)
+        return dict(row["config"]) if row is not None and isinstance(row.get("config"), dict) else None
+
+    def stated_part(self, name: str, value, found: Part | None) -> Part:
+        """A part sized by the user's settings: a parameter count, or a model id / folder."""
+        from cfgfix.memory import shapes
+
+        if isinstance(value, int):
+            return Part(name, f"{value / 1e6:.1f}M parameters stated in the cfgfix settings", value, None,
+                        found.frozen if found else False, stated=True)
+        where = self.local(value) or value
+        try:
+            shape = shapes.resolve_part_shape(where)
+        except shapes.ShapeError as exc:
+            return Part(name, str(value), None, None, found.frozen if found else False, problem=str(exc), stated=True)
+        return Part(name, f"{value} (stated in the cfgfix settings)", shape.params, shape, found.frozen if found else False,
+                    stated=True)
+
+
+def _base_model(cls: str) -> bool:
+    """`AutoModel`, `BertModel`, `CLIPVisionModel`, `Qwen2Model`: the model without a head."""
+    return cls == "AutoModel" or (cls.endswith("Model") and "For" not in cls and cls != "PreTrainedModel")
+
+
+def _self_attr(node) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+def _range_count(node, value) -> int | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and len(node.args) == 1:
+        count = value(node.args[0])
+        return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+    return None
+
+
+def _looks_like_module(node) -> bool:
+    """`self.x = something(...)` that builds a module: a call whose name is a class (capitalised)
+    or a project function (`build_adapter(cfg)`)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return bool(name) and (name[:1].isupper() or name.startswith(("build", "make", "create", "get_")))
+
+
+def _short(value) -> str:
+    if value is UNKNOWN or value is None:
+        return "?"
+    if isinstance(value, _Module):
+        return value.what
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,235 @@
+"""The script's own model class sized as the sum of its parts (issue 13, item 1): pretrained
+backbones from the catalog or a config.json, standard torch layers from their constructor
+arguments, unresolved parts listed, and the user's `[tool.cfgfix.model]` settings."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cfgfix.memory.parts import torch_layer_params
+from cfgfix.settings import SettingsError, load_settings
+from cfgfix.training.memory_setup import memory_input
+from conftest import REPO, lint_project, write_project
+from test_training_setup import _setups
+
+STORY = REPO / "fixtures" / "mm-encoder-8b" / "project"
+
+LAYERS = [
+    ("Linear", [1024, 3584], {}),
+    ("Linear", [1024, 3584], {"bias": False}),
+    ("Embedding", [32000, 512], {}),
+    ("LayerNorm", [768], {}),
+    ("LayerNorm", [768], {"bias": False}),
+    ("Conv2d", [3, 64, 7], {"groups": 1}),
+    ("Conv2d", [64, 64, 3], {"bias": False, "groups": 4}),
+    ("MultiheadAttention", [512, 8], {}),
+    ("TransformerEncoderLayer", [512, 8], {"dim_feedforward": 1024}),
+    ("TransformerEncoderLayer", [256, 4], {"bias": False}),
+    ("TransformerDecoderLayer", [256, 4], {"dim_feedforward": 512}),
+    ("LSTM", [128, 256], {"num_layers": 2, "bidirectional": True}),
+    ("GRU", [64, 32], {}),
+    ("GELU", [], {}),
+    ("GroupNorm", [8, 64], {}),
+]
+
+
+@pytest.mark.parametrize("kind,args,kwargs", LAYERS, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(LAYERS)])
+def test_torch_layer_formulas_match_torch(kind, args, kwargs):
+    torch = pytest.importorskip("torch")
+    with torch.device("meta"):
+        layer = getattr(torch.nn, kind)(*args, **kwargs)
+    assert torch_layer_params(kind, list(args), dict(kwargs)) == sum(p.numel() for p in layer.parameters())
+
+
+def test_unknown_dimension_is_none():
+    assert torch_layer_params("Linear", [None, 10], {}) is None
+    assert torch_layer_params("Frobnicator", [1], {}) is None
+
+
+def _story_setup(root=STORY):
+    return _setups(root)[0]
+
+
+def test_story_is_sized_as_the_sum_of_its_parts():
+    setup = _story_setup()
+    sized = setup.composite
+    parts = {p.name: p.params for p in sized.parts}
+    # Qwen2.5-7B as AutoModel (no LM head), BERT-large with its pooler, CLIP ViT-L/14 from the
+    # local config.json, and torch layers sized from the YAML and `self.text.config.hidden_size`
+    assert parts == {"text": 7_070_619_136, "query": 335_141_888, "vision": 303_179_776, "query_proj": 3_673_600,
+                     "vision_proj": 3_670_016, "fusion": 308_374_528, "norm": 7_168, "head": 3_673_090}
+    assert not sized.unresolved
+    inputs = memory_input(setup)
+    assert inputs.shape.params == sum(parts.values())
+    assert inputs.shape.family == "qwen2"  # the activation dimensions: the largest backbone's
+    assert inputs.setup.head == "classification"
+
+
+def test_story_matches_a_meta_device_count():
+    """The issue's check: the static sum within 10% of instantiating the class on the meta
+    device (here: equal, part by part)."""
+    pytest.importorskip("transformers")
+    setup = _story_setup()
+    cfg = __import__("yaml").safe_load((STORY / "configs" / "train.yaml").read_text())["model"]
+    out = subprocess.run([sys.executable, "-m", "cfgfix.memory.meta_count", str(STORY / "model.py"), "MultimodalEncoder",
+                          json.dumps({"args": [cfg]}), str(STORY)], capture_output=True, text=True, timeout=600)
+    meta = json.loads(out.stdout)
+    assert "error" not in meta, meta
+    static = {p.name: p.params for p in setup.composite.parts}
+    assert static == meta["parts"]
+    assert abs(setup.composite.shape.params - meta["params"]) <= 0.10 * meta["params"]
+
+
+def test_story_gets_cfx701():
+    _, _, result = lint_project(STORY)
+    codes = [(f.code, f.path) for f in result.findings]
+    assert ("CFX701", "scripts/train.sh") in codes
+    message = next(f.message for f in result.findings if f.code == "CFX701")
+    assert "MultimodalEncoder" in message and "8.03B" in message
+
+
+def _copy(tmp_path):
+    dest = tmp_path / "story"
+    shutil.copytree(STORY, dest)
+    return dest
+
+
+def test_unresolved_part_is_listed_and_a_stated_size_fills_it(tmp_path):
+    root = _copy(tmp_path)
+    model = root / "model.py"
+    text = model.read_text().replace(
+        "        self.norm = nn.LayerNorm(hidden)\n",
+        "        self.norm = nn.LayerNorm(hidden)\n        self.adapter = build_adapter(cfg)\n")
+    model.write_text(text)
+    inputs = memory_input(_story_setup(root))
+    missing = [a for a in inputs.assumptions if "adapter" in a]
+    assert missing and "not counted" in missing[0] and "[tool.cfgfix.model.modules] adapter" in missing[0]
+    before = inputs.shape.params
+    (root / "cfgfix.toml").write_text('gpu = "RTX A6000"\n[model.modules]\nadapter = 50_000_000\n')
+    inputs = memory_input(_story_setup(root))
+    assert not [a for a in inputs.assumptions if "adapter" in a]
+    assert inputs.shape.params == before + 50_000_000
+
+
+def test_stated_whole_model_count_wins(tmp_path):
+    root = _copy(tmp_path)
+    (root / "cfgfix.toml").write_text('gpu = "RTX A6000"\n[model]\nparams = 8.5e9\n')
+    inputs = memory_input(_story_setup(root))
+    assert inputs.shape.params == 8_500_000_000
+    assert "stated in the cfgfix settings" in inputs.shape.source
+
+
+def test_a_module_stated_as_a_model_id(tmp_path):
+    root = _copy(tmp_path)
+    (root / "cfgfix.toml").write_text('gpu = "RTX A6000"\n[model.modules]\nquery = "google-bert/bert-base-uncased"\n')
+    parts = {p.name: p.params for p in _story_setup(root).composite.parts}
+    assert parts["query"] == 109_482_240
+
+
+def test_frozen_parts_are_said_to_be_counted_as_trained(tmp_path):
+    root = _copy(tmp_path)
+    model = root / "model.py"
+    model.write_text(model.read_text().replace(
+        "        hidden = self.text.config.hidden_size\n",
+        "        self.vision.requires_grad_(False)\n        hidden = self.text.config.hidden_size\n"))
+    inputs = memory_input(_story_setup(root))
+    assert any("frozen parts (vision" in a for a in inputs.assumptions)
+
+
+def test_unknown_backbone_id_is_a_listed_part(tmp_path):
+    root = _copy(tmp_path)
+    yaml_path = root / "configs" / "train.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("google-bert/bert-large-uncased", "someorg/mystery-encoder"))
+    inputs = memory_input(_story_setup(root))
+    assert any(a.startswith("MultimodalEncoder.query not counted: unknown model 'someorg/mystery-encoder'")
+               for a in inputs.assumptions)
+
+
+def test_class_in_the_script_and_module_list(tmp_path):
+    root = tmp_path
+    write_project(root, {
+        "train.py": (
+            "import torch\nfrom torch import nn\nfrom transformers import AutoModel, Trainer, TrainingArguments\n\n"
+            "class Tower(nn.Module):\n"
+            "    def __init__(self, width, depth=3):\n"
+            "        super().__init__()\n"
+            "        self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])\n\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.lm = AutoModel.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+            "        self.tower = Tower(self.lm.config.hidden_size)\n"
+            "        self.out = nn.Linear(self.lm.config.hidden_size * 2, 10)\n\n"
+            "model = Net()\n"
+            "Trainer(model=model, args=TrainingArguments(output_dir='o', bf16=True)).train()\n"),
+        "run.sh": "torchrun --nproc_per_node 2 train.py\n",
+    })
+    parts = {p.name: p.params for p in _setups(root)[0].composite.parts}
+    assert parts["tower"] == 3 * (896 * 896 + 896)
+    assert parts["out"] == 896 * 2 * 10 + 10
+
+
+@pytest.mark.parametrize("table,message", [
+    ("[model]\nparams = -3\n", "'model.params' must be a parameter count"),
+    ("[model]\nparams = true\n", "'model.params' must be a parameter count"),
+    ("[model]\nsize = 3\n", "unknown key 'model.size'"),
+    ("model = 3\n", "'model' in settings must be a table"),
+    ("[model.modules]\nadapter = 0\n", "'model.modules.adapter' must be a parameter count"),
+    ("[model]\nmodules = 5\n", "'model.modules' must be a table"),
+])
+def test_model_settings_are_validated(tmp_path, table, message):
+    (tmp_path / "cfgfix.toml").write_text(table)
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_settings(tmp_path)
+
+
+def test_model_settings_in_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.cfgfix.model]\nparams = 8.5e9\n[tool.cfgfix.model.modules]\nfusion = 12\n')
+    settings = load_settings(tmp_path)
+    assert settings.model_params == 8_500_000_000
+    assert settings.model_modules == (("fusion", 12),)
+
+
+def test_fit_writes_into_the_yaml_the_trainer_arguments_come_from(tmp_path):
+    """`TrainingArguments(**cfg["training"])`: `fix --fit` adds `deepspeed:` to that mapping
+    (comments, quoting and key order kept) and creates the DeepSpeed JSON; the checkpointing
+    the Trainer cannot switch on for a plain nn.Module is already in __init__ here."""
+    from click.testing import CliRunner
+
+    from cfgfix.commands import cli
+
+    root = _copy(tmp_path)
+    shutil.copy(REPO / "fixtures" / "mm-encoder-8b" / "fixed" / "model.py", root / "model.py")
+    before = (root / "configs" / "train.yaml").read_text()
+    cwd = __import__("os").getcwd()
+    __import__("os").chdir(root)
+    try:
+        result = CliRunner().invoke(cli, ["fix", "--fit"])
+    finally:
+        __import__("os").chdir(cwd)
+    assert "written:" in result.output, result.output
+    after = (root / "configs" / "train.yaml").read_text()
+    assert after == before + "  deepspeed: scripts/ds_zero2.json\n"
+    config = json.loads((root / "scripts" / "ds_zero2.json").read_text())
+    assert config["zero_optimization"]["stage"] == 2
+    _, _, checked = lint_project(root)
+    assert not [f for f in checked.findings if f.code == "CFX701"]
+
+
+def test_fit_gives_trainer_checkpointing_of_a_plain_module_as_advice(tmp_path):
+    from click.testing import CliRunner
+
+    from cfgfix.commands import cli
+
+    root = _copy(tmp_path)
+    cwd = __import__("os").getcwd()
+    __import__("os").chdir(root)
+    try:
+        result = CliRunner().invoke(cli, ["fix", "--fit", "--diff"])
+    finally:
+        __import__("os").chdir(cwd)
+    assert "advice only: gradient_checkpointing = True (MultimodalEncoder is a plain nn.Module" in result.output
+    assert "self.text.gradient_checkpointing_enable()" in result.output
