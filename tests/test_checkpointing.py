@@ -91,3 +91,35 @@ def test_a_config_from_elsewhere_counts_only_when_the_file_builds_adapter_config
 )
 def test_use_reentrant_of(text, state):
     assert use_reentrant_of(ast.parse(text, mode="eval").body) == state
+
+
+@pytest.mark.parametrize(
+    "signature, body, flagged",
+    [
+        ("fn, *args, use_reentrant=True, **kwargs", "", True),
+        ("fn, use_reentrant, *args, **kwargs", "", True),
+        ("fn, *args, **kwargs", "", False),  # a caller's use_reentrant= lands in kwargs
+        ("fn, use_reentrant, /, *args, **kwargs", "", False),  # positional-only: the name is free
+        ("fn, *args, use_reentrant=True, **kwargs", "    kwargs.update(extra)\n", False),
+        ("fn, *args, use_reentrant=True, **kwargs", "    kwargs = dict(kwargs, **extra)\n", False),
+        ("fn, *args, use_reentrant=True, **kwargs", "    kwargs.setdefault('use_reentrant', use_reentrant)\n", False),
+    ],
+)
+def test_a_functions_own_kwargs_cannot_carry_its_named_use_reentrant(tmp_path, signature, body, flagged):
+    code = (
+        "import torch.utils.checkpoint\n"
+        f"def ckpt({signature}):\n"
+        + body
+        + "    return torch.utils.checkpoint.checkpoint(fn, *args, **kwargs)\n"
+    )
+    line = code.count("\n")
+    assert _codes(tmp_path, code, {}) == ([("CFX307", line)] if flagged else [])
+
+
+def test_other_spread_dicts_still_silence_cfx307(tmp_path):
+    code = (
+        "import torch.utils.checkpoint\n"
+        "def ckpt(fn, *args, use_reentrant=True, **kwargs):\n"
+        "    return torch.utils.checkpoint.checkpoint(fn, *args, **kwargs, **self_opts)\n"
+    )
+    assert _codes(tmp_path, code, {}) == []

@@ -56,6 +56,11 @@ def test_heredoc_body_is_not_a_command(tmp_path):
     assert flagged(tmp_path, "start.sh", text) == []
 
 
+def test_heredoc_script_that_the_launcher_runs_is_read(tmp_path):
+    text = "#!/bin/bash\ncat > cleanup.sh <<'EOF'\npkill -9 -f python\nEOF\nbash cleanup.sh\n" + LAUNCH
+    assert flagged(tmp_path, "start.sh", text) == [3]
+
+
 @pytest.mark.parametrize(
     "name, expected",
     [

@@ -242,3 +242,44 @@ def test_statements_in_loops_stop_at_functions():
     )
     found = [(stmt.lineno, getattr(func, "name", None), outer.lineno) for stmt, func, outer in statements_in_loops(tree)]
     assert found == [(2, None, 1), (3, None, 1), (6, "f", 5)]
+
+
+@pytest.mark.parametrize(
+    "line, flagged",
+    [
+        ("        x = Variable(x, requires_grad=False)\n", True),
+        ("        x.requires_grad = False\n", True),
+        ("        x = x.detach().requires_grad_(False)\n", True),
+        ("        x = Variable(x, requires_grad=True)\n", False),
+        ("        x.requires_grad = True\n", False),
+        ("        x.requires_grad_()\n", False),
+        ("        x = torch.zeros_like(x, requires_grad=wanted)\n", False),
+    ],
+)
+def test_cfx303_turning_gradients_off_is_no_request_for_them(tmp_path, line, flagged):
+    code = (
+        "import torch\n"
+        "from torch.autograd import Variable\n"
+        "def valid(model, loader):\n"
+        "    model.eval()\n"
+        "    for x, y in loader:\n"
+        + line
+        + "        out = model(x)\n"
+        "        total += out.sum().item()\n"
+    )
+    assert bool(_check(tmp_path, code, ["CFX303"])[2]) is flagged
+
+
+def test_cfx303_names_a_volatile_variable_that_no_longer_works(tmp_path):
+    code = (
+        "import torch\n"
+        "from torch.autograd import Variable\n"
+        "def valid(model, loader):\n"
+        "    model.eval()\n"
+        "    for x, y in loader:\n"
+        "        out = model(Variable(x, volatile=True))\n"
+        "        total += out.sum().item()\n"
+    )
+    (finding,) = _check(tmp_path, code, ["CFX303"])[2]
+    assert "`Variable(..., volatile=True)` (line 6) has been ignored since torch 0.4" in finding.message
+    assert [r.span.line for r in finding.related][-1] == 6

@@ -128,6 +128,59 @@ def test_heredoc_bodies_are_skipped():
     assert [l.script.text for l in find_launches(doc)] == ["train.py"]
 
 
+def test_a_heredoc_script_that_this_script_submits_is_read_as_shell():
+    doc = parse(
+        """\
+        SCRIPT=$(mktemp /tmp/job_XXXX.sh)
+        cat > "$SCRIPT" << 'EOF'
+        #!/bin/bash
+        #SBATCH --gres=gpu:4
+        export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"
+        torchrun --nproc_per_node 4 train.py
+        EOF
+        JOB=$(sbatch --parsable "${SCRIPT}" 2>&1)
+        rm "$SCRIPT"
+        """
+    )
+    assert argvs(doc) == [
+        ["cat"], ["export", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"],
+        ["torchrun", "--nproc_per_node", "4", "train.py"], ["rm", "$SCRIPT"],
+    ]
+    alloc = next(a for a in doc.assignments if a.name == "PYTORCH_CUDA_ALLOC_CONF")
+    assert (alloc.kind, alloc.value.text, alloc.span.line) == ("export", "expandable_segments:True", 5)
+    # the body runs in a shell of its own, like `bash -c`
+    assert doc.scopes[alloc.span.start][-1] < 0
+    assert [l.script.text for l in find_launches(doc)] == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    "text, inner",
+    [
+        ("sbatch <<EOF\ntorchrun a.py\nEOF\n", True),
+        ("cat <<EOF | sbatch --parsable\ntorchrun a.py\nEOF\n", True),
+        ("bash -s <<'EOF'\ntorchrun a.py\nEOF\n", True),
+        ("tee job.sh <<EOF >/dev/null\ntorchrun a.py\nEOF\nbash job.sh\n", True),
+        ("cat <<EOF > job.sh\ntorchrun a.py\nEOF\nchmod +x job.sh\n./job.sh\n", True),
+        ("cat > job.sh <<EOF\ntorchrun a.py\nEOF\n", False),  # written, never run here
+        ("cat > job.sh <<EOF\ntorchrun a.py\nEOF\nbash other.sh\n", False),
+        ("cat 2> job.sh <<EOF\ntorchrun a.py\nEOF\nbash job.sh\n", False),  # stderr, not the body
+        ("cat <<EOF | python -\ntorchrun a.py\nEOF\n", False),  # a Python program
+        ("bash run.sh <<EOF\ntorchrun a.py\nEOF\n", False),  # the script's stdin, not a script
+        ("bash -c 'cat' <<EOF\ntorchrun a.py\nEOF\n", False),
+        ("sbatch <<EOF\ntorchrun a.py\n", False),  # the body never ends: not trusted
+    ],
+)
+def test_which_heredoc_bodies_are_scripts(text, inner):
+    doc = parse(text)
+    assert (["torchrun", "a.py"] in argvs(doc)) is inner
+
+
+def test_a_heredoc_inside_a_heredoc_script():
+    doc = parse("sbatch <<'OUT'\npython - <<'PY'\nprint(1)\nPY\nexport A=1\nOUT\n")
+    assert argvs(doc) == [["sbatch"], ["python", "-"], ["export", "A=1"]]
+    assert [(a.name, a.span.line) for a in doc.assignments] == [("A", 5)]
+
+
 def test_unbalanced_quote_skips_only_that_line():
     doc = parse("echo 'oops\npython train.py --config a.yaml\n")
     # The quote never closes: its line is dropped and the rest is read normally.

@@ -455,16 +455,27 @@ class LoopAnalysis:
             name = site.name or ""
             if is_backward(site) or is_optimizer_step(site) or self.calls_step_function(site):
                 return True
+            if site.method == "requires_grad_" and _is_false(site.node.args[0] if site.node.args else None):
+                continue  # `requires_grad_(False)` freezes: it asks for no gradient
             if site.method in ("requires_grad_", "enable_grad", "grad") or name.startswith(("torch.func", "functorch")):
                 return True
             if last_part(name) in ("enable_grad", "grad", "vjp", "jvp", "jacobian", "hessian", "jacrev", "jacfwd"):
                 return True
+        frozen = set()  # `x.requires_grad = False`: a store that turns gradients off
         for node in ast.walk(loop):
-            if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad"):
+            if isinstance(node, ast.Assign) and _is_false(node.value):
+                frozen.update(id(t) for t in node.targets)
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad") and id(node) not in frozen:
                 return True
-            if isinstance(node, ast.keyword) and node.arg == "requires_grad":
+            # `Variable(y, requires_grad=False)`, `torch.zeros(n, requires_grad=False)`: no request
+            if isinstance(node, ast.keyword) and node.arg == "requires_grad" and not _is_false(node.value):
                 return True
         return False
+
+
+def _is_false(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
 
 
 def scope_statements(body: list[ast.stmt]):

@@ -71,6 +71,7 @@ def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
     builder = _Builder(doc)
     if dialect == "sh":
         _parse_sh_range(builder, _Lexer(source.text), 0)
+        builder.heredoc_scripts()
     elif dialect == "makefile":
         _parse_makefile(builder)
     elif dialect == "dockerfile":
@@ -126,6 +127,9 @@ class _Lexer:
         self.text = text
         self.n = len(text) if end is None else end  # where tokens may reach
         self.limit = self.n  # where heredoc bodies may reach
+        # The heredoc bodies of the last line: (index of the `<<` token, body start, body
+        # end), the end being where the delimiter line starts (None: it never came).
+        self.bodies: list[tuple[int, int, int | None]] = []
         self.make = make
         self.docker = docker
         self.nesting = 0  # depth of `$(`/`${` inside each other
@@ -162,7 +166,8 @@ class _Lexer:
         """Tokens from `pos` to the end of the logical line, and the offset after it
         (past any heredoc bodies the line opened). Raises `_Unbalanced`."""
         text, toks = self.text, []
-        heredocs: list[tuple[str, bool]] = []
+        heredocs: list[tuple[str, bool, int]] = []
+        self.bodies = []
         while pos < self.n:
             c = text[pos]
             if c == "\\" and self._newline(pos + 1):
@@ -189,7 +194,7 @@ class _Lexer:
                     if pos < self.n and not self._newline(pos):
                         word, pos = self._word(pos)
                         toks.append(word)
-                        heredocs.append((word.text, op == "<<-"))
+                        heredocs.append((word.text, op == "<<-", len(toks) - 2))
             else:
                 word, pos = self._word(pos)
                 toks.append(word)
@@ -204,16 +209,21 @@ class _Lexer:
         match = _OPERATOR.match(text, pos, self.n)
         return match.group() if match else None
 
-    def _skip_heredocs(self, pos: int, heredocs: list[tuple[str, bool]]) -> int:
-        # Heredoc bodies are data (a Python program, a config), never commands.
-        for delimiter, strip_tabs in heredocs:
+    def _skip_heredocs(self, pos: int, heredocs: list[tuple[str, bool, int]]) -> int:
+        # Heredoc bodies are data (a Python program, a config), not commands of this
+        # script; the builder reads those that are scripts run elsewhere (`heredoc_scripts`).
+        for delimiter, strip_tabs, index in heredocs:
+            start, closed = pos, None
             while pos < self.limit:
                 end = self.text.find("\n", pos, self.limit)
                 end = self.limit if end < 0 else end + 1
                 line = self.text[pos:end].rstrip("\r\n")
-                pos = end
                 if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    closed = pos
+                    pos = end
                     break
+                pos = end
+            self.bodies.append((index, start, closed))
         return pos
 
     def _word(self, pos: int) -> tuple[_Tok, int]:
@@ -394,6 +404,8 @@ def _parse_sh_range(builder: _Builder, lexer: _Lexer, pos: int) -> None:
         finally:
             lexer.n = limit
         builder.feed(toks)
+        if lexer.bodies:
+            builder.note_heredocs(toks, lexer.bodies)
 
 
 def _physical_end(text: str, pos: int, limit: int) -> int:
@@ -432,6 +444,9 @@ class _Builder:
         self.expect_pattern = False  # inside `case`, before the `)` of a pattern
         self.skip: str | None = None  # inside a `for`/`case`/`function` header
         self.inline_depth = 0  # `bash -c` inside `bash -c`
+        # Heredoc bodies that are shell scripts: (start, end, the file it is written to, or
+        # None when a shell or a scheduler reads it from stdin).
+        self.heredocs: list[tuple[int, int, str | None]] = []
 
     # -- blocks
     def _push(self, kind: str) -> None:
@@ -612,6 +627,51 @@ class _Builder:
         finally:
             self.inline_depth -= 1
 
+    def note_heredocs(self, toks: list[_Tok], bodies: list[tuple[int, int, int | None]]) -> None:
+        """Keep the heredoc bodies that are scripts: fed to `sbatch`/`qsub`/a shell
+        (`sbatch <<EOF`, `cat <<EOF | sbatch`), or written to a file by `cat > job.sh <<EOF`
+        / `tee job.sh <<EOF` (read only if this script later runs that file)."""
+        for index, start, end in bodies:
+            if end is None or self.inline_depth >= 4:
+                continue  # an unterminated body is not trusted
+            first, last = index, index
+            while first > 0 and not _ends_command(toks[first - 1]):
+                first -= 1
+            while last + 1 < len(toks) and not _ends_command(toks[last + 1]):
+                last += 1
+            argv, target = _simple_command(toks[first:last + 1], self.source.text)
+            if _reads_script(argv):
+                self.heredocs.append((start, end, None))
+            elif argv and argv[0].rsplit("/", 1)[-1] == "cat" and last + 2 < len(toks) \
+                    and toks[last + 1].text == "|" and _reads_script(_simple_command(_command_at(toks, last + 2), self.source.text)[0]):
+                self.heredocs.append((start, end, None))
+            elif argv and argv[0].rsplit("/", 1)[-1] in ("cat", "tee"):
+                if argv[0].endswith("tee"):  # tee writes its file arguments (and stdout)
+                    target = next((w for w in argv[1:] if not w.startswith("-")), None)
+                if target is not None:
+                    self.heredocs.append((start, end, _normal_target(target)))
+
+    def heredoc_scripts(self) -> None:
+        """Read the heredoc bodies kept by `note_heredocs` as scripts of their own (a shell of
+        their own, like `bash -c`), words at their exact positions in this file: a body
+        written to a file only when a later command runs that file (`sbatch "$SCRIPT"`)."""
+        rounds = 0
+        while self.heredocs and rounds < 4:
+            pending, self.heredocs = self.heredocs, []
+            rounds += 1
+            for start, end, target in pending:
+                if target is not None and not _runs_file(self.doc, target, end):
+                    continue
+                self.inline_depth += 1
+                try:
+                    with self.isolated():
+                        _parse_sh_range(self, _Lexer(self.source.text, end), start)
+                finally:
+                    self.inline_depth -= 1
+        self.doc.commands.sort(key=lambda c: c.span.start)
+        self.doc.assignments.sort(key=lambda a: a.span.start)
+        self.doc.clobbers.sort(key=lambda c: c[1])
+
     def _word(self, tok: _Tok) -> Word:
         return Word(tok.text, self.source.text[tok.start:tok.end], self.source.span(tok.start, tok.end))
 
@@ -657,6 +717,89 @@ class _Builder:
             for word in argv[1:]:
                 if _IDENT.fullmatch(word.text):
                     self._clobber(word.text, word.span.start)
+
+
+_SCRIPT_READERS = {"sbatch", "qsub"}  # submit the script they read from stdin
+
+
+def _ends_command(tok: _Tok) -> bool:
+    return tok.kind == "nl" or (tok.kind == "op" and (tok.text in _SEPARATORS or tok.text in "()"))
+
+
+def _command_at(toks: list[_Tok], i: int) -> list[_Tok]:
+    end = i
+    while end < len(toks) and not _ends_command(toks[end]):
+        end += 1
+    return toks[i:end]
+
+
+def _simple_command(toks: list[_Tok], text: str) -> tuple[list[str], str | None]:
+    """The argv (prefix assignments dropped) of one simple command's tokens, and the file
+    its standard output goes to (`> job.sh`, `1>> job.sh`; not `2> err.log`), if any."""
+    argv: list[str] = []
+    target = None
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if tok.kind == "op" and tok.text in _REDIRECTS:
+            nxt = toks[i + 1] if i + 1 < len(toks) else None
+            fd = text[tok.start:tok.end - len(tok.text)]
+            if tok.text in (">", ">>", ">|") and fd in ("", "1") and nxt is not None and nxt.kind == "word":
+                target = nxt.text
+            i += 2
+            continue
+        if tok.kind == "word" and not (not argv and _ASSIGN.match(tok.text)):
+            argv.append(tok.text)
+        i += 1
+    while argv and argv[0] in _QUIET_WRAPPERS:
+        argv = argv[1:]
+    return argv, target
+
+
+def _reads_script(argv: list[str]) -> bool:
+    """`sbatch`, `qsub`, or a shell given no script file (`bash`, `bash -s`, `sh -x`):
+    what comes on standard input is a script."""
+    if not argv:
+        return False
+    name = argv[0].rsplit("/", 1)[-1]
+    if name in _SCRIPT_READERS:
+        return True
+    return name in _SHELLS and all(w.startswith("-") and "c" not in w.lstrip("-") for w in argv[1:])
+
+
+def _normal_target(text: str) -> str:
+    """`${SCRIPT}` and `$SCRIPT`, `./job.sh` and `job.sh` name the same file."""
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", r"$\1", text).removeprefix("./")
+
+
+_SUBSTITUTION = re.compile(r"\$\((.*)\)|`(.*)`", re.S)
+_ARGUMENT = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s;&|<>()]+")
+
+
+def _runs_file(doc: ShellDocument, target: str, after: int) -> bool:
+    """A command after offset `after` runs the file `target`: `sbatch job.sh`,
+    `bash "$SCRIPT"`, `qsub job.pbs`, `source job.sh`, `./job.sh`, also inside a command
+    substitution (`JOB=$(sbatch --parsable "$SCRIPT")`)."""
+    argvs = [[w.text for w in c.words] for c in doc.commands if c.span.start >= after]
+    words = [w for c in doc.commands if c.span.start >= after for w in c.words]
+    words += [a.value for a in doc.assignments if a.span.start >= after]
+    for word in words:
+        if "$(" in word.text or "`" in word.text:
+            for match in _SUBSTITUTION.finditer(word.text):
+                inner = match.group(1) if match.group(1) is not None else match.group(2)
+                argvs.append([t.strip("\"'") for t in _ARGUMENT.findall(inner)])
+    for argv in argvs:
+        while argv and argv[0] in _QUIET_WRAPPERS:
+            argv = argv[1:]
+        if not argv:
+            continue
+        if _normal_target(argv[0]) == target:
+            return True
+        name = argv[0].rsplit("/", 1)[-1]
+        if name in _SCRIPT_READERS | _SHELLS | _SOURCING | {"srun"}:
+            if any(_normal_target(w) == target for w in argv[1:]):
+                return True
+    return False
 
 
 def _assignment(word: Word, kind: str, source: SourceText) -> Assignment | None:

@@ -66,6 +66,7 @@ class EvalWithoutNoGrad(Rule):
     `evaluation`, `validation`, `eval_*` or `val_*`) that calls the model, never calls `backward()`, and is not inside
     `torch.no_grad()` / `torch.inference_mode()` (a `with` block, a decorator on the
     function, `torch.set_grad_enabled(False)`, or a caller that evaluates under one).
+    `Variable(x, volatile=True)`, the pre-0.4 spelling, turns nothing off.
 
     ## Why is this bad?
     `model.eval()` does not turn off autograd: it only switches dropout and batch norm to
@@ -108,6 +109,8 @@ class EvalWithoutNoGrad(Rule):
       that keeps its outputs grew by 224 MiB over 28 batches, 0 MiB with `torch.no_grad()`.
     - PyTorch docs, `torch.no_grad` and notes/autograd "Locally disabling gradient
       computation".
+    - torch 2.13: `Variable(x, volatile=True)` warns "volatile was removed and now has no
+      effect. Use `with torch.no_grad():` instead." and a module's output on it requires grad.
     """
 
     code = "CFX303"
@@ -196,8 +199,50 @@ class EvalWithoutNoGrad(Rule):
             "    return measure(model, x)\n",
             why="a warm-up loop that drops each output at once (a profiler may want autograd on)",
         ),
+        Example(
+            "import torch\n"
+            "from torch.autograd import Variable\n"
+            "def valid(model, loader):\n"
+            "    model.eval()\n"
+            "    with torch.no_grad():\n"
+            "        for x, y in loader:\n"
+            "            out = model(Variable(x, volatile=True))\n",
+            why="a leftover `volatile=True` inside `torch.no_grad()`: the guard does the work",
+        ),
+        Example(
+            "import torch\n"
+            "def valid(model, loader):\n"
+            "    model.eval()\n"
+            "    for x, y in loader:\n"
+            "        x = torch.zeros_like(x, requires_grad=flag)\n"
+            "        out = model(x)\n",
+            why="`requires_grad=` a value that may be True: the loop may want gradients",
+        ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "from torch.autograd import Variable\n"
+            "def valid(epoch):\n"
+            "    model.eval()\n"
+            "    for batch in valid_loader:\n"
+            "        inputs = Variable(batch['input'], volatile=True)\n"
+            "        targets = Variable(batch['target'], requires_grad=False)\n"
+            "        loss = criterion(model(inputs), targets)\n"
+            "        running_loss += loss.item()\n",
+            why="a pre-0.4 eval loop: torch ignores `volatile=True`, and `requires_grad=False` asks for no gradient",
+            line=8,
+            fixed="import torch\n"
+            "from torch.autograd import Variable\n"
+            "def valid(epoch):\n"
+            "    model.eval()\n"
+            "    with torch.no_grad():\n"
+            "        for batch in valid_loader:\n"
+            "            inputs = Variable(batch['input'], volatile=True)\n"
+            "            targets = Variable(batch['target'], requires_grad=False)\n"
+            "            loss = criterion(model(inputs), targets)\n"
+            "            running_loss += loss.item()\n",
+        ),
         Example(
             "import torch\n"
             "def evaluate(model, loader, device):\n"
@@ -319,16 +364,31 @@ class EvalWithoutNoGrad(Rule):
         related = [Related(header_span(src, loop), "this loop never calls backward()")]
         if name in receivers:
             related.append(Related(src.span_of_node(receivers[name].node), "eval mode only, autograd stays on"))
+        volatile = _volatile_keyword(loop)
+        if volatile is not None:
+            related.append(Related(src.span_of_node(volatile), "no effect since torch 0.4"))
         return self.finding(
             src.span_of_node(first.node),
             f"`{src.node_text(first.node.func)}(...)` runs {evidence} in a loop that never calls "
             "`backward()`, outside `torch.no_grad()`/`torch.inference_mode()`: autograd records every "
             "forward pass and keeps its activations for a backward pass that never comes"
             + (" (`.eval()` only switches dropout and batch norm; it does not turn autograd off)" if name in receivers else "")
+            + (f"; `Variable(..., volatile=True)` (line {volatile.value.lineno}) has been ignored since torch 0.4"
+               if volatile is not None else "")
             + ". Wrap the loop in `with torch.no_grad():`.",
             fix=_wrap_in_no_grad(ctx, loop),
             related=related,
         )
+
+
+def _volatile_keyword(loop: ast.stmt) -> ast.keyword | None:
+    """`Variable(x, volatile=True)` in the loop: the pre-0.4 way of turning autograd off,
+    which torch now ignores with a warning (the loop runs with autograd on)."""
+    for node in ast.walk(loop):
+        if isinstance(node, ast.keyword) and node.arg == "volatile" \
+                and isinstance(node.value, ast.Constant) and node.value.value is True:
+            return node
+    return None
 
 
 def _repeats(loop: ast.stmt) -> bool:

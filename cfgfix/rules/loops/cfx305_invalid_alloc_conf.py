@@ -52,7 +52,9 @@ class InvalidAllocConf(Rule):
     `expandable_segments`), `key=value` written for `key:value`, and a backend in the wrong
     case. These strings would raise at the first CUDA allocation, so no run that worked
     before changes. Everything else has no fix. Values cfgfix cannot read (an f-string, a
-    variable, `${VAR:-...}`) are not checked. An unknown key with no close match is
+    variable, `${VAR:-...}`) are not checked. A heredoc body counts as a script when it
+    goes to `sbatch`/`qsub`/a shell, or is written to a file the script then runs
+    (`cat > "$JOB" <<EOF` ... `sbatch "$JOB"`). An unknown key with no close match is
     reported only in `PYTORCH_CUDA_ALLOC_CONF` (other accelerators share
     `PYTORCH_ALLOC_CONF`) and only when the project's torch is not newer than the key
     table (torch 2.13).
@@ -120,6 +122,13 @@ class InvalidAllocConf(Rule):
             why="reading the variable is not setting it",
         ),
         Example(
+            "cat > notes.txt <<'EOF'\n"
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true\n"
+            "EOF\n",
+            path="run.sh",
+            why="a heredoc written to a file that this script never runs is data",
+        ),
+        Example(
             "import os\nCONF = 'expandable_segments:True'\n"
             "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = CONF\nos.environ['PYTORCH_ALLOC_CONF'] = CONF\n",
             why="both names from one constant",
@@ -151,6 +160,20 @@ class InvalidAllocConf(Rule):
             path="train.sh",
             why="`max_split_size_mb` with `expandable_segments:True` (warning)",
             line=2,
+        ),
+        Example(
+            "#!/bin/bash\n"
+            "JOB=$(mktemp /tmp/job_XXXX.sh)\n"
+            "cat > \"$JOB\" << 'EOF'\n"
+            "#!/bin/bash\n"
+            "#SBATCH --gres=gpu:4\n"
+            "export PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True,max_split_size_mb:512\"\n"
+            "torchrun --nproc_per_node 4 train.py\n"
+            "EOF\n"
+            "sbatch \"$JOB\"\n",
+            path="submit.sh",
+            why="in the job script a heredoc writes and `sbatch` submits (warning)",
+            line=6,
         ),
         Example(
             "FROM pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime\n"

@@ -16,7 +16,7 @@ from cfgfix.analysis.checkpointing import (
     trainer_drops,
     use_reentrant_of,
 )
-from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.analysis.names import ImportMap, dotted, iter_statements, walk_scope
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -62,6 +62,40 @@ def _may_checkpoint(data: bytes) -> bool:
     return imports and bool(_CALLS_CHECKPOINT.search(data))
 
 
+def _kwargs_without_reentrant(ctx) -> dict[int, str]:
+    """`**kwargs` uses (id of the Name node -> the function's name) that cannot hold
+    `use_reentrant`: the function's own `**kwargs` when `use_reentrant` is one of its
+    named parameters (so a caller's `use_reentrant=` binds that, never the dict), and the
+    function neither rebinds nor fills the dict (`kwargs[...] =`, `kwargs.update(...)`)."""
+    found = ctx.notes.get("cfx307-kwargs")
+    if found is None:
+        found = ctx.notes["cfx307-kwargs"] = {}
+        for func in iter_statements(ctx.document.tree.body):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.args.kwarg is None:
+                continue
+            named = {a.arg for a in func.args.args + func.args.kwonlyargs}  # not positional-only
+            if "use_reentrant" not in named:
+                continue
+            kwargs = func.args.kwarg.arg
+            uses, changed = [], False
+            for node in walk_scope(func):
+                if isinstance(node, ast.Name) and node.id == kwargs:
+                    if isinstance(node.ctx, ast.Load):
+                        uses.append(node)
+                    elif node is not func:
+                        changed = True
+                elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.value, ast.Name) \
+                        and node.value.id == kwargs and (
+                            not isinstance(node.ctx, ast.Load) or isinstance(node, ast.Attribute)
+                            and node.attr in ("update", "setdefault", "__setitem__", "pop", "clear")):
+                    changed = True
+                elif isinstance(node, (ast.Global, ast.Nonlocal)) and kwargs in node.names:
+                    changed = True
+            if not changed:
+                found.update((id(use), func.name) for use in uses)
+    return found
+
+
 @register
 class CheckpointWithoutUseReentrant(Rule):
     """## What it does
@@ -98,8 +132,9 @@ class CheckpointWithoutUseReentrant(Rule):
     whose memory profile, RNG handling and hooks differ slightly (and which, unlike the
     reentrant one, does produce gradients for blocks whose inputs are frozen). Pass
     `use_reentrant=True` instead to keep the current behaviour and silence the warning.
-    Calls with `**kwargs` (which may carry `use_reentrant`) and kwargs dicts held in
-    variables are left alone; on torch < 1.11 (`checkpoint`) or < 2.0
+    Calls with `**kwargs` that may carry `use_reentrant` and kwargs dicts held in
+    variables are left alone (a function's own `**kwargs` cannot carry it when
+    `use_reentrant` is one of the function's named parameters and the dict is not filled); on torch < 1.11 (`checkpoint`) or < 2.0
     (`checkpoint_sequential`), which have no such parameter, nothing is flagged.
 
     ## References
@@ -132,6 +167,19 @@ class CheckpointWithoutUseReentrant(Rule):
             "def forward(self, x):\n"
             "    return torch.utils.checkpoint.checkpoint(self.block, x, **self.ckpt_kwargs)\n",
             why="`**kwargs` may carry use_reentrant (the diffusers pattern)",
+        ),
+        Example(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def ckpt(fn, *args, use_reentrant=True, **kwargs):\n"
+            "    kwargs['use_reentrant'] = use_reentrant\n"
+            "    return checkpoint(fn, *args, **kwargs)\n",
+            why="the function puts its parameter into the `**kwargs` it passes on",
+        ),
+        Example(
+            "def run(fn, *args, **kwargs):\n"
+            "    from torch.utils.checkpoint import checkpoint\n"
+            "    return checkpoint(fn, *args, **kwargs)\n",
+            why="a caller's `use_reentrant=` lands in `**kwargs` (imported inside the function)",
         ),
         Example(
             "import deepspeed\n"
@@ -202,6 +250,21 @@ class CheckpointWithoutUseReentrant(Rule):
             "h = torch.utils.checkpoint.checkpoint(self.mlp, *inputs, preserve_rng_state=False, use_reentrant=False)\n",
         ),
         Example(
+            "def gradient_checkpointing(func, *args, use_reentrant: bool = True, **kwargs):\n"
+            "    from torch.utils.checkpoint import checkpoint\n"
+            "    if use_reentrant:\n"
+            "        return checkpoint(func, *args, **kwargs)\n"
+            "    return checkpoint(func, *args, use_reentrant=False, **kwargs)\n",
+            why="`use_reentrant` is the function's own parameter, so its `**kwargs` never holds it "
+            "(and `checkpoint` is imported inside the function)",
+            line=4,
+            fixed="def gradient_checkpointing(func, *args, use_reentrant: bool = True, **kwargs):\n"
+            "    from torch.utils.checkpoint import checkpoint\n"
+            "    if use_reentrant:\n"
+            "        return checkpoint(func, *args, **kwargs, use_reentrant=False)\n"
+            "    return checkpoint(func, *args, use_reentrant=False, **kwargs)\n",
+        ),
+        Example(
             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
             why="a kwargs dict without use_reentrant reaches torch's checkpoint as it is",
             line=1,
@@ -231,15 +294,22 @@ class CheckpointWithoutUseReentrant(Rule):
             sequential = name == TORCH_SEQUENTIAL
             if torch.below("2.0" if sequential else "1.11") is True:
                 continue  # no such parameter yet
-            if any(k.arg in ("use_reentrant", None) for k in call.keywords):
+            if any(k.arg == "use_reentrant" for k in call.keywords):
                 continue
+            spread = [k for k in call.keywords if k.arg is None]
+            if spread and not all(id(k.value) in _kwargs_without_reentrant(ctx) for k in spread):
+                continue  # `**kwargs` may carry use_reentrant
             if sequential and len(call.args) >= 4:
                 continue  # checkpoint_sequential(functions, segments, input, use_reentrant)
             spelled = src.node_text(call.func)
             edit = python_edits.add_keyword(src, call, "use_reentrant=False")
+            owner = _kwargs_without_reentrant(ctx).get(id(spread[0].value)) if spread else None
             yield self.finding(
                 src.span_of_node(call),
-                f"`{spelled}(...)` does not pass `use_reentrant`: torch falls back to the reentrant "
+                f"`{spelled}(...)` does not pass `use_reentrant`"
+                + (f" (`**{spread[0].value.id}` cannot carry it: `use_reentrant` is a parameter of `{owner}()` itself)"
+                   if owner else "")
+                + ": torch falls back to the reentrant "
                 "variant and warns. That variant gives no gradient to a block whose "
                 "inputs do not require grad (frozen embeddings, LoRA) and the docs announce an "
                 "error for the missing argument. Pass `use_reentrant=False` (recommended) or `True` "
