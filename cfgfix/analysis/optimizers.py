@@ -2,22 +2,9 @@
 whether something else (DeepSpeed, accelerate, a Trainer, PEFT, a wrapper optimizer) takes
 over the precision of those updates. Used by CFX203 and CFX205.
 
-The model analysis (models.py) follows `from_pretrained` loads and their casts through a
-scope but does not record where a model's `.parameters()` are taken. This module runs the
-same walker again, only over the scopes that build a torch Adam/AdamW, with two additions:
-
-- every `.parameters()` / `.named_parameters()` call on a tracked model (or a submodule of
-  one: `model.lm_head.parameters()`) records the model's state at that point;
-- an in-place half-precision cast of a module that no load explains (`model = Net().half()`,
-  `model.to(torch.float16)`) starts tracking that name, so plain `nn.Module`s count too;
-- `torch.compile(model)` and `DistributedDataParallel(model)` keep the same Parameters, so
-  the name they rebind keeps its state (the model analysis drops it, as for any call).
-
-Then each optimizer construction is traced back to those `.parameters()` calls through
-what can be read statically: the call itself, names bound once, lists, `list()`,
-`filter()`, `itertools.chain()`, param-group dicts (`{"params": ...}`) and comprehensions
-that pass the parameters through unchanged (`[p for n, p in model.named_parameters() if
-...]`; not `[p.float() for p in ...]`, which builds fp32 master copies).
+Which module's Parameters each optimizer holds, and their dtype where `.parameters()` was
+taken, come from the shared parameter flow (`analysis.parameters`): this module is a query
+over it for torch Adam/AdamW, adding what those rules need to know about ownership.
 
 Precision over recall: the optimizer or the model handed to anything that may own the
 precision (`accelerator.prepare`, `deepspeed.initialize`, a `*Trainer`, `amp.initialize`,
@@ -31,8 +18,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, _Resolver, _Walker
-from cfgfix.analysis.names import dotted, single_assignments
+from cfgfix.analysis.models import _Resolver
+from cfgfix.analysis.names import dotted
+from cfgfix.analysis.parameters import PARAM_METHODS, SAME_PARAMETERS, ParamSource, parameter_flow
 
 TORCH_ADAM = {
     "torch.optim.Adam": "Adam",
@@ -40,19 +28,6 @@ TORCH_ADAM = {
     "torch.optim.AdamW": "AdamW",
     "torch.optim.adamw.AdamW": "AdamW",
 }
-HALF = ("float16", "bfloat16")
-PARAM_METHODS = {"parameters", "named_parameters"}
-_HALF_CAST_METHODS = {"half", "bfloat16", "to"}
-# Calls that return a module holding the very same Parameters.
-_SAME_PARAMETERS = {
-    "torch.compile",
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-}
-# Calls that pass an iterable of parameters through unchanged.
-_PASS_THROUGH = {"list", "tuple", "filter", "itertools.chain", "chain", "itertools.chain.from_iterable"}
 # Where a model or an optimizer handed over may get fp32 master weights, an up-cast, frozen
 # base weights or a replacement optimizer (matched on the callee's last name, lower-cased).
 _OWNER = re.compile(
@@ -64,19 +39,6 @@ _HARMLESS_FOR_OPTIMIZER = re.compile(
     r"(?i)schedul|warmup|(^|_)lr$|[a-z]LR$|^(print|len|isinstance|type|id|str|repr|hasattr|getattr|vars|dir)$"
 )
 _PARAMETER_LOOP_METHODS = PARAM_METHODS | {"modules", "named_modules", "children", "named_children"}
-
-
-@dataclass(frozen=True)
-class ParamSource:
-    """`model.parameters()` (or `named_parameters()`) on a tracked model."""
-
-    call: ast.Call
-    key: str  # the tracked name it was called on (`model`, `self.model`)
-    state: ModelState  # what the name held there
-
-    @property
-    def dtype(self) -> str | None:
-        return self.state.dtype
 
 
 @dataclass(frozen=True)
@@ -116,63 +78,6 @@ def optimizer_analysis(ctx) -> OptimizerAnalysis:
     return cached
 
 
-class _SourceWalker(_Walker):
-    """The model walker, plus `.parameters()` records and untracked half-precision casts."""
-
-    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, sources: dict[int, ParamSource]) -> None:
-        super().__init__(analysis, resolver, {})
-        self.sources = sources
-
-    def call(self, call: ast.Call, env: dict) -> ModelState | None:
-        func = call.func
-        if isinstance(func, ast.Attribute) and func.attr in PARAM_METHODS:
-            found = _tracked_prefix(dotted(func.value), env)
-            if found is not None:
-                self.sources.setdefault(id(call), ParamSource(call, found[0], found[1]))
-        name = self.resolver.imports.qualify(func)
-        if name in _SAME_PARAMETERS and call.args:
-            key = dotted(call.args[0])
-            if key is not None and key in env:
-                state = env[key]
-                for arg in [*call.args[1:], *(k.value for k in call.keywords)]:
-                    self.expr(arg, env)
-                return state
-        state = super().call(call, env)
-        if state is None and isinstance(func, ast.Attribute) and func.attr in _HALF_CAST_METHODS:
-            state = self._untracked_cast(call, func, env)
-        return state
-
-    def _untracked_cast(self, call: ast.Call, func: ast.Attribute, env: dict) -> ModelState | None:
-        """`Net().half()`, `model.to(torch.bfloat16)` on a module no load explains."""
-        key = dotted(func.value)
-        if key is not None and key in env:
-            return None  # tracked: the model walker has handled it
-        target, unknown, _moves, _arg = self.classify(call, func.attr)
-        if target not in HALF or unknown:
-            return None
-        load = ModelLoad(
-            call=call, class_name="", dtype=target, dtype_keyword=None, device_map=None,
-            quantized=None, hidden_kwargs=False, pipeline=False,
-        )
-        state = ModelState(load, dtype=target, cast_by=call)
-        if key is not None and (key.count(".") == 0 or (key.startswith("self.") and key.count(".") == 1)):
-            env[key] = state  # Module casts work in place
-        return state
-
-
-def _tracked_prefix(key: str | None, env: dict) -> tuple[str, ModelState] | None:
-    if not key:
-        return None
-    parts = key.split(".")
-    for end in range(len(parts), 0, -1):
-        prefix = ".".join(parts[:end])
-        if prefix == "self":
-            return None
-        if prefix in env:
-            return prefix, env[prefix]
-    return None
-
-
 class _Builder:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
@@ -186,27 +91,14 @@ class _Builder:
         sites = self.index.calls_named(*TORCH_ADAM)
         if not sites:
             return result
-        module_consts = single_assignments(self.tree.body)
-        private = ModelAnalysis(self.imports, self.tree)
-        sources: dict[int, ParamSource] = {}
-        scopes: dict[int, ast.AST] = {}
+        flow = parameter_flow(self.ctx)
+        self.casts = [*flow.analysis.calls, *self.ctx.models.calls]
         for site in sites:
-            scope = site.context.function or self.tree
-            scopes.setdefault(id(scope), scope)
-        consts_of: dict[int, dict] = {}
-        for key, scope in scopes.items():
-            if isinstance(scope, ast.Lambda):
-                continue
-            consts = module_consts if scope is self.tree else {**module_consts, **single_assignments(scope.body)}
-            consts_of[key] = consts
-            _SourceWalker(private, _Resolver(self.imports, consts), sources).block(scope.body, {})
-        self.casts = [*private.calls, *self.ctx.models.calls]
-        for site in sites:
-            scope = site.context.function or self.tree
-            consts = consts_of.get(id(scope))
-            if consts is None:
-                continue
-            build = self._build(site, consts, sources)
+            built = flow.builds.get(id(site.node))
+            consts = flow.consts.get(id(site.context.function or self.tree))
+            if built is None or consts is None:
+                continue  # in a lambda, or in code the walk does not reach
+            build = self._build(site, consts, built.sources)
             result.builds.append(build)
             for source in build.sources:
                 reason = self._model_owner(source, site)
@@ -215,18 +107,11 @@ class _Builder:
         return result
 
     # -- one optimizer -----------------------------------------------------------------
-    def _build(self, site, consts: dict, sources: dict[int, ParamSource]) -> AdamBuild:
+    def _build(self, site, consts: dict, found: tuple[ParamSource, ...]) -> AdamBuild:
         call = site.node
         cls = TORCH_ADAM[site.name]
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
         hidden = any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
-        params = call.args[0] if call.args else keywords.get("params")
-        found = []
-        if params is not None:
-            for node in _parameter_calls(params, consts):
-                source = sources.get(id(node))
-                if source is not None and source not in found:
-                    found.append(source)
         resolver = _Resolver(self.imports, consts)
         eps_node = keywords.get("eps", call.args[3] if len(call.args) > 3 else None)
         eps, eps_default = 1e-8, eps_node is None
@@ -292,7 +177,7 @@ class _Builder:
                 if other.method in ("apply", "add_adapter", "load_adapter"):
                     return f"`{key}.{other.method}()` on line {other.node.lineno} may change its parameters"
                 continue
-            if other.name in _SAME_PARAMETERS or not _mentions(other.node, key):
+            if other.name in SAME_PARAMETERS or not _mentions(other.node, key):
                 continue
             callee = (_last_name(other.name) or "").lower()
             local = self._local_functions(other)
@@ -353,50 +238,6 @@ def _calls_owner(index, functions: list[ast.AST]) -> bool:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _parameter_calls(node: ast.AST, consts: dict, depth: int = 0, seen: frozenset = frozenset()) -> list[ast.Call]:
-    """The `.parameters()` calls whose Parameters themselves reach the optimizer."""
-    if depth > 6:
-        return []
-    if isinstance(node, ast.Call):
-        func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in PARAM_METHODS:
-            return [node]
-        name = dotted(func) or ""
-        if name in _PASS_THROUGH:
-            args = node.args[1:] if name == "filter" else node.args
-            return [c for a in args for c in _parameter_calls(a, consts, depth + 1, seen)]
-        return []
-    if isinstance(node, ast.Name):
-        if node.id in consts and node.id not in seen:
-            return _parameter_calls(consts[node.id], consts, depth + 1, seen | {node.id})
-        return []
-    if isinstance(node, ast.Starred):
-        return _parameter_calls(node.value, consts, depth + 1, seen)
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [c for e in node.elts for c in _parameter_calls(e, consts, depth + 1, seen)]
-    if isinstance(node, ast.Dict):  # a param group
-        return [
-            c for k, v in zip(node.keys, node.values)
-            if isinstance(k, ast.Constant) and k.value == "params"
-            for c in _parameter_calls(v, consts, depth + 1, seen)
-        ]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return [c for side in (node.left, node.right) for c in _parameter_calls(side, consts, depth + 1, seen)]
-    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
-        targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-        elt = node.elt
-        if isinstance(elt, ast.Dict):  # [{"params": p, ...} for p in ...]
-            elt = next(
-                (v for k, v in zip(elt.keys, elt.values) if isinstance(k, ast.Constant) and k.value == "params"), None
-            )
-        if isinstance(elt, (ast.List, ast.Tuple)) and len(elt.elts) == 1:
-            elt = elt.elts[0]
-        if not (isinstance(elt, ast.Name) and elt.id in targets):
-            return []  # `p.float()`, `p.clone()`: new tensors, not the model's Parameters
-        return [c for g in node.generators for c in _parameter_calls(g.iter, consts, depth + 1, seen)]
-    return []
 
 
 def _number(node: ast.AST | None) -> float | None:
