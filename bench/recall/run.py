@@ -30,10 +30,11 @@ DEFAULT_CACHE = os.environ.get("CFGFIX_RECALL_CACHE", str(Path.home() / ".cache"
 # scripts, configs, pins. Checkpoints, data and images are never needed and can be huge.
 TEXT_SUFFIXES = {
     ".py", ".pyi", ".sh", ".bash", ".zsh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini",
-    ".txt", ".env", ".mk", ".slurm", ".sbatch", ".job", ".pbs", ".dockerfile",
+    ".txt", ".env", ".mk", ".slurm", ".sbatch", ".job", ".pbs", ".dockerfile", ".ipynb",
 }
 TEXT_NAMES = {"Makefile", "makefile", "GNUmakefile", "Dockerfile", "Containerfile", ".env"}
 MAX_BYTES = 1_000_000
+MAX_NOTEBOOK_BYTES = 20_000_000  # a notebook's saved outputs can dwarf its code
 
 
 def load_manifest(path: Path) -> list[dict]:
@@ -61,7 +62,9 @@ def git_dir(mirror: Path, repo: str) -> Path | None:
 def materialise(repo: str, commit: str, mirror: Path, cache: Path) -> Path:
     """The project at `commit`, extracted once into the cache (text files only)."""
     target = cache / repo.replace("/", "+") / commit[:12]
-    done = target / ".cfgfix-recall-complete"
+    # The marker names the extraction format: a cache made before notebooks were extracted
+    # (v1) lacks the .ipynb files and is extracted again.
+    done = target / ".cfgfix-recall-complete-v2"
     if done.exists():
         return target
     gd = git_dir(mirror, repo)
@@ -77,9 +80,10 @@ def materialise(repo: str, commit: str, mirror: Path, cache: Path) -> Path:
             continue
         meta, _, path = entry.partition("\t")
         mode, kind, sha, size = meta.split()
-        if kind != "blob" or mode == "120000" or not size.isdigit() or int(size) > MAX_BYTES:
-            continue
         name = path.rsplit("/", 1)[-1]
+        limit = MAX_NOTEBOOK_BYTES if name.endswith(".ipynb") else MAX_BYTES
+        if kind != "blob" or mode == "120000" or not size.isdigit() or int(size) > limit:
+            continue
         if name in TEXT_NAMES or os.path.splitext(name)[1].lower() in TEXT_SUFFIXES:
             wanted.append((sha, path))
     target.mkdir(parents=True, exist_ok=True)
@@ -126,13 +130,17 @@ def run_cfgfix(cfgfix: str, root: Path, paths: list[str], timeout: int) -> tuple
 
 def match(labels: list[dict], findings: list[dict], tolerance: int):
     """One-to-one: each label takes the nearest unused finding of its code within the
-    tolerance. Returns (matched pairs, unmatched labels, unmatched findings)."""
+    tolerance. Returns (matched pairs, unmatched labels, unmatched findings). In a notebook
+    a label names its cell (1-based among all cells, as cfgfix reports it) and a line
+    inside that cell; a finding in another cell never matches it."""
     used: set[int] = set()
     pairs, missed = [], []
-    for label in sorted(labels, key=lambda l: l["line"]):
+    for label in sorted(labels, key=lambda l: (l.get("cell") or 0, l["line"])):
         best = None
         for i, f in enumerate(findings):
             if i in used or f["code"] != label["code"]:
+                continue
+            if label.get("cell") != f.get("cell"):
                 continue
             row = f["location"]["row"]
             # A label may span a multi-line statement (line..end_line): a chained
@@ -148,6 +156,11 @@ def match(labels: list[dict], findings: list[dict], tolerance: int):
             pairs.append((label, findings[best[1]]))
     extra = [f for i, f in enumerate(findings) if i not in used]
     return pairs, missed, extra
+
+
+def position(cell, line) -> str:
+    """`12`, or `cell 3:2` for a notebook (ruff's and cfgfix's way of naming a cell)."""
+    return f"cell {cell}:{line}" if cell is not None else str(line)
 
 
 def ratio(a: int, b: int) -> str:
@@ -174,10 +187,12 @@ def main() -> int:
     parser.add_argument("--tolerance", type=int, default=2, help="lines between a label and a finding that still match")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per project")
     parser.add_argument("--section", help="write the tables into results.md under this heading (replacing it)")
-    parser.add_argument("--results", type=Path, default=HERE / "results.md")
+    parser.add_argument("--results", type=Path, help="results file for --section (default: results.md beside the manifest)")
     parser.add_argument("--details", action="store_true", help="print every FP and FN")
     parser.add_argument("--only", help="only records whose repo contains this text")
     args = parser.parse_args()
+    if args.results is None:
+        args.results = args.manifest.resolve().parent / "results.md"
 
     records = load_manifest(args.manifest)
     if args.only:
@@ -216,10 +231,10 @@ def main() -> int:
                 per_code[label["code"]]["tp"] += 1
             for label in missed:
                 per_code[label["code"]]["fn"] += 1
-                fns.append((label["code"], f"{repo}/{record['path']}:{label['line']}", label["reason"]))
+                fns.append((label["code"], f"{repo}/{record['path']}:{position(label.get('cell'), label['line'])}", label["reason"]))
             for f in extra:
                 per_code[f["code"]]["fp"] += 1
-                fps.append((f["code"], f"{repo}/{record['path']}:{f['location']['row']}", f["message"]))
+                fps.append((f["code"], f"{repo}/{record['path']}:{position(f.get('cell'), f['location']['row'])}", f["message"]))
             for label in labels:
                 per_code[label["code"]]["labels"] += 0  # keep codes with labels in the table
 
