@@ -2,6 +2,11 @@
 
 One JSON file per configuration fingerprint (cfgfix version, settings, enabled rules,
 library versions): a warm run reads it once and parses nothing that did not change.
+Each entry also keeps the file's stat signature (size, mtime, ctime, inode, as ruff and git
+do): a warm run stats an unchanged file and neither reads nor hashes it. The signature is
+recorded from a stat taken before the bytes were read, and only for a file whose last
+change is older than `RACY_SECONDS` (a write in the same clock tick as our read could
+otherwise leave the signature unchanged); any other file is hashed as before.
 The folder carries its own `.gitignore` so it never lands in a commit. What is read back is
 checked (a checksum over the file, the shape of every entry); anything odd is a miss, and a
 `.cfgfix_cache` that is a link is not used at all.
@@ -12,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -24,10 +30,40 @@ STALE_SECONDS = 600
 # Written first in every results file: a file that does not start with it, or whose checksum
 # does not match what follows, is someone else's (or a damaged) file and is never read.
 _MAGIC = b"cfgfix-cache 1 "
+# A file changed this recently may change again within the same timestamp tick: its stat
+# signature is not trusted (the content hash decides), as git treats "racily clean" entries.
+RACY_SECONDS = 2
+
+
+def stat_key(path) -> list[int] | None:
+    """The stat signature of a regular file (links followed), or None."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
 def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+_HASH_CHARS = 32  # content_hash's length: an entry's key is the hash, then `extra`
+
+
+def _meta(data: bytes, key: list[int] | None) -> dict | None:
+    """What an entry keeps besides the hash: the stat signature (None for a file changed
+    within RACY_SECONDS of now) and whether the bytes hold a suppression directive."""
+    if key is None or time.time_ns() - max(key[1], key[2]) < RACY_SECONDS * 1_000_000_000:
+        return None
+    return {"stat": key, "directive": b"cfgfix:" in data}
+
+
+def _valid_meta(meta) -> bool:
+    return (isinstance(meta, dict) and isinstance(meta.get("directive"), bool) and isinstance(meta.get("stat"), list)
+            and len(meta["stat"]) == 4 and all(type(n) is int for n in meta["stat"]))
 
 
 class Cache:
@@ -71,18 +107,42 @@ class Cache:
         if not isinstance(entries, dict):
             return {}
         return {k: v for k, v in entries.items()
-                if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], dict)}
+                if isinstance(v, list) and len(v) in (2, 3) and isinstance(v[0], str) and isinstance(v[1], dict)
+                and (len(v) == 2 or _valid_meta(v[2]))}
 
-    def get(self, relpath: str, data: bytes, extra: str) -> dict | None:
+    def get_unchanged(self, relpath: str, key: list[int] | None, extra: str) -> dict | None:
+        """The cached result when the file's stat signature `key` (taken now, before any
+        read) is the recorded one and `extra` is unchanged: no read, no hash."""
+        entry = self.entries.get(relpath)
+        if key is None or entry is None or len(entry) < 3 or entry[2]["stat"] != key:
+            return None
+        if entry[0][_HASH_CHARS:] != extra:
+            return None
+        return entry[1]
+
+    def may_hold_directive(self, relpath: str) -> bool:
+        """Whether the file held `cfgfix:` (a suppression comment) when its entry was written;
+        True when unknown. A result with no findings and no directive needs no read."""
+        entry = self.entries.get(relpath)
+        return entry is None or len(entry) < 3 or entry[2]["directive"]
+
+    def get(self, relpath: str, data: bytes, extra: str, key: list[int] | None = None) -> dict | None:
         """The cached result when the bytes and `extra` (what else the result depends on,
-        such as the file's project versions) are unchanged."""
+        such as the file's project versions) are unchanged. With the stat signature `key`
+        taken before `data` was read, a hit records it for the next run."""
         entry = self.entries.get(relpath)
         if entry is not None and entry[0] == content_hash(data) + extra:
+            meta = _meta(data, key)
+            if meta is not None and (len(entry) < 3 or entry[2] != meta):
+                self.entries[relpath] = [entry[0], entry[1], meta]  # touched, not changed
+                self.dirty = True
             return entry[1]
         return None
 
-    def put(self, relpath: str, data: bytes, extra: str, result: dict) -> None:
-        self.entries[relpath] = [content_hash(data) + extra, result]
+    def put(self, relpath: str, data: bytes, extra: str, result: dict, key: list[int] | None = None) -> None:
+        meta = _meta(data, key)
+        entry = [content_hash(data) + extra, result]
+        self.entries[relpath] = entry if meta is None else entry + [meta]
         self.dirty = True
 
     def save(self) -> None:

@@ -360,6 +360,13 @@ class Linter:
                 result.errors.append(f"internal error in {rule.code} on {sf.display}: {exc!r}")
 
 
+def _unreadable(sf: SourceFile, exc: OSError) -> FileResult:
+    """A file that is gone, unreadable, a FIFO or device, or over the size bound."""
+    severity = Severity.WARNING if isinstance(exc, FileTooLarge) else Severity.ERROR
+    return FileResult(findings=[parse_error(sf.display, f"cannot read {sf.display}: {exc.strerror or exc}",
+                                            severity=severity)])
+
+
 def _restore(cached: dict | None) -> FileResult | None:
     """A cached result, or None (a miss) when it is absent or not of the shape we write."""
     if cached is None:
@@ -483,17 +490,27 @@ class Engine:
         datas: dict[str, bytes] = {}
         pending: list[tuple[SourceFile, bytes]] = []
         dep_hashes: dict[str, str | None] = {}  # loader modules hashed once per run
+        unread: set[str] = set()  # restored by their stat signature: bytes read only if needed
+        stat_keys: dict[str, list[int] | None] = {}
+        if self.cache is not None:
+            from cfgfix.cache import stat_key
         for sf in files:
+            key = None
+            if self.cache is not None:
+                # Stat before reading: a file that changes after this stat gets a newer one.
+                key = stat_keys[sf.display] = stat_key(sf.path)
+                restored = self._unchanged(sf, key, dep_hashes)
+                if restored is not None:
+                    results[sf.display] = restored
+                    unread.add(sf.display)
+                    continue
             try:
                 data = read_file(sf.path)
             except OSError as exc:  # gone, unreadable, a FIFO or device, over the size bound
-                severity = Severity.WARNING if isinstance(exc, FileTooLarge) else Severity.ERROR
-                results[sf.display] = FileResult(
-                    findings=[parse_error(sf.display, f"cannot read {sf.display}: {exc.strerror or exc}", severity=severity)]
-                )
+                results[sf.display] = _unreadable(sf, exc)
                 continue
             datas[sf.display] = data
-            cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
+            cached = self.cache.get(sf.relpath, data, self._file_key(sf), key) if self.cache else None
             restored = _restore(cached)
             if restored is not None and restored.deps and not dependencies_unchanged(
                     restored.deps, self.versions.root, dep_hashes):
@@ -505,7 +522,7 @@ class Engine:
         for (sf, data), result in zip(pending, self._lint_many(pending)):
             results[sf.display] = result
             if self.cache is not None:
-                self.cache.put(sf.relpath, data, self._file_key(sf), result.to_dict())
+                self.cache.put(sf.relpath, data, self._file_key(sf), result.to_dict(), stat_keys.get(sf.display))
         if self.cache is not None:
             self.cache.save()
         # Cross-file conditions and project rules need the project's launch scripts even when
@@ -532,9 +549,23 @@ class Engine:
             extra = by_file.get(sf.display) if sf.kind != "markdown" else None  # READMEs are never reported
             if extra:
                 result = replace(result, findings=result.findings + extra)
+            if sf.display in unread and (result.findings or result.conditional or self.cache.may_hold_directive(sf.relpath)):
+                try:  # findings to suppress or show, or a directive to check: the bytes are needed
+                    datas[sf.display] = read_file(sf.path)
+                except OSError as exc:  # gone since it was stat'ed
+                    result = _unreadable(sf, exc)
             findings.extend(self.finalize(sf, datas.get(sf.display), result, sources))
         findings.sort(key=Finding.sort_key)
         return RunResult(findings, sources, errors, len(files))
+
+    def _unchanged(self, sf: SourceFile, key: list[int] | None, dep_hashes: dict) -> FileResult | None:
+        """The cached result of a file whose stat signature is the recorded one (and whose
+        followed modules are unchanged), without reading it; None otherwise."""
+        restored = _restore(self.cache.get_unchanged(sf.relpath, key, self._file_key(sf)))
+        if restored is not None and restored.deps and not dependencies_unchanged(
+                restored.deps, self.versions.root, dep_hashes):
+            return None
+        return restored
 
     def _project_findings(self, project: ProjectModel) -> tuple[dict[str, list[Finding]], list[str]]:
         """The project rules' findings, by the display path of the file they are on. Not
@@ -573,12 +604,19 @@ class Engine:
         for sf in project_files:
             if sf.kind not in SHELL_KINDS or os.path.abspath(sf.path) in named:
                 continue
-            try:
-                data = read_file(sf.path)
-            except OSError:
-                continue
-            cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
-            result = _restore(cached) or self.linter.lint(sf, data)
+            result = None
+            if self.cache is not None:
+                from cfgfix.cache import stat_key
+
+                key = stat_key(sf.path)
+                result = _restore(self.cache.get_unchanged(sf.relpath, key, self._file_key(sf)))
+            if result is None:
+                try:
+                    data = read_file(sf.path)
+                except OSError:
+                    continue
+                cached = self.cache.get(sf.relpath, data, self._file_key(sf)) if self.cache else None
+                result = _restore(cached) or self.linter.lint(sf, data)
             results[sf.display] = FileResult(launches=result.launches)
             self._launch_files.append(sf)
 

@@ -553,7 +553,7 @@ _PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "env
 _ABSURD_NUMBER = LazyRegex(r"\d{100}")
 
 
-def _has_pins(folder: Path) -> bool:
+def _has_pins(folder: str) -> bool:
     """One listing of the folder (not a stat per candidate name and a glob)."""
     try:
         with os.scandir(folder) as entries:
@@ -582,9 +582,11 @@ class ProjectVersions:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
-        self._by_folder: dict[Path, Versions] = {}
-        self._owner: dict[Path, Path] = {}  # real folder -> the folder whose pins it uses
+        self._root = str(self.root)
+        self._by_folder: dict[str, Versions] = {}
+        self._owner: dict[str, str] = {}  # real folder -> the folder whose pins it uses
         self._by_dir: dict[str, Versions] = {}  # a file's folder as named -> its versions
+        self._real: dict[str, str] = {}  # a folder as named -> its real path
 
     def for_file(self, path: Path) -> Versions:
         """Memoised per folder: a whole-tree run asks once per file, and files of one folder
@@ -595,22 +597,36 @@ class ProjectVersions:
             folder = os.path.dirname(os.path.abspath(name))
             found = self._by_dir.get(folder)
             if found is None:
-                found = self._by_dir[folder] = self._for_folder(Path(os.path.realpath(folder)))
+                found = self._by_dir[folder] = self._for_folder(self._real_folder(folder))
             return found
-        return self._for_folder(Path(os.path.realpath(name)).parent)
+        return self._for_folder(os.path.dirname(os.path.realpath(name)))
 
-    def _for_folder(self, folder: Path) -> Versions:
+    def _real_folder(self, folder: str) -> str:
+        """`os.path.realpath(folder)` (an absolute, normalised path), one `lstat` per folder:
+        a folder that is no link is its real parent's real path plus its name."""
+        real = self._real.get(folder)
+        if real is None:
+            parent = os.path.dirname(folder)
+            if parent == folder or os.path.islink(folder):
+                real = os.path.realpath(folder)
+            else:
+                real = os.path.join(self._real_folder(parent), os.path.basename(folder))
+            self._real[folder] = real
+        return real
+
+    def _for_folder(self, folder: str) -> Versions:
         owner = self._find_owner(folder)
         if owner not in self._by_folder:
-            self._by_folder[owner] = Versions.from_project(owner)
+            self._by_folder[owner] = Versions.from_project(Path(owner))
         return self._by_folder[owner]
 
-    def _find_owner(self, folder: Path) -> Path:
+    def _find_owner(self, folder: str) -> str:
         """The nearest folder at or above `folder` with pins; every folder the walk passes
         gets the same answer (walking from it would take the same remaining steps)."""
-        visited: list[Path] = []
-        owner = self.root
-        for candidate in (folder, *folder.parents):
+        visited: list[str] = []
+        owner = self._root
+        candidate = folder
+        while True:
             known = self._owner.get(candidate)
             if known is not None:
                 owner = known
@@ -619,8 +635,12 @@ class ProjectVersions:
             if _has_pins(candidate):
                 owner = candidate
                 break
-            if candidate == self.root or (candidate / ".git").exists():
+            if candidate == self._root or os.path.exists(os.path.join(candidate, ".git")):
                 break
+            parent = os.path.dirname(candidate)
+            if parent == candidate:
+                break
+            candidate = parent
         for seen in visited:
             self._owner[seen] = owner
         return owner
