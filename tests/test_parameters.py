@@ -155,3 +155,39 @@ def test_parameter_sources_for_adam_rules():
     (build,) = flow.builds.values()
     (source,) = build.sources
     assert source.key == "model" and source.dtype == "bfloat16"
+
+
+def test_accelerate_prepare_marks_the_optimizer_and_keeps_the_model():
+    flow = flow_of("""
+        import torch
+        from accelerate import Accelerator
+        accelerator = Accelerator(mixed_precision="fp16")
+        model = Net().half()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        plain = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(model(batch).sum())
+                optimizer.step()
+                plain.step()
+    """)
+    step = only_step(flow)  # `plain` was never prepared: no GradScaler steps it
+    assert step.prepared is not None and step.receiver == "accelerator"
+    assert step.held[0].float16_cast is not None
+
+
+def test_placeholders_and_tuple_targets_decide_which_method_owns_an_attribute():
+    flow = flow_of("""
+        import torch
+        class T:
+            def __init__(self, accelerator, net):
+                self.optimizer = None
+                self.model = net.half()
+                opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.model, self.optimizer = accelerator.prepare(self.model, opt)
+            def step(self):
+                self.optimizer.step()
+    """)
+    step = only_step(flow)
+    assert step.held[0].key == "self.model" and step.held[0].float16_cast is not None

@@ -21,7 +21,10 @@ model walker plus:
   master copy) and no module;
 - `X.step(opt)` / `X.unscale_(opt)` on a bound optimizer records what the modules it holds
   are at that point (`steps`): an in-place cast after the optimizer was built counts,
-  and a module name rebound to something else no longer speaks for the optimizer.
+  and a module name rebound to something else no longer speaks for the optimizer;
+- an accelerate engine's `prepare(...)` marks the optimizers it returns, and
+  `optimizer.step()` on one is a step too (accelerate steps it through its GradScaler when
+  it scales the loss); its `accumulate(model)`, `backward(loss)` and the like keep the model.
 
 A trainer class is walked as one: `__init__` first, then every other method, seeded with
 the `self.x` values that only `__init__` (or only one other method) assigns.
@@ -36,8 +39,8 @@ import ast
 from dataclasses import dataclass, field, replace
 
 from cfgfix.analysis.amp import OPTIMIZER
-from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, _Resolver, _Walker
-from cfgfix.analysis.names import dotted, single_assignments
+from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
+from cfgfix.analysis.names import dotted, single_assignments, walk_scope
 
 HALF = ("float16", "bfloat16")
 HALF_PART = "float16-part"  # some submodule holds float16 Parameters, the rest may not
@@ -45,6 +48,12 @@ PARAM_METHODS = {"parameters", "named_parameters"}
 _HALF_CAST_METHODS = {"half", "bfloat16", "to"}
 _PART_CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "type"}
 STEP_METHODS = ("step", "unscale_")
+# Accelerator methods that take a model or a loss without casting the model's weights.
+_ACCELERATOR_KEEPS = {
+    "accumulate", "backward", "clip_grad_norm_", "clip_grad_value_", "gather", "gather_for_metrics",
+    "reduce", "pad_across_processes", "print", "log", "wait_for_everyone", "no_sync", "autocast",
+    "save_state", "save_model", "save", "get_state_dict", "register_for_checkpointing", "trigger_sync_in_backward",
+}
 # Calls that return a module holding the very same Parameters.
 SAME_PARAMETERS = {
     "torch.compile",
@@ -88,6 +97,7 @@ class OptimizerValue:
 
     build: OptimizerBuild
     detached: frozenset = frozenset()
+    prepared: ast.Call | None = None  # the `accelerator.prepare(...)` that wrapped it
 
 
 @dataclass(frozen=True)
@@ -117,14 +127,16 @@ class Held:
 
 @dataclass(frozen=True)
 class Step:
-    """`scaler.step(optimizer)` / `optimizer.step()`-like calls that take a bound optimizer."""
+    """`scaler.step(optimizer)` / `scaler.unscale_(optimizer)` on a bound optimizer, or
+    `optimizer.step()` on one an accelerator prepared (its GradScaler steps it, if any)."""
 
     call: ast.Call
-    receiver: str | None  # `scaler`, `self.scaler`
+    receiver: str | None  # `scaler`, `self.scaler`; the accelerator for a prepared optimizer
     optimizer: OptimizerBuild
     held: tuple[Held, ...]
     function: ast.AST | None
     cls: ast.ClassDef | None
+    prepared: ast.Call | None = None  # the `accelerator.prepare(...)` of a prepared optimizer
 
 
 @dataclass
@@ -145,8 +157,6 @@ def parameter_flow(ctx) -> ParameterFlow:
 
 
 def _run(ctx) -> ParameterFlow:
-    from cfgfix.analysis.attributes import ValueIndex
-
     imports = ctx.imports
     tree = ctx.document.tree
     flow = ParameterFlow(ModelAnalysis(imports, tree))
@@ -176,26 +186,41 @@ def _run(ctx) -> ParameterFlow:
     for scope in scopes.values():
         walk(scope, {})
     for cls in classes.values():
-        _walk_class(cls, ValueIndex.of(ctx).attributes(cls), walk)
+        _walk_class(cls, walk)
     return flow
 
 
-def _walk_class(cls: ast.ClassDef, attributes, walk) -> None:
+def _assigning_methods(methods: list) -> dict[str, set[int]]:
+    """`self.x` -> the methods that bind it (`=`, tuple targets, `+=`, `del`; a `= None`
+    placeholder does not count)."""
+    owners: dict[str, set[int]] = {}
+    for method in methods:
+        nodes = list(walk_scope(method))
+        placeholders = {
+            id(t) for n in nodes
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is None
+            for t in n.targets
+        }
+        for node in nodes:
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in placeholders:
+                key = dotted(node)
+                if key and key.startswith("self.") and key.count(".") == 1:
+                    owners.setdefault(key, set()).add(id(method))
+    return owners
+
+
+def _walk_class(cls: ast.ClassDef, walk) -> None:
     """`__init__` first; then each other method, seeded with what `__init__` leaves in the
     `self.x` only it assigns; then, once more, the methods that read a `self.x` that only
     one other method assigns (an optimizer built in `setup()`, stepped in `train_step()`),
     seeded with what that method leaves."""
     methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    owners = {
-        key: {id(a.method) for a in places if not (isinstance(a.value, ast.Constant) and a.value.value is None)}
-        for key, places in attributes.assigned.items()
-    }
+    owners = _assigning_methods(methods)
 
     def only(env: dict, method) -> dict:
         return {
             k: v for k, v in env.items()
-            if k.startswith("self.") and k.count(".") == 1 and k not in attributes.opaque
-            and owners.get(k) == {id(method)}
+            if k.startswith("self.") and k.count(".") == 1 and owners.get(k) == {id(method)}
         }
 
     init = next((m for m in methods if m.name == "__init__"), None)
@@ -255,7 +280,9 @@ class _ParamWalker(_Walker):
         func = call.func
         if isinstance(func, ast.Attribute):
             if func.attr in STEP_METHODS and call.args:
-                self._step(call, env)
+                self._step(call, env, dotted(call.args[0]))
+            elif func.attr == "step" and not call.args:
+                self._step(call, env, dotted(func.value), prepared=True)
             elif func.attr in PARAM_METHODS:
                 found = _tracked_prefix(dotted(func.value), env)
                 if found is not None:
@@ -272,6 +299,11 @@ class _ParamWalker(_Walker):
                     self.expr(arg, env)
                 return state
         owner = dotted(func.value) if isinstance(func, ast.Attribute) else None
+        if owner is not None and func.attr in ("prepare", "prepare_optimizer") and _prepares(owner):  # type: ignore[union-attr]
+            return _mark_prepared(super().call(call, env), call)
+        if owner is not None and func.attr in _ACCELERATOR_KEEPS and _prepares(owner):  # type: ignore[union-attr]
+            self.args(call, env, escape=False)  # `accelerator.accumulate(model)` keeps the weights
+            return None
         if owner is not None and owner.startswith("self.") and owner.count(".") == 1 \
                 and not isinstance(env.get(owner), ModelState):
             # A method of one of the trainer's objects (its optimizer, scaler, scheduler, a
@@ -305,19 +337,19 @@ class _ParamWalker(_Walker):
             self.flow.builds[id(call)] = build
         return build
 
-    def _step(self, call: ast.Call, env: dict) -> None:
-        key = dotted(call.args[0])
+    def _step(self, call: ast.Call, env: dict, key: str | None, prepared: bool = False) -> None:
         value = env.get(key) if key is not None else None
-        if not isinstance(value, OptimizerValue):
+        if not isinstance(value, OptimizerValue) or (prepared and value.prepared is None):
             return
         held = []
         for module in value.build.holds:
             found = _tracked_prefix(module, env)
             state = found[1] if found is not None else None
             held.append(Held(module, state, module not in value.detached))
-        receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+        via = value.prepared if prepared else None
+        receiver = dotted((via or call).func.value)  # type: ignore[attr-defined]
         function = None if self.scope is self.flow.analysis.tree else self.scope
-        self.flow.steps[id(call)] = Step(call, receiver, value.build, tuple(held), function, self.cls)
+        self.flow.steps[id(call)] = Step(call, receiver, value.build, tuple(held), function, self.cls, via)
 
     def _untracked_cast(self, call: ast.Call, func: ast.Attribute, env: dict) -> ModelState | None:
         """`Net().half()`, `model.to(torch.bfloat16)` on a module no load explains."""
@@ -354,6 +386,15 @@ class _ParamWalker(_Walker):
                 env[root] = ModelState(_module_load(call, HALF_PART), dtype=HALF_PART, cast_by=call)
         elif isinstance(state, ModelState) and state.dtype in ("float16", HALF_PART):
             env[root] = replace(state, dtype=None, cast_by=call)
+
+
+def _mark_prepared(value, call: ast.Call):
+    """What `accelerator.prepare(...)` returns, its optimizers marked as prepared by it."""
+    if isinstance(value, OptimizerValue):
+        return replace(value, prepared=call)
+    if isinstance(value, TupleState):
+        return TupleState(tuple(_mark_prepared(item, call) for item in value.items))
+    return value
 
 
 def _forget_key(env: dict, key: str) -> None:

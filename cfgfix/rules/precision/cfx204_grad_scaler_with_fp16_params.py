@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-from cfgfix.analysis.amp import AmpFacts, Scaler, short
+from cfgfix.analysis.amp import AmpFacts, short
 from cfgfix.analysis.attributes import ValueIndex
 from cfgfix.core import Finding, Related, Severity
 from cfgfix.rules.base import Example, Rule, register
@@ -18,7 +18,9 @@ class GradScalerWithFp16Params(Rule):
     float16 parameters: a model made float16 (`model.half()`, `model.to(torch.float16)`,
     `from_pretrained(..., torch_dtype=torch.float16)`), or a part of one (`model[0].half()`,
     `model.lm_head.to(torch.float16)`, whatever dtype the rest was loaded in), whose
-    `.parameters()` the optimizer was built from, with an enabled GradScaler. The model, the
+    `.parameters()` the optimizer was built from, with an enabled GradScaler, or stepped
+    after `accelerator.prepare` by an `Accelerator(mixed_precision="fp16")` (which steps and
+    unscales it with its own GradScaler). The model, the
     optimizer and the scaler are followed through a trainer class's methods (`self.x` set in
     `__init__` or in one other method), a loader in another module of the project, and
     wrappers that keep the Parameters (DDP, `torch.compile`).
@@ -38,7 +40,9 @@ class GradScalerWithFp16Params(Rule):
     after `model.encoder.half()`), when the cast is to bfloat16 (bfloat16 gradients do not
     raise), when the same code freezes or replaces parameters
     (`requires_grad`, `.data =`: frozen float16 parameters get no gradient and raise
-    nothing), and when the scaler is disabled or decided at run time.
+    nothing), and when the scaler is disabled or decided at run time (an accelerator whose
+    precision comes from the launch, or with a DeepSpeed, FSDP or Megatron plugin, or in a
+    file that mentions DeepSpeed or FSDP: their optimizers accept float16 parameters).
 
     ## Example
     ```python
@@ -78,7 +82,7 @@ class GradScalerWithFp16Params(Rule):
     severity = Severity.ERROR
     fix_availability = "none"
     # No float16 spelling required: the float16 load may be in the project's loader module.
-    triggers = ((b"GradScaler",), (b".step(", b"unscale_("), (b"parameters(",))
+    triggers = ((b"GradScaler", b"mixed_precision"), (b".step(", b"unscale_("), (b"parameters(",))
 
     VALID = [
         Example(
@@ -239,6 +243,51 @@ class GradScalerWithFp16Params(Rule):
             },
             why="a loader in another module returns a PEFT model: its trained adapters are float32",
         ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "accelerator = Accelerator(mixed_precision=args.mixed_precision)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "accelerator.backward(model(**batch).loss)\n"
+            "optimizer.step()\n",
+            why="accelerate's precision is chosen at launch: it scales the loss only for fp16",
+        ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "from peft import LoraConfig, get_peft_model\n"
+            "accelerator = Accelerator(mixed_precision='fp16')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "model = get_peft_model(model, LoraConfig(r=8))\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "accelerator.backward(model(**batch).loss)\n"
+            "optimizer.step()\n",
+            why="accelerate's fp16 scaler over a float16 base whose trained parameters are float32 LoRA adapters",
+        ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator, DeepSpeedPlugin\n"
+            "accelerator = Accelerator(mixed_precision='fp16', deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
+            "model = Net().half()\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "optimizer.step()\n",
+            why="under DeepSpeed, accelerate steps DeepSpeed's own fp16 optimizer, which keeps float32 master weights",
+        ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "accelerator = Accelerator(mixed_precision='fp16')\n"
+            "model = accelerator.prepare(Net().half())\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "optimizer.step()\n",
+            why="an optimizer accelerate never prepared is stepped without its GradScaler",
+        ),
     ]
     INVALID = [
         Example(
@@ -374,31 +423,65 @@ class GradScalerWithFp16Params(Rule):
             why="DDP wraps the same float16 Parameters",
             line=6,
         ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "accelerator = Accelerator(mixed_precision='fp16')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "for batch in loader:\n"
+            "    with accelerator.accumulate(model):\n"
+            "        accelerator.backward(model(**batch).loss)\n"
+            "        optimizer.step()\n"
+            "        optimizer.zero_grad()\n",
+            why="accelerate's fp16 mode steps the prepared optimizer through a GradScaler",
+            line=11,
+        ),
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "class Trainer:\n"
+            "    def __init__(self, net):\n"
+            "        self.accelerator = Accelerator(mixed_precision='fp16')\n"
+            "        self.model = net.cuda()\n"
+            "        self.model.half()\n"
+            "        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+            "        self.model, self.optimizer = self.accelerator.prepare(self.model, optimizer)\n"
+            "    def train_step(self, batch):\n"
+            "        self.accelerator.backward(self.model(batch).sum())\n"
+            "        self.optimizer.step()\n"
+            "        self.optimizer.zero_grad()\n",
+            why="a trainer class: the accelerator and the prepared optimizer reach `train_step()`",
+            line=12,
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
         from cfgfix.analysis.parameters import parameter_flow  # heavy: only past the prefilter
 
-        facts = AmpFacts.of(ctx)
-        scalers = {id(s.call): s for s in facts.scalers if s.enabled is True}
-        if not scalers:
-            return
+        scalers = {id(s.call): s.call for s in AmpFacts.of(ctx).scalers if s.enabled is True}
         values = ValueIndex.of(ctx)
         reported: set[int] = set()
         for step in sorted(parameter_flow(ctx).steps.values(), key=lambda s: (s.call.lineno, s.call.col_offset)):
-            receiver = step.call.func.value  # type: ignore[attr-defined]
-            scaler = scalers.get(id(values.origin(receiver, step.function, step.cls)))
-            if scaler is None or id(scaler.call) in reported:
+            if step.prepared is not None:
+                scaler = _fp16_accelerator(ctx, values, step)
+            else:
+                receiver = step.call.func.value  # type: ignore[attr-defined]
+                scaler = scalers.get(id(values.origin(receiver, step.function, step.cls)))
+            if scaler is None or id(scaler) in reported:
                 continue
             cast = next((h for h in step.held if h.float16_cast is not None), None)
             if cast is None or _edits_parameters(ctx, step):
                 continue
-            reported.add(id(scaler.call))
-            yield self._finding(ctx.source, step.call, cast, step.optimizer.call, scaler)
+            reported.add(id(scaler))
+            yield self._finding(ctx.source, step, cast, scaler)
 
-    def _finding(self, src, call: ast.Call, held, built: ast.Call, scaler: Scaler) -> Finding:
+    def _finding(self, src, step, held, scaler: ast.Call) -> Finding:
         from cfgfix.analysis.parameters import HALF_PART
 
+        call, built = step.call, step.optimizer.call
         cast, load = held.float16_cast, held.state.load
         there = load.source if cast is load.call and load.path else src  # a loader module's load
         where = load.where if there is not src else f"line {cast.lineno}"
@@ -406,18 +489,49 @@ class GradScalerWithFp16Params(Rule):
             what = f"part of which (`{short(src, cast.func.value, 40)}`) is float16"
         else:
             what = "which are float16"
+        if step.prepared is not None:
+            how = (
+                f"the optimizer (line {built.lineno}), prepared by `{short(src, scaler, 50)}` (line "
+                f"{scaler.lineno}), is stepped and unscaled by accelerate's GradScaler (so is "
+                "`accelerator.clip_grad_norm_`), and it"
+            )
+            scaler_note = "the Accelerator that scales the loss with a GradScaler"
+        else:
+            how = f"the optimizer (line {built.lineno})"
+            scaler_note = "the GradScaler"
         return self.finding(
             src.span_of_node(call),
-            f"`{short(src, call)}` raises `ValueError: Attempting to unscale FP16 gradients.`: the "
-            f"optimizer (line {built.lineno}) trains the parameters of `{held.key}`, {what} "
+            f"`{short(src, call)}` raises `ValueError: Attempting to unscale FP16 gradients.`: {how} "
+            f"trains the parameters of `{held.key}`, {what} "
             f"(`{short(there, cast, 60)}`, {where}). A GradScaler is for float32 "
             "weights under float16 autocast; keep the weights in float32 and autocast the forward, "
             "or train without the scaler.",
             related=[
                 Related(there.span_of_node(cast), "the parameters become float16 here"),
-                Related(src.span_of_node(scaler.call), "the GradScaler"),
+                Related(src.span_of_node(scaler), scaler_note),
             ],
         )
+
+
+_OTHER_ENGINES = ("deepspeed_plugin", "deepspeed_plugins", "fsdp_plugin", "megatron_lm_plugin")
+
+
+def _fp16_accelerator(ctx, values, step) -> ast.Call | None:
+    """The `Accelerator(mixed_precision="fp16")` that prepared the stepped optimizer, when it
+    surely steps it through a GradScaler: fp16 written in the call, no DeepSpeed, FSDP or
+    Megatron plugin (their own optimizers and scalers accept float16 parameters), and a
+    file that does not mention DeepSpeed or FSDP (a launch config may still select them)."""
+    node = values.origin(step.prepared.func.value, step.function, step.cls)  # type: ignore[attr-defined]
+    if not isinstance(node, ast.Call) or not (ctx.imports.qualify(node.func) or "").endswith("Accelerator"):
+        return None
+    keywords = {k.arg: k.value for k in node.keywords}
+    precision = keywords.get("mixed_precision")
+    if node.args or None in keywords or any(k in keywords for k in _OTHER_ENGINES):
+        return None
+    if not (isinstance(precision, ast.Constant) and precision.value == "fp16"):
+        return None
+    text = ctx.source.text.lower()
+    return None if "deepspeed" in text or "fsdp" in text else node
 
 
 def _edits_parameters(ctx, step) -> bool:
