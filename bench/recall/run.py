@@ -193,6 +193,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.results is None:
         args.results = args.manifest.resolve().parent / "results.md"
+    if os.sep in args.cfgfix:  # cfgfix runs in each project's root: a relative path would break
+        args.cfgfix = str(Path(args.cfgfix).resolve())
 
     records = load_manifest(args.manifest)
     if args.only:
