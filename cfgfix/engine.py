@@ -265,6 +265,11 @@ class Linter:
             )
         except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
             return self._unparsable(sf, f"cannot parse {sf.display}: {exc}")
+        from cfgfix.analysis.version_idioms import code_bounds
+
+        # APIs that date the code (`dtype=` in from_pretrained: transformers >= 4.56;
+        # `Trainer(tokenizer=...)`: < 5) are version evidence (docs/versions.md).
+        versions = versions.with_code_bounds(code_bounds(document.tree, source.text))
         ctx = PythonContext(document, versions, path=sf.path, project=self.modules)
         result = FileResult()
         self._run(rules, ctx, sf, result)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cfgfix.rules.base import DOC_SECTIONS, all_rules, doc_sections
+from cfgfix.rules.base import DOC_SECTIONS, SECTION_ORDER, all_rules, doc_sections
 
 FIX_LABEL = {
     "safe": "safe",
@@ -30,8 +30,9 @@ def rule_page(rule) -> str:
         "",
     ]
     body = []
-    for name in DOC_SECTIONS:
-        body += [f"## {name}", "", sections[name], ""]
+    for name in SECTION_ORDER:
+        if name in sections:
+            body += [f"## {name}", "", sections[name], ""]
     examples = _examples(rule)
     return "\n".join(header + body + examples).rstrip() + "\n"
 

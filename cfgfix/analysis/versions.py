@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +27,20 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
 TRACKED = ("torch", "transformers", "peft", "accelerate", "deepspeed", "bitsandbytes", "diffusers")
+
+# What an environment built today without a pin gets: the newest release of each library
+# that the facts were read from (shared/design/facts.md, "Where the facts come from"). A rule
+# whose verdict depends on the version and that finds no evidence (no pin, no installed
+# copy, no dating idiom in the code) may assume this and must say so in its message
+# (`Versions.resolve`). bitsandbytes is absent: the facts read no release of it.
+CURRENT = {
+    "torch": "2.13.0",
+    "transformers": "5.23.0",
+    "accelerate": "1.15.0",
+    "peft": "0.21.2",
+    "deepspeed": "0.19.8",
+    "diffusers": "0.42.1",
+}
 _CONDA_NAMES = {"pytorch": "torch"}  # conda's name for torch
 
 
@@ -108,7 +122,22 @@ def _dev0(release: tuple[int, ...]) -> Version:
 class VersionInfo:
     package: str
     specifier: str = ""  # e.g. ">=4.40,<5" ("" when unknown)
-    source: str = ""  # the file holding the pin, "installed", or "" (unknown)
+    source: str = ""  # the file holding the pin, "installed", the code idiom, or "" (unknown)
+    # How the version is known: "pin" (the project's files, a notebook's %pip), "installed",
+    # "code" (a lower bound from an API the code uses, version_idioms.py), "assumed" (no
+    # evidence: the current release, CURRENT) or "" (unknown).
+    evidence: str = field(default="", compare=False)
+
+    def describe(self) -> str:
+        """`transformers==4.46.3 (requirements.txt)`, `torch==2.13.0 (installed)`, or for an
+        assumption the words that say it is one: a finding that rests on an assumed version
+        states it, so a reader can pin a version to confirm."""
+        text = f"{self.package}{self.specifier}"
+        if self.evidence == "assumed":
+            return f"{text} (assumed: {self.source}; pin a version to confirm)"
+        if self.source == "installed":
+            return f"{text} (installed)"
+        return f"{text} ({self.source})" if self.source else text
 
     @property
     def known(self) -> bool:
@@ -442,14 +471,21 @@ def _conda_spec(entry: str) -> tuple[str, str] | None:
 class Versions:
     """Pins of one project; the first source that pins a package wins."""
 
-    def __init__(self, pins: dict[str, VersionInfo]):
+    def __init__(self, pins: dict[str, VersionInfo], unpinned: dict[str, str] | None = None,
+                 code: dict[str, dict[str, tuple[str, str]]] | None = None):
         self._pins = pins
         self._installed: dict[str, VersionInfo] = {}
+        # Packages the project installs without a version (`transformers` in requirements.txt,
+        # `!pip install transformers`), with where: such an install gets the current release.
+        self._unpinned = unpinned or {}
+        # Bounds the code's own idioms set (version_idioms.py): package -> {">=" | "<": (version, why)}.
+        self._code = code or {}
 
     @classmethod
     def from_project(cls, root: Path) -> Versions:
         root = Path(root)
         pins: dict[str, VersionInfo] = {}
+        unpinned: dict[str, str] = {}
         # A pin whose marker is false here (sys_platform == "linux" on a laptop) still
         # describes the training machine better than what happens to be installed locally.
         fallback: dict[str, VersionInfo] = {}
@@ -460,26 +496,92 @@ class Versions:
                     continue  # `torch==2.999…9` (thousands of digits) pins nothing pip could install
                 if spec:  # a bare `torch` pins nothing: let a later source or install answer
                     target = pins if matches else fallback
-                    target.setdefault(name, VersionInfo(name, spec, label))
-        return cls({**fallback, **pins})
+                    target.setdefault(name, VersionInfo(name, spec, label, "pin"))
+                else:
+                    unpinned.setdefault(name, label)
+        return cls({**fallback, **pins}, unpinned)
 
     def with_requirements(self, requirements: list[str], source: str) -> Versions:
         """These versions with `requirements` (pip arguments: `transformers==4.44.2`) put
         first: what a notebook or a Dockerfile installs is what its code runs on."""
         pins = dict(self._pins)
+        unpinned = dict(self._unpinned)
         for text in requirements:
             pin = _from_requirement(text, source)
             if pin and pin[1]:
-                pins[normalize(pin[0])] = VersionInfo(normalize(pin[0]), pin[1], source)
-        return Versions(pins)
+                pins[normalize(pin[0])] = VersionInfo(normalize(pin[0]), pin[1], source, "pin")
+            elif pin:
+                unpinned[normalize(pin[0])] = source
+        return Versions(pins, unpinned, self._code)
+
+    def with_code_bounds(self, bounds: dict[str, dict[str, tuple[str, str]]]) -> Versions:
+        """These versions with the bounds read from the code: `dtype=` in `from_pretrained`
+        exists from transformers 4.56 (">="), `Trainer(tokenizer=...)` only below 5 ("<").
+        A pin still wins, narrowed by the bounds where they overlap; an installed copy
+        outside the bounds is not the one the code runs on, so the bounds replace it."""
+        if not bounds:
+            return self
+        merged = {name: dict(found) for name, found in self._code.items()}
+        for package, found in bounds.items():
+            target = merged.setdefault(normalize(package), {})
+            for op, (version, why) in found.items():
+                old = target.get(op)
+                if old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0])):
+                    target[op] = (version, why)
+        return Versions(self._pins, self._unpinned, merged)
+
+    def _code_info(self, name: str) -> VersionInfo | None:
+        found = self._code.get(name)
+        if not found:
+            return None
+        ops = [op for op in (">=", "<") if op in found]
+        spec = ",".join(f"{op}{found[op][0]}" for op in ops)
+        if _bounds(spec) is None:
+            return None  # contradictory idioms (an API added after another was removed): no claim
+        return VersionInfo(name, spec, "; ".join(found[op][1] for op in ops), "code")
+
+    def resolve(self, package: str) -> VersionInfo:
+        """The version for a rule whose policy is to assume the current release when there is
+        no evidence (docs/versions.md): the evidence when there is a pin, an installed copy or
+        an upper bound from the code (an API removed later: the code cannot run on the
+        current release); else, for a package whose current release the facts read
+        (CURRENT), that release as a lower bound with `evidence="assumed"` and the reason in
+        `source`, for the message. A lower bound from the code alone does not stop the
+        assumption: an install without a pin gets the current release, which is above
+        every lower bound in version_idioms.py."""
+        info = self.get(package)
+        name = normalize(package)
+        current = CURRENT.get(name)
+        if info.evidence in ("pin", "installed") or current is None:
+            return info
+        if info.evidence == "code" and "<" in self._code.get(name, {}):
+            return info
+        where = self._unpinned.get(name)
+        why = (f"the current release, which `{name}` unpinned in {where} installs" if where
+               else f"the current release: no version of {name} is pinned or installed")
+        return VersionInfo(name, f">={current}", why, "assumed")
 
     def get(self, package: str) -> VersionInfo:
+        """The version evidence: the project's pin, else the installed copy (when it is not
+        older than the code's idioms need), else the code's lower bound, else unknown."""
         name = normalize(package)
+        code = self._code_info(name)
         if name in self._pins:
-            return self._pins[name]
+            pin = self._pins[name]
+            if code is not None:
+                # `>=4.40` and code that only runs below 5: the code narrows the pin's range.
+                narrowed = f"{pin.specifier},{code.specifier}"
+                if _bounds(narrowed) is not None and _bounds(narrowed) != _bounds(pin.specifier):
+                    return VersionInfo(name, narrowed, f"{pin.source}; {code.source}", "pin")
+            return pin
         if name not in self._installed:
             self._installed[name] = _installed(name)
-        return self._installed[name]
+        installed = self._installed[name]
+        if code is None:
+            return installed
+        if installed.known and _bounds(f"{installed.specifier},{code.specifier}") is not None:
+            return installed  # the installed copy is one the code runs on
+        return code
 
     def fingerprint(self) -> str:
         if getattr(self, "_fingerprint", None) is None:
@@ -489,6 +591,7 @@ class Versions:
     def _compute_fingerprint(self) -> str:
         infos = {p: self.get(p) for p in TRACKED}
         infos.update(self._pins)
+        infos.update({f"unpinned:{p}": VersionInfo(p, "", where) for p, where in self._unpinned.items()})
         data = sorted((i.package, i.specifier, i.source) for i in infos.values())
         import hashlib
         import json
@@ -500,7 +603,7 @@ def _installed(name: str) -> VersionInfo:
     # Metadata only: importing torch to ask its version would cost seconds.
     version = _metadata_version(name)
     # Broken metadata can lack a version; say nothing rather than guess.
-    return VersionInfo(name, f"=={version}", "installed") if version else VersionInfo(name)
+    return VersionInfo(name, f"=={version}", "installed", "installed") if version else VersionInfo(name)
 
 
 def _metadata_version(name: str) -> str | None:

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
 DOCS_URL = "https://github.com/cfgfix/cfgfix/blob/main/rules/{code}.md"
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References")
+# A rule whose verdict depends on a library's version also has "Versions" (after "Fix
+# safety"): what it does on each version and where the project pins nothing
+# (docs/versions.md).
+OPTIONAL_SECTIONS = ("Versions",)
+SECTION_ORDER = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "Versions", "References")
 
 
 @dataclass(frozen=True)

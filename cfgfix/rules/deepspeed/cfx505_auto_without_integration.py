@@ -68,6 +68,11 @@ class AutoWithoutIntegration(ProjectRule):
     ## Fix safety
     No fix: the right number (stage, batch size, precision) is the author's choice.
 
+    ## Versions
+    Flagged on every DeepSpeed version: what `"auto"` turns into differs (0.19 drops
+    `fp16.enabled: "auto"` and trains without fp16; 0.16 and older read the string as
+    enabled), and the message states each version's outcome instead of assuming one.
+
     ## References
     - facts.md C12 (`"auto"` outside HF/accelerate); DeepSpeed `runtime/config_utils.py`
       (`DeepSpeedConfigModel.__init__` drops "auto")

@@ -53,6 +53,15 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
     Safe when exactly one known key is close to the typo and it is not already present:
     the fix renames the key, so the block is read as the author meant. No fix otherwise.
 
+    ## Versions
+    Unknown top-level keys are flagged on every version (no DeepSpeed reads them). Keys in
+    `zero_optimization` and its offload blocks are checked against 0.19.8's lists unless
+    the project's DeepSpeed is known to be older than 0.19 (0.14.4 and 0.16.9 forbid extra
+    keys there too, but their lists differ); with no evidence they are checked, as on the
+    current release. `fp16` / `bf16` keys are checked only when DeepSpeed is known to be
+    0.19 or newer: with no evidence cfgfix stays silent there, since 0.18 and older ignore
+    unknown keys in those blocks.
+
     ## References
     - facts.md C12; DeepSpeed `runtime/config.py` (`get_scalar_param`), `runtime/config_utils.py`
       (`DeepSpeedConfigModel`, `extra="forbid"`), `runtime/zero/config.py`,

@@ -21,8 +21,7 @@ class RemovedDeepSpeedFeature(DeepSpeedRule):
     ## Why is this bad?
     DeepSpeed 0.19 raises `DeepSpeedConfigError` for them ("NVIDIA Apex AMP integration has
     been removed. Use DeepSpeed 'fp16', 'bf16', or 'torch_autocast' instead."). Older
-    versions accept them, so the rule only speaks when the project's pinned or installed
-    DeepSpeed is known to be 0.19 or newer.
+    versions accept them (see Versions).
 
     ## Example
     ```json
@@ -39,6 +38,13 @@ class RemovedDeepSpeedFeature(DeepSpeedRule):
     No fix: the replacement (bf16, fp16, torch_autocast, the new data-efficiency library)
     is a choice.
 
+    ## Versions
+    Speaks when the project's pinned or installed DeepSpeed is 0.19 or newer; silent on
+    0.18 and older and on a pin that admits them (`deepspeed>=0.14`): 0.14.4 and 0.16.9
+    read these blocks. Where the project pins nothing and no DeepSpeed is installed, it
+    assumes the current release (0.19.8, what an install without a pin gets) and says so in
+    the message: on it the run stops at start.
+
     ## References
     - facts.md C12; DeepSpeed 0.19 `runtime/config.py` (removed features)
     """
@@ -52,8 +58,9 @@ class RemovedDeepSpeedFeature(DeepSpeedRule):
                                           b"zeropp_loco_param"),)
 
     def check_config(self, ctx, root):
-        if ctx.versions.get("deepspeed").at_least("0.19") is not True:
-            return  # older or unknown: these keys still work
+        deepspeed = ctx.versions.resolve("deepspeed")
+        if deepspeed.at_least("0.19") is not True:
+            return  # older, or a pin that admits older versions: these keys still work there
         hits = [(key, keys.REMOVED_IN_019[key.value]) for key, _ in root.entries if key.value in keys.REMOVED_IN_019]
         zero = zero_block(root)
         if zero is not None:
@@ -62,18 +69,22 @@ class RemovedDeepSpeedFeature(DeepSpeedRule):
                      and (key.value.startswith(keys.REMOVED_ZERO_PREFIXES) or key.value in keys.REMOVED_ZERO_KEYS)]
         for key, why in hits:
             yield self.finding(ctx.span(key), f"{key.value}: {why} in DeepSpeed 0.19, which raises "
-                                              f"DeepSpeedConfigError for it")
+                                              f"DeepSpeedConfigError for it; this project uses {deepspeed.describe()}")
 
     _REQ = {"requirements.txt": "deepspeed==0.19.8\n"}
     VALID = [
         Example('{"amp": {"enabled": true}, "train_batch_size": 8}', "DeepSpeed 0.16: still supported",
                 path=DS, files={"requirements.txt": "deepspeed==0.16.9\n"}),
-        Example('{"amp": {"enabled": true}, "train_batch_size": 8}', "version unknown: silent", path=DS),
+        Example('{"amp": {"enabled": true}, "train_batch_size": 8}', "a pin that admits 0.18 and older: silent",
+                path=DS, files={"requirements.txt": "deepspeed>=0.14\n"}),
         Example('{"bf16": {"enabled": true}, "train_batch_size": 8}', "the replacement", path=DS, files=_REQ),
     ]
     INVALID = [
         Example('{\n  "amp": {"enabled": true},\n  "train_batch_size": 8\n}\n', "apex amp", path=DS, line=2,
                 files=_REQ),
+        Example('{\n  "amp": {"enabled": true},\n  "train_batch_size": 8\n}\n',
+                "no DeepSpeed pinned or installed: the current release is assumed and the message says so",
+                path=DS, line=2),
         Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
                 '    "mics_shard_size": 8\n  }\n}\n', "MiCS", path=DS, line=5, files=_REQ),
     ]

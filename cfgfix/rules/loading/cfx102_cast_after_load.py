@@ -58,6 +58,15 @@ class CastAfterLoad(Rule):
     fix writes `dtype=` when the project pins transformers >= 4.56 and `torch_dtype=`
     otherwise.
 
+    ## Versions
+    An explicit float32 load is flagged on every version. A load without a dtype is flagged
+    only when the project's transformers is known to be below 5 (a pin, or the installed
+    copy); where the project pins nothing, cfgfix assumes the current release (5.x), whose
+    load without a dtype is the checkpoint's own dtype, and stays silent. The fix writes
+    `dtype=` when transformers is known to be 4.56 or newer, from a pin or from the file's
+    own use of `dtype=` in a transformers `from_pretrained` (an API that exists from 4.56),
+    and `torch_dtype=` otherwise, which every version accepts.
+
     ## References
     - facts A1, A2: `from_pretrained` defaults by version (transformers 4.46.3 docstring:
       "If not specified - the model will get loaded in `torch.float` (fp32)"; 5.0 defaults
@@ -83,7 +92,7 @@ class CastAfterLoad(Rule):
             "from transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('m')\n"
             "model = model.half()\n",
-            why="no pin and no installed transformers: the default dtype is unknown",
+            why="transformers unpinned and not installed: silent, as on the current release (5.x) the load is the checkpoint's dtype",
             files={"requirements.txt": "transformers\n"},
         ),
         Example(
@@ -159,6 +168,18 @@ class CastAfterLoad(Rule):
             files={"requirements.txt": "transformers>=4.56,<5\n"},
             fixed="from transformers import T5ForConditionalGeneration\n"
             "model = T5ForConditionalGeneration.from_pretrained('t5-base', dtype=\"bfloat16\")\n",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM, AutoModel\n"
+            "enc = AutoModel.from_pretrained('e', dtype='float32')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model = model.half()\n",
+            why="a pin below 5 that admits 4.55; the file's own `dtype=` (4.56+) dates it: the fix writes `dtype=`",
+            line=4,
+            files={"requirements.txt": "transformers>=4.40,<5\n"},
+            fixed="from transformers import AutoModelForCausalLM, AutoModel\n"
+            "enc = AutoModel.from_pretrained('e', dtype='float32')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=\"float16\")\n",
         ),
         Example(
             "from diffusers import AutoencoderKL\n"

@@ -47,6 +47,14 @@ class MoveOrCastQuantizedModel(Rule):
     Safe: the call raises, so removing it cannot change a run that worked. Moves of 4-bit
     models on a recent or unknown bitsandbytes are left alone: they work there.
 
+    ## Versions
+    Dtype casts (`.to(dtype)`, `.half()`, `.float()`, `.bfloat16()`) and `.cuda()` on an
+    8-bit model raise on every transformers version the facts read (4.46.3 and 5.23), so
+    they are flagged whatever the versions. Device moves depend on bitsandbytes: flagged
+    only when its pin or installed copy is known to be below 0.48 (8-bit) or 0.43.2
+    (4-bit). Where nothing says which bitsandbytes, cfgfix stays silent: moves work on
+    every release from those on, and the facts read no current release to assume.
+
     ## References
     - facts A3: transformers `modeling_utils.py` (5.23 L3716, L3766; 4.46.3) errors for
       `.to`, `.cuda`, `.half`, `.float` on quantized models.

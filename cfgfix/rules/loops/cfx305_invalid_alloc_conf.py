@@ -59,6 +59,13 @@ class InvalidAllocConf(Rule):
     `PYTORCH_ALLOC_CONF`) and only when the project's torch is not newer than the key
     table (torch 2.13).
 
+    ## Versions
+    Wrong-case booleans, `key=value`, values out of range and a wrong backend are errors on
+    every torch version the facts cover. Unknown keys are checked against torch 2.13's key
+    table, so they are reported unless the project's torch is known to be 2.14 or newer (a
+    newer torch may have added the key). Where nothing says which torch, the current
+    release (2.13, the table's own) is assumed, and unknown keys are reported.
+
     ## References
     - facts A8, D3: torch 2.13 `c10/core/AllocatorConfig.h` (`ConfigTokenizer::toBool`
       accepts only `True`/`False`), `AllocatorConfig.cpp` (`max_split_size_mb` >= 20,

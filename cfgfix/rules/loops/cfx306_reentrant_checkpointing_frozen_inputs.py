@@ -86,6 +86,16 @@ class ReentrantCheckpointingFrozenInputs(Rule):
     between the two calls, or the two sit in different branches of an `if`. TRL trainers,
     `add_adapter` and `PeftModel.from_pretrained` models are out of scope.
 
+    ## Versions
+    Checkpointing enabled without arguments is flagged only when the project's
+    transformers is known to be 4.x (a pin or the installed copy): from 5.0
+    `use_reentrant` defaults to False. `use_reentrant=True`, or a kwargs dict without the
+    key, is flagged on 4.x and, for a model whose main input is not `input_ids`, on every
+    version. Where nothing says which transformers, cfgfix assumes the current release
+    (5.x) and so stays silent on the default. The automatic fix needs
+    `gradient_checkpointing_kwargs` (transformers 4.35+): withheld on a pin below 4.35.
+    PEFT before 0.4 did not call `enable_input_require_grads` in `get_peft_model`.
+
     ## References
     - facts A4: transformers 4.46.3 / 4.57 `gradient_checkpointing_enable` defaults to
       `{"use_reentrant": True}` and calls `enable_input_require_grads` only when

@@ -137,6 +137,15 @@ class CheckpointWithoutUseReentrant(Rule):
     `use_reentrant` is one of the function's named parameters and the dict is not filled); on torch < 1.11 (`checkpoint`) or < 2.0
     (`checkpoint_sequential`), which have no such parameter, nothing is flagged.
 
+    ## Versions
+    `torch.utils.checkpoint.checkpoint` without `use_reentrant` is flagged unless the
+    project's torch is known to be older than 1.11 (2.0 for `checkpoint_sequential`),
+    where the parameter did not exist; every torch still in use has it, so no pin is
+    needed. A `TrainingArguments(gradient_checkpointing_kwargs=...)` dict without the key is
+    flagged only when transformers is known to be 4.x: transformers 5's Trainer passes such
+    a dict on as `use_reentrant=False`, and that current release is what cfgfix assumes
+    where nothing is pinned.
+
     ## References
     - facts A4: torch 2.13 `checkpoint.py` L486-496 (the warning; default still True).
     - PyTorch docs, `torch.utils.checkpoint.checkpoint`: "The `use_reentrant` parameter should

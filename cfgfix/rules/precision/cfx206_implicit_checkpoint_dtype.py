@@ -70,7 +70,7 @@ def _uses_deepspeed(ctx) -> bool:
 @register
 class ImplicitCheckpointDtype(Rule):
     """## What it does
-    On transformers 5 or later (from the project's pins), flags a `from_pretrained` load of
+    On transformers 5 or later (see Versions), flags a `from_pretrained` load of
     a transformers model without `dtype` (or `torch_dtype`) in a script that trains that
     model: hands it to an optimizer, a `*Trainer`, `accelerator.prepare`, or calls
     `model.train()`.
@@ -103,13 +103,22 @@ class ImplicitCheckpointDtype(Rule):
     `GradScaler`, `Accelerator(mixed_precision=...)`, `TrainingArguments(bf16=True)`):
     `dtype=torch.float32` restores the float32 weights that mixed precision expects, at
     twice the weight memory of a bfloat16 checkpoint. Without autocast the intended dtype
-    is unclear, so there is no fix. cfgfix stays silent on transformers < 5 or an unknown
-    version, for models the script does not train (a frozen teacher, an inference load, a
+    is unclear, so there is no fix. cfgfix stays silent for models the script does not train (a frozen teacher, an inference load, a
     `ref_model=` handed to a Trainer, a model `accelerator.prepare` gets without an
     optimizer), for PEFT base models (frozen; adapters are float32), quantized loads, loads
     followed by an explicit cast, `**kwargs` loads, scripts that use DeepSpeed (an import,
     `DeepSpeedPlugin`, `TrainingArguments(deepspeed=...)`: its engines keep float32 master
     weights), and classes that do not come from transformers.
+
+    ## Versions
+    Speaks on transformers 5 or later; silent on 4.x (float32 is the default there) and on
+    a pin that admits both (`transformers>=4.40`). Where the project pins nothing and no
+    transformers is installed, it assumes the current release (5.x: what an install without
+    a pin gets) and says so in the message, naming the unpinned requirement or `pip install`
+    line when there is one: the failure it warns about is silent on 5.x, and passing `dtype`
+    is harmless on 4.x. An API removed in 5.0 that the code uses (`Trainer(tokenizer=...)`,
+    `TrainingArguments(evaluation_strategy=...)`) dates it to 4.x: silent there. An API
+    added earlier (`attn_implementation=`, 4.36+) does not change the assumption.
 
     ## References
     - facts A2, D2: transformers 5.0 `from_pretrained` defaults to `dtype="auto"`
@@ -139,8 +148,8 @@ class ImplicitCheckpointDtype(Rule):
             "model = AutoModelForCausalLM.from_pretrained('m')\n"
             "optimizer = torch.optim.AdamW(model.parameters())\n"
             "model(**batch).loss.backward()\noptimizer.step()\n",
-            why="no pin and no installed transformers: the version is unknown",
-            files={"requirements.txt": "transformers\n"},
+            why="a pin that admits 4.x and 5.x: the project says older versions are in use",
+            files={"requirements.txt": "transformers>=4.40\n"},
         ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
@@ -237,6 +246,15 @@ class ImplicitCheckpointDtype(Rule):
     ]
     INVALID = [
         Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', attn_implementation='sdpa')\n"
+            "optimizer = torch.optim.AdamW(model.parameters())\n"
+            "model(**batch).loss.backward()\noptimizer.step()\n",
+            why="transformers unpinned in requirements.txt: the current release (5.x) is assumed and the message says so",
+            line=3,
+            files={"requirements.txt": "transformers\n"},
+        ),
+        Example(
             "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
             "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
             "args = TrainingArguments('out', bf16=True)\n"
@@ -290,7 +308,7 @@ class ImplicitCheckpointDtype(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        transformers = ctx.versions.get("transformers")
+        transformers = ctx.versions.resolve("transformers")
         if transformers.at_least("5") is not True:
             return
         candidates = [
@@ -328,7 +346,7 @@ class ImplicitCheckpointDtype(Rule):
             )
             yield self.finding(
                 src.span_of_node(load.call),
-                f"`{load.class_name}.from_pretrained` without `dtype` on transformers {transformers.specifier}: "
+                f"`{load.class_name}.from_pretrained` without `dtype` on {transformers.describe()}: "
                 "since 5.0 the default is `dtype=\"auto\"`, the checkpoint's own dtype (bfloat16 or float16 "
                 "for most checkpoints), not float32 as on 4.x. The script trains this model "
                 f"({training.evidence}), so it may silently train in pure half precision, with no float32 "

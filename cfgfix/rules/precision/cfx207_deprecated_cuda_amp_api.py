@@ -7,7 +7,7 @@ import re
 from typing import Iterable
 
 from cfgfix.analysis.amp import AUTOCAST_CUDA, LEGACY_PARAMS, SCALER_CUDA, bind, parent_of, scope_resolver
-from cfgfix.core import Edit, Finding, Fix, Severity
+from cfgfix.core import Applicability, Edit, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 
@@ -17,7 +17,7 @@ class DeprecatedCudaAmpApi(Rule):
     """## What it does
     Flags `torch.cuda.amp.autocast(...)` and `torch.cuda.amp.GradScaler(...)` (also as
     decorators, under aliases, and imported with `from torch.cuda.amp import autocast,
-    GradScaler`) in a project whose torch is known to be 2.4 or newer.
+    GradScaler`) on torch 2.4 or newer (see Versions).
 
     ## Why is this bad?
     Since torch 2.4 both are deprecated and emit a `FutureWarning` on every construction:
@@ -25,12 +25,7 @@ class DeprecatedCudaAmpApi(Rule):
     `torch.amp.autocast('cuda', args...)` instead." They are thin subclasses of the
     device-generic `torch.amp` classes, which are the supported spelling.
 
-    cfgfix reports this only when the project's torch (its pin, else the installed one) is
-    known to be at least 2.4. Below 2.4 the old API is not deprecated; when the version is
-    unknown or the pin straddles 2.4 (`torch>=2.0`) the finding would be wrong for some of
-    the admitted versions, and its fix could even break an older torch, so cfgfix stays
-    silent. (The issue reports date the warning to 2.4; `torch.amp.GradScaler` may exist
-    from 2.3, which is unverified, so 2.4 gates both.)
+    cfgfix reports this only on torch 2.4 or newer (see Versions).
 
     ## Example
     ```python
@@ -47,7 +42,8 @@ class DeprecatedCudaAmpApi(Rule):
     ```
 
     ## Fix safety
-    Safe: the old classes only forward to the new ones with `"cuda"`. Two details keep it
+    Safe on a known torch 2.4+ (unsafe on an assumed version, see Versions): the old
+    classes only forward to the new ones with `"cuda"`. Two details keep it
     exact. `torch.cuda.amp.autocast`'s positional parameters are `(enabled, dtype,
     cache_enabled)`, unlike `torch.amp.autocast("cuda", dtype, enabled, ...)`, so the fix
     writes positional arguments as keywords. And the old class pins `dtype=torch.float16`
@@ -61,6 +57,16 @@ class DeprecatedCudaAmpApi(Rule):
 
     `torch.cuda.amp.custom_fwd` / `custom_bwd` (deprecated the same way, now
     `torch.amp.custom_fwd(device_type="cuda")`) and `torch.cpu.amp.*` are not covered yet.
+
+    ## Versions
+    Speaks when the project's torch (its pin, else the installed one) is 2.4 or newer.
+    Below 2.4 the old API is not deprecated; when a pin straddles 2.4 (`torch>=2.0`) the
+    finding would be wrong for some of the admitted versions and its fix could break an
+    older torch, so cfgfix stays silent. Where the project pins nothing and no torch is
+    installed, it assumes the current release (2.13, what an install without a pin gets)
+    and says so in the message; the fix is then unsafe, as the new spelling may not exist
+    on an older torch (the issue reports date the warning to 2.4; `torch.amp.GradScaler`
+    may exist from 2.3, which is unverified, so 2.4 gates both).
 
     ## References
     - facts A5: `torch/cuda/amp/autocast_mode.py` L13-17 and `grad_scaler.py` L18-22 (torch
@@ -87,11 +93,6 @@ class DeprecatedCudaAmpApi(Rule):
         Example(
             "import torch\n"
             "scaler = torch.cuda.amp.GradScaler()\n",
-            why="no torch pin and none installed: the version is unknown",
-        ),
-        Example(
-            "import torch\n"
-            "scaler = torch.cuda.amp.GradScaler()\n",
             why="a pin that admits versions before 2.4",
             files={"requirements.txt": "torch>=2.0\n"},
         ),
@@ -112,6 +113,14 @@ class DeprecatedCudaAmpApi(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "scaler = torch.cuda.amp.GradScaler()\n",
+            why="no torch pin and none installed: the current release is assumed and said; the fix is unsafe",
+            line=2,
+            fixed="import torch\n"
+            "scaler = torch.amp.GradScaler(\"cuda\")\n",
+        ),
         Example(
             "import torch\n"
             "with torch.no_grad(), torch.cuda.amp.autocast(dtype=weight_dtype):\n"
@@ -183,7 +192,7 @@ class DeprecatedCudaAmpApi(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        torch_version = ctx.versions.get("torch")
+        torch_version = ctx.versions.resolve("torch")
         if torch_version.at_least("2.4") is not True:
             return
         sites = ctx.index.calls_named(*AUTOCAST_CUDA, *SCALER_CUDA)
@@ -194,8 +203,10 @@ class DeprecatedCudaAmpApi(Rule):
         group_fix = _ImportRewrite(ctx).edits()
         if _refers_without_call(ctx, SCALER_CUDA) or _refers_without_call(ctx, AUTOCAST_CUDA):
             group_fix = None
-        where = {"": "", "installed": " (installed)"}.get(torch_version.source, f" in {torch_version.source}")
-        pinned = f"torch{torch_version.specifier}{where}"
+        pinned = torch_version.describe()
+        # On an assumed version the new spelling may not exist yet (torch.amp.GradScaler is
+        # unverified before 2.3): the fix is then the user's call.
+        applicability = Applicability.UNSAFE if torch_version.evidence == "assumed" else Applicability.SAFE
         for site in sites:
             call = site.node
             scaler = site.name in SCALER_CUDA
@@ -213,7 +224,7 @@ class DeprecatedCudaAmpApi(Rule):
                 f"`{old_text}(...)` is deprecated since torch 2.4 and warns (FutureWarning) every "
                 f"time it is built; this project uses {pinned}. Use "
                 f"`torch.amp.{new_name}(\"cuda\", ...)`: the old class only forwards to it.",
-                fix=Fix(tuple(edits), f"Use `torch.amp.{new_name}(\"cuda\", ...)`") if edits else None,
+                fix=Fix(tuple(edits), f"Use `torch.amp.{new_name}(\"cuda\", ...)`", applicability) if edits else None,
             )
 
 

@@ -1,0 +1,91 @@
+"""Lower bounds on a library's version read from the code's own idioms: an API that exists
+only from some release on dates the code that calls it. A script that passes `dtype=` to
+`from_pretrained` was written for transformers 4.56 or newer.
+
+An API removed in some release bounds the version from above: `Trainer(tokenizer=...)` runs
+only below transformers 5. Each idiom carries the release that added or removed it, checked
+against the library's own source of the release before and after (docs/versions.md,
+"Dating versions from the code"). Only keywords of calls on names imported from the
+library count: a `dtype=` passed to a diffusers loader, a local `Trainer` subclass or trl's
+`SFTTrainer(tokenizer=...)` dates nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from cfgfix.analysis.names import ImportMap, dotted
+
+# (library, call kind, keyword, bound, evidence in words); a bound is ">=X" for an API added
+# in X, "<X" for one removed in X (code that uses it runs only below X).
+#   call kind "load": `<library class>.from_pretrained(...)`;
+#   "trainer": `<library>.Trainer(...)` / `Seq2SeqTrainer(...)` (a name imported from it);
+#   "training_args": `<library>.TrainingArguments(...)` / `Seq2SeqTrainingArguments(...)`.
+IDIOMS = (
+    ("transformers", "load", "dtype", ">=4.56.0",
+     "`dtype=` in `from_pretrained` exists from transformers 4.56 (4.55.4 reads only `torch_dtype`)"),
+    ("transformers", "load", "attn_implementation", ">=4.36.0",
+     "`attn_implementation=` exists from transformers 4.36 (absent from 4.35.2)"),
+    ("transformers", "trainer", "processing_class", ">=4.46.0",
+     "`Trainer(processing_class=...)` exists from transformers 4.46 (4.45.2 takes `tokenizer=`)"),
+    ("transformers", "trainer", "tokenizer", "<5.0.0",
+     "`Trainer(tokenizer=...)` was removed in transformers 5.0 (4.57.1 still maps it to `processing_class`)"),
+    ("transformers", "training_args", "evaluation_strategy", "<4.51.0",
+     "`TrainingArguments(evaluation_strategy=...)` was removed in transformers 4.51 (4.50.3 still reads it)"),
+)
+
+# The text a file must contain for the walk to be worth it (most files hold none).
+TOKENS = tuple(sorted({f"{keyword}=" for _, _, keyword, _, _ in IDIOMS}))
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+Bounds = dict[str, dict[str, tuple[str, str]]]  # package -> {">=" | "<": (version, why)}
+
+
+def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -> Bounds:
+    """package -> {">=": (highest lower bound, why), "<": (lowest upper bound, why)}; the
+    why names the line."""
+    if not any(token in text for token in TOKENS):
+        return {}
+    imports = imports or ImportMap(tree)
+    found: Bounds = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.keywords:
+            continue
+        keywords = {k.arg for k in node.keywords if k.arg}
+        kind, library = _kind(node, imports)
+        if kind is None:
+            continue
+        for package, idiom_kind, keyword, bound, why in IDIOMS:
+            if package != library or idiom_kind != kind or keyword not in keywords:
+                continue
+            op, version = (">=", bound[2:]) if bound.startswith(">=") else ("<", bound[1:])
+            old = found.setdefault(package, {}).get(op)
+            tighter = old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0]))
+            if tighter:
+                found[package][op] = (version, f"{why}; used on line {node.lineno}")
+    return found
+
+
+def _kind(call: ast.Call, imports: ImportMap) -> tuple[str | None, str | None]:
+    """(call kind, the library the called name is imported from), or (None, None) for a
+    name that no import binds (a local class or subclass, a parameter)."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "from_pretrained":
+        kind, target = "load", func.value
+    else:
+        target = func
+        last = (imports.qualify(func) or "").rsplit(".", 1)[-1]  # `A` after `... import X as A`
+        if last in ("Trainer", "Seq2SeqTrainer"):
+            kind = "trainer"
+        elif last in ("TrainingArguments", "Seq2SeqTrainingArguments"):
+            kind = "training_args"
+        else:
+            return None, None
+    root = (dotted(target) or "").split(".")[0]
+    if root not in imports.aliases:
+        return None, None
+    return kind, (imports.qualify(target) or "").split(".")[0]

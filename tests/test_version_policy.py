@@ -1,0 +1,155 @@
+"""Versions without pins (docs/versions.md): where evidence comes from, the code's idioms as
+lower bounds, and each version-gated rule's policy when nothing says which version."""
+
+import ast
+import re
+
+from cfgfix.analysis.version_idioms import code_bounds
+from cfgfix.analysis.versions import CURRENT, Versions
+from cfgfix.rules.base import all_rules, doc_sections
+from conftest import REPO, lint_project, write_project
+from test_notebook import notebook
+
+TRAINS = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('m')\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\n"
+    "model(**batch).loss.backward()\noptimizer.step()\n"
+)
+
+
+def _bounds(code):
+    return {package: {op: version for op, (version, _) in found.items()}
+            for package, found in code_bounds(ast.parse(code), code).items()}
+
+
+# ----------------------------------------------------------------------------- idioms
+
+def test_idioms_date_transformers():
+    code = (
+        "from transformers import AutoModelForCausalLM, Trainer\n"
+        "m = AutoModelForCausalLM.from_pretrained('m', attn_implementation='sdpa')\n"
+        "Trainer(model=m, processing_class=tok)\n"
+    )
+    assert _bounds(code) == {"transformers": {">=": "4.46.0"}}
+    assert "line 3" in code_bounds(ast.parse(code), code)["transformers"][">="][1]
+    assert _bounds("import transformers\nm = transformers.AutoModel.from_pretrained('m', dtype='auto')\n") == {
+        "transformers": {">=": "4.56.0"}}
+    removed = ("from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments as A\n"
+               "args = A('out', evaluation_strategy='steps')\nSeq2SeqTrainer(model=m, args=args, tokenizer=tok)\n")
+    assert _bounds(removed) == {"transformers": {"<": "4.51.0"}}
+
+
+def test_idiom_near_misses_date_nothing():
+    # diffusers' own loaders; a local class or Trainer subclass; an unimported name; the
+    # keyword on another call; trl's SFTTrainer (its own `tokenizer=` history); a comment
+    assert _bounds("from diffusers import UNet2DConditionModel\nu = UNet2DConditionModel.from_pretrained('m', dtype=x)\n") == {}
+    assert _bounds("class M:\n    pass\nm = M.from_pretrained('m', dtype=x)\n") == {}
+    assert _bounds("m = AutoModel.from_pretrained('m', dtype=x)\n") == {}
+    assert _bounds("from transformers import Trainer\nclass MyTrainer(Trainer):\n    pass\nMyTrainer(tokenizer=tok)\n") == {}
+    assert _bounds("from transformers import AutoTokenizer\nf(processing_class=tok)  # dtype=\n") == {}
+    assert _bounds("from trl import SFTTrainer\nSFTTrainer(model=m, tokenizer=tok)\n") == {}
+
+
+def test_code_bounds_narrow_a_pin_and_replace_an_installed_copy_outside_them(monkeypatch):
+    from cfgfix.analysis import versions as module
+
+    pinned = Versions({"transformers": module.VersionInfo("transformers", ">=4.40,<5", "requirements.txt", "pin")})
+    narrowed = pinned.with_code_bounds({"transformers": {">=": ("4.56.0", "`dtype=` ... line 3")}}).get("transformers")
+    assert narrowed.specifier == ">=4.40,<5,>=4.56.0" and narrowed.at_least("4.56") is True and narrowed.below("5") is True
+    exact = Versions({"transformers": module.VersionInfo("transformers", "==4.46.3", "requirements.txt", "pin")})
+    assert exact.with_code_bounds({"transformers": {">=": ("4.56.0", "x")}}).get("transformers").specifier == "==4.46.3"
+    monkeypatch.setattr(module, "_installed", lambda name: module.VersionInfo(name, "==4.30.0", "installed", "installed"))
+    floor = Versions({}).with_code_bounds({"transformers": {">=": ("4.56.0", "x")}}).get("transformers")
+    assert (floor.specifier, floor.evidence) == (">=4.56.0", "code")
+    monkeypatch.setattr(module, "_installed", lambda name: module.VersionInfo(name, "==5.24.0", "installed", "installed"))
+    old_code = Versions({}).with_code_bounds({"transformers": {"<": ("5.0.0", "`tokenizer=`")}})
+    assert old_code.get("transformers").specifier == "<5.0.0"  # 5.24 cannot run `Trainer(tokenizer=...)`
+    assert old_code.resolve("transformers").below("5") is True  # an upper bound stops the assumption
+    assert Versions({}).with_code_bounds({"transformers": {">=": ("4.56.0", "x")}}).get("transformers").specifier == "==5.24.0"
+
+
+def test_resolve_assumes_the_current_release_only_without_evidence(tmp_path):
+    write_project(tmp_path, {"requirements.txt": "transformers\ntorch==2.3.1\n"})
+    versions = Versions.from_project(tmp_path)
+    tf = versions.resolve("transformers")
+    assert tf.evidence == "assumed" and tf.specifier == f">={CURRENT['transformers']}"
+    assert "unpinned in requirements.txt" in tf.describe() and "pin a version to confirm" in tf.describe()
+    assert versions.resolve("torch").specifier == "==2.3.1"  # a pin is never overridden
+    assert versions.resolve("bitsandbytes").known is False  # no current release read: nothing assumed
+    floored = versions.with_code_bounds({"transformers": {">=": ("4.56.0", "x")}}).resolve("transformers")
+    assert floored.evidence == "assumed"  # a lower bound alone does not say which release
+
+
+# ------------------------------------------------------------------------ the rules
+
+def _codes(tmp_path, files, select):
+    write_project(tmp_path, files)
+    _, _, findings = lint_project(tmp_path, select=[select])
+    return [f for f in findings.findings if f.code == select]
+
+
+def test_cfx206_states_the_assumed_version(tmp_path):
+    found = _codes(tmp_path, {"train.py": TRAINS}, "CFX206")
+    assert len(found) == 1
+    assert "assumed: the current release: no version of transformers is pinned or installed" in found[0].message
+
+
+def test_cfx206_silent_where_the_code_only_runs_on_4x(tmp_path):
+    code = TRAINS.replace("model(**batch).loss.backward()\noptimizer.step()\n",
+                          "from transformers import Trainer\nTrainer(model=model, tokenizer=tok).train()\n")
+    assert _codes(tmp_path, {"train.py": code}, "CFX206") == []
+    # near miss: the same script with `processing_class=` (4.46+) still assumes 5.x
+    assert len(_codes(tmp_path / "b", {"train.py": code.replace("tokenizer=", "processing_class=")}, "CFX206")) == 1
+
+
+def test_cfx206_silent_on_a_pin_admitting_4x(tmp_path):
+    assert _codes(tmp_path, {"train.py": TRAINS, "requirements.txt": "transformers>=4.40\n"}, "CFX206") == []
+
+
+def test_cfx206_in_a_notebook_names_its_unpinned_install(tmp_path):
+    nb = notebook("!pip install -q transformers peft\n", TRAINS)
+    found = _codes(tmp_path, {"train.ipynb": nb}, "CFX206")
+    assert len(found) == 1 and "unpinned in train.ipynb (pip install)" in found[0].message
+    pinned = notebook("%pip install -q transformers==4.44.2 peft\n", TRAINS)
+    assert _codes(tmp_path / "p", {"train.ipynb": pinned}, "CFX206") == []  # the notebook's own pin: 4.x
+
+
+def test_cfx102_fix_keyword_from_the_files_own_dtype(tmp_path):
+    code = ("import torch\nfrom transformers import AutoModel\n"
+            "enc = AutoModel.from_pretrained('e', dtype=torch.float32)\n"
+            "m = AutoModel.from_pretrained('m')\nm = m.half()\n")
+    found = _codes(tmp_path, {"train.py": code, "requirements.txt": "transformers>=4.40,<5\n"}, "CFX102")
+    assert len(found) == 1 and "dtype=torch.float16" in found[0].fix.edits[0].content
+    # near miss: no `dtype=` anywhere, the same pin: `torch_dtype=`, which 4.40 accepts
+    plain = code.replace("enc = AutoModel.from_pretrained('e', dtype=torch.float32)\n", "")
+    found = _codes(tmp_path / "b", {"train.py": plain, "requirements.txt": "transformers>=4.40,<5\n"}, "CFX102")
+    assert len(found) == 1 and "torch_dtype=torch.float16" in found[0].fix.edits[0].content
+
+
+def test_cfx207_assumed_fix_is_unsafe(tmp_path):
+    found = _codes(tmp_path, {"train.py": "import torch\nscaler = torch.cuda.amp.GradScaler()\n"}, "CFX207")
+    assert len(found) == 1 and "assumed" in found[0].message
+    assert found[0].fix.applicability.value == "unsafe"
+    found = _codes(tmp_path / "p", {"train.py": "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+                                    "requirements.txt": "torch==2.4.1\n"}, "CFX207")
+    assert found[0].fix.applicability.value == "safe" and "assumed" not in found[0].message
+
+
+# ------------------------------------------------------------------------- the docs
+
+def _reads_versions(rule) -> bool:
+    import inspect
+    import sys
+
+    text = inspect.getsource(sys.modules[type(rule).__module__] if not isinstance(rule, type) else sys.modules[rule.__module__])
+    return bool(re.search(r"\.versions\.|peft_analysis|_auto_consequence", text))
+
+
+def test_every_version_gated_rule_documents_its_policy():
+    table = (REPO / "docs" / "versions.md").read_text(encoding="utf-8")
+    gated = [r for r in all_rules() if _reads_versions(r)]
+    assert {r.code for r in gated} >= {"CFX102", "CFX104", "CFX206", "CFX207", "CFX305", "CFX306", "CFX307", "CFX507", "CFX509"}
+    for rule in gated:
+        assert "Versions" in doc_sections(rule.doc()), rule.code
+        assert f"[{rule.code}](../rules/{rule.code}.md)" in table, rule.code
