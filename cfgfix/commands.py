@@ -305,11 +305,15 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
     else:
         for c in result.comments:
             where = f"{c.path}:{c.line}" if c.start_line == c.line else f"{c.path}:{c.start_line}-{c.line}"
+            cell = result.cells.get(id(c.finding))
+            where += f" ({cell})" if cell else ""  # a notebook: the JSON line and the cell position
             click.echo(f"{where}: {c.finding.code} {c.finding.message}")
             if c.related_note:
                 click.echo(f"  note: {c.related_note}")
             if c.suggestion is not None:
                 click.echo(f"  suggestion{' (unsafe fix)' if c.unsafe else ''}: {c.finding.fix.description}")
+        for finding in result.unplaced:
+            click.echo(f"{finding.path}: {finding.code} {finding.message} (in a notebook cell no diff line shows)")
         files = len(result.changed)
         if result.comments:
             click.echo(f"Found {len(result.comments)} finding{'s' if len(result.comments) != 1 else ''} on changed lines ({files} changed file{'s' if files != 1 else ''}).")

@@ -129,8 +129,8 @@ def test_notebook_findings_are_reported_per_cell(tmp_path):
     assert item["fix"]["edits"][0]["location"]["row"] == 2
     sarif = json.loads(render("sarif", result.findings, ctx))
     location = sarif["runs"][0]["results"][0]["locations"][0]
-    assert location["properties"] == {"cell": 3} and location["physicalLocation"]["region"]["startLine"] == 2
-    assert "line=2," in render("github", result.findings, ctx) and "(cell 3)" in render("github", result.findings, ctx)
+    assert location["properties"]["cell"] == 3 and location["properties"]["cellRegion"]["startLine"] == 2
+    assert "(cell 3%3A2%3A1)" in render("github", result.findings, ctx)  # lines: tests/test_notebook_locations.py
 
 
 def test_python_files_keep_a_null_cell(tmp_path):

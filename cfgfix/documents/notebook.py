@@ -103,7 +103,7 @@ class Notebook:
 
     # -- positions ------------------------------------------------------------------------
     def python_source(self, masked: bool = True) -> NotebookSource:
-        return NotebookSource(self.file.path, self.masked if masked else self.code, cells=self.cells)
+        return NotebookSource(self.file.path, self.masked if masked else self.code, cells=self.cells, notebook=self)
 
     def cell_at(self, offset: int) -> Cell | None:
         """The cell holding `offset` of the joined text (its end counts as inside)."""
@@ -157,10 +157,109 @@ class NotebookSource(SourceText):
     """The joined code of a notebook, with the cells that hold each line, so reports can say
     `cell 3:2:5` and suppression comments and code frames read the cells' own lines."""
 
-    def __init__(self, path: str, text: str, cells: list[Cell]):
+    def __init__(self, path: str, text: str, cells: list[Cell], notebook: Notebook | None = None):
         super().__init__(path, text)
         self.cells = cells
         self._cell_lines = [(self.position(c.start)[0], c) for c in cells]
+        self.notebook = notebook  # the file itself, for positions in its JSON (file_span)
+        self._file_offsets: dict[int, list[int]] | None = None
+
+    # -- the .ipynb file's own positions ----------------------------------------------------
+    def file_offset(self, offset: int) -> int | None:
+        """The offset in the .ipynb file's text of the joined code's `offset`: the character
+        inside the JSON string that holds it (escapes decoded), or None when the file is
+        unknown or its cell cannot be mapped. SARIF viewers, GitHub annotations and review
+        comments address the file as it is stored, whose lines are JSON lines."""
+        if self.notebook is None:
+            return None
+        if self._file_offsets is None:
+            self._file_offsets = _cell_file_offsets(self.notebook)
+        cell = self.notebook.cell_at(offset)
+        offsets = self._file_offsets.get(cell.index) if cell is not None else None
+        if offsets is None:
+            return None
+        at = offset - cell.start
+        if at >= len(offsets):
+            return None  # the newline the join added after a cell without one: not in the file
+        return offsets[at]
+
+    def file_span(self, span):
+        """`span` (joined-code positions) as a span of the .ipynb file, or None when a cell
+        cannot be mapped. An end on the join's added newline maps to the end of the cell's
+        last string."""
+        if not (1 <= span.line <= len(self.line_starts) and 1 <= span.end_line <= len(self.line_starts)):
+            return None
+        # From lines and columns (a cached finding's span keeps them; they are the truth).
+        begin, finish = self.offset(span.line, span.column - 1), self.offset(span.end_line, span.end_column - 1)
+        start = self.file_offset(begin)
+        end = self.file_offset(finish) if finish > begin else start
+        if end is None and finish > begin:
+            last = self.file_offset(finish - 1)
+            end = None if last is None else last + 1
+        if start is None or end is None or end < start:
+            return None
+        return self.notebook.file.span(start, end)
+
+    def cell_span(self, line: int):
+        """The `source` value of the cell holding the joined `line`, as a span of the file:
+        where a position that cannot be mapped still points (the right cell, never a wrong
+        line)."""
+        if self.notebook is None:
+            return None
+        cell = self.notebook.cell_at(self.offset(line, 0)) if 1 <= line <= len(self.line_starts) else None
+        try:
+            node = _source_nodes(self.notebook.file).get(cell.index) if cell is not None else None
+        except NotebookError:
+            return None
+        return None if node is None else self.notebook.file.span(node.start, node.start)
+
+    def file_edit(self, edits) -> Edit | None:
+        """`edits` (offsets into the joined code) as one edit of the .ipynb file's text: the
+        smallest stretch of JSON that applying them into their cells changes. None when they
+        cannot be applied (an edit across two cells)."""
+        try:
+            new = self.notebook.apply(edits) if self.notebook is not None else None
+        except NotebookError:
+            return None
+        if new is None:
+            return None
+        old = self.notebook.file.text
+        start = 0
+        limit = min(len(old), len(new))
+        while start < limit and old[start] == new[start]:
+            start += 1
+        end_old, end_new = len(old), len(new)
+        while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
+            end_old -= 1
+            end_new -= 1
+        return Edit(self.path, start, end_old, new[start:end_new])
+
+    def file_finding(self, finding):
+        """`finding` with its spans in the .ipynb file's own positions (related spans in this
+        notebook that cannot be mapped are dropped) and its fix as one edit of the file's
+        JSON; None when its own span cannot be mapped."""
+        from dataclasses import replace
+
+        span = self.file_span(finding.span)
+        if span is None:
+            return None
+        related = []
+        for item in finding.related:
+            if item.span.path != self.path:
+                related.append(item)
+                continue
+            mapped = self.file_span(item.span)
+            if mapped is not None:
+                related.append(replace(item, span=mapped))
+        fix = finding.fix
+        if fix is not None:
+            own = [e for e in fix.edits if e.path == self.path]
+            edit = self.file_edit(own) if own else None
+            others = tuple(e for e in fix.edits if e.path != self.path)
+            fix = replace(fix, edits=(*others, edit)) if edit is not None or not own else None
+            if fix is not None and not fix.edits:
+                fix = None
+        return replace(finding, span=span, related=tuple(related), fix=fix)
 
     def cell_position(self, line: int, column: int) -> tuple[int, int, int]:
         """(1-based cell number among all cells, line in the cell, column) of a joined line."""
@@ -173,6 +272,60 @@ class NotebookSource(SourceText):
             return 1, line, column
         first, cell = found
         return cell.index + 1, line - first + 1, column
+
+
+def _cell_file_offsets(notebook: Notebook) -> dict[int, list[int]]:
+    """Cell index -> the file offset of each character of the cell's text, plus one entry for
+    the position just past its last character (the closing quote of its last string). A
+    cell whose strings do not decode to its text exactly is left out (no position at all
+    rather than a wrong one)."""
+    try:
+        nodes = _source_nodes(notebook.file)
+    except NotebookError:
+        return {}
+    text = notebook.file.text
+    out: dict[int, list[int]] = {}
+    for cell in notebook.cells:
+        node = nodes.get(cell.index)
+        if node is None:
+            continue
+        literals = node.children if node.kind == "sequence" else [node]
+        offsets: list[int] = []
+        decoded: list[str] = []
+        end = None
+        for literal in literals:
+            if literal.kind != "scalar" or not isinstance(literal.value, str):
+                continue
+            raw_start, raw_end = literal.start + 1, literal.end - 1  # inside the quotes
+            if text[literal.start:literal.start + 1] != '"' or text[raw_end:literal.end] != '"':
+                offsets = []
+                break
+            i = raw_start
+            while i < raw_end:
+                char = text[i]
+                if char != "\\":
+                    offsets.append(i)
+                    decoded.append(char)
+                    i += 1
+                    continue
+                if text[i + 1:i + 2] == "u":
+                    code = text[i + 2:i + 6]
+                    width = 6
+                    if 0xD800 <= int(code, 16) <= 0xDBFF and text[i + 6:i + 8] == "\\u":
+                        width = 12  # a surrogate pair: one character of Python text
+                    offsets.append(i)
+                    decoded.append(json.loads('"' + text[i:i + width] + '"'))
+                    i += width
+                else:
+                    offsets.append(i)
+                    decoded.append(json.loads('"' + text[i:i + 2] + '"'))
+                    i += 2
+            end = raw_end
+        if end is None or "".join(decoded) != cell.text:
+            continue
+        offsets.append(end)
+        out[cell.index] = offsets
+    return out
 
 
 # -------------------------------------------------------------------------- the cells' text

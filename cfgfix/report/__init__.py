@@ -51,13 +51,17 @@ def rule_url(ctx: ReportContext, code: str) -> str:
     return DOCS_URL.format(code=code)
 
 
-def edit_region(ctx: ReportContext, edit: Edit) -> tuple[int, int, int, int] | None:
+def edit_region(ctx: ReportContext, edit: Edit, stored: bool = False) -> tuple[int, int, int, int] | None:
     """1-based (line, column, end line, end column) of an edit, or None when its file's
     text is unknown (offsets alone cannot be turned into lines). In a notebook the lines
-    count from the start of the edit's cell, as ruff reports them."""
+    count from the start of the edit's cell, as ruff reports them; with `stored`, the edit
+    is one of `stored_finding`'s (offsets into the .ipynb file's text) and so are the lines."""
     source = ctx.sources.get(edit.path)
     if source is None:
         return None
+    if stored and getattr(source, "notebook", None) is not None:
+        file = source.notebook.file
+        return (*file.position(edit.start), *file.position(edit.end))
     line, column = source.position(edit.start)
     end_line, end_column = source.position(edit.end)
     _, line, column, end_line, end_column = in_cell(ctx, edit.path, line, column, end_line, end_column)
@@ -76,3 +80,34 @@ def in_cell(ctx: ReportContext, path: str, line: int, column: int, end_line: int
 
 def span_in_cell(ctx: ReportContext, span):
     return in_cell(ctx, span.path, span.line, span.column, span.end_line, span.end_column)
+
+
+def stored_finding(ctx: ReportContext, finding: Finding) -> Finding:
+    return stored_in(ctx.sources, finding)
+
+
+def stored_sources(sources: dict) -> dict:
+    """`sources` with each notebook's joined cells replaced by the .ipynb file's own text:
+    the text that `stored_in`'s positions and edits point into."""
+    return {path: (source.notebook.file if getattr(source, "notebook", None) is not None else source)
+            for path, source in sources.items()}
+
+
+def stored_in(sources: dict, finding: Finding) -> Finding:
+    """`finding` in the positions of the file as stored, which is what SARIF viewers, GitHub
+    annotations and review comments address: for a notebook, the lines and columns of its
+    JSON (`NotebookSource.file_finding`), its fix as one edit of that JSON. A notebook
+    finding whose cell cannot be mapped points at the start of its cell's `source`, without
+    related spans or fix: the right cell, never a wrong line. Other files: unchanged."""
+    source = sources.get(finding.path)
+    if getattr(source, "notebook", None) is None:
+        return finding
+    mapped = source.file_finding(finding)
+    if mapped is not None:
+        return mapped
+    from dataclasses import replace
+
+    from cfgfix.core import Span
+
+    span = source.cell_span(finding.span.line) or Span(finding.path, 1, 1, 1, 1)
+    return replace(finding, span=span, related=(), fix=None)

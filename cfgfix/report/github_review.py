@@ -26,11 +26,12 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def comment_body(comment: Comment, rules) -> str:
+def comment_body(comment: Comment, rules, cell: str | None = None) -> str:
     finding = comment.finding
     parts = [
         MARKER,
-        f"**[{finding.code}]({_url(rules, finding.code)}) {finding.name}** ({finding.severity.value})",
+        f"**[{finding.code}]({_url(rules, finding.code)}) {finding.name}** ({finding.severity.value})"
+        + (f" in notebook {cell}" if cell else ""),
         "",
         finding.message,
     ]
@@ -50,10 +51,28 @@ def comment_body(comment: Comment, rules) -> str:
     return "\n".join(parts)
 
 
+def _unplaced_lines(review: Review, rules) -> list[str]:
+    """Findings in changed notebooks that no diff line can show, as a list in the body."""
+    unplaced = getattr(review, "unplaced", [])
+    if not unplaced:
+        return []
+    lines = ["", "Findings in changed notebooks that no line of the diff shows:", ""]
+    sources = review.sources
+    for finding in unplaced:
+        source = sources.get(finding.path)
+        where = f"line {finding.span.line}"
+        if hasattr(source, "cell_position"):
+            cell, line, column = source.cell_position(finding.span.line, finding.span.column)
+            where = f"cell {cell}:{line}:{column}"
+        lines.append(f"- `{finding.path}` {where}: [{finding.code}]({_url(rules, finding.code)}) {finding.message}")
+    return lines
+
+
 def summary_body(review: Review, rules) -> str:
     comments = review.comments
     if not comments:
-        return f"{MARKER}\n### cfgfix review\n\ncfgfix found no findings on the lines this pull request changes."
+        head = f"{MARKER}\n### cfgfix review\n\ncfgfix found no findings on the lines this pull request changes."
+        return "\n".join([head, *_unplaced_lines(review, rules)])
     counts = Counter(c.finding.code for c in comments)
     names = {c.finding.code: (c.finding.name, c.finding.severity.value) for c in comments}
     suggested = sum(1 for c in comments if c.suggestion is not None)
@@ -71,11 +90,11 @@ def summary_body(review: Review, rules) -> str:
     for code in sorted(counts):
         name, severity = names[code]
         lines.append(f"| [{code}]({_url(rules, code)}) | {name} | {severity} | {counts[code]} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _unplaced_lines(review, rules))
 
 
-def review_comment(comment: Comment, rules) -> dict:
-    entry = {"path": comment.path, "line": comment.line, "side": "RIGHT", "body": comment_body(comment, rules)}
+def review_comment(comment: Comment, rules, cell: str | None = None) -> dict:
+    entry = {"path": comment.path, "line": comment.line, "side": "RIGHT", "body": comment_body(comment, rules, cell)}
     if comment.start_line != comment.line:
         entry["start_line"] = comment.start_line
         entry["start_side"] = "RIGHT"
@@ -87,5 +106,5 @@ def payload(review: Review, rules, event: str = "COMMENT") -> dict:
         "commit_id": review.commit_id,
         "body": summary_body(review, rules),
         "event": event,
-        "comments": [review_comment(c, rules) for c in review.comments],
+        "comments": [review_comment(c, rules, getattr(review, "cells", {}).get(id(c.finding))) for c in review.comments],
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import sorted_findings
+from cfgfix.report import sorted_findings, stored_in, stored_sources
 from cfgfix.rules.base import DOCS_URL
 
 SOURCE = {"name": "cfgfix", "url": "https://github.com/cfgfix/cfgfix"}
@@ -74,14 +74,17 @@ def document(diagnostics: list[dict]) -> dict:
 
 
 def render(findings: list[Finding], ctx) -> str:
-    diagnostics = [diagnostic(f, ctx.sources, ctx.rules) for f in sorted_findings(findings)]
+    # reviewdog filters and places diagnostics by lines of the files as stored: a notebook's
+    # findings go on the lines of its JSON that hold their code
+    sources = stored_sources(ctx.sources)
+    diagnostics = [diagnostic(stored_in(ctx.sources, f), sources, ctx.rules) for f in sorted_findings(findings)]
     return json.dumps(document(diagnostics), indent=2) + "\n"
 
 
 def render_review(review, rules) -> str:
     from cfgfix.documents.text import SourceText
 
-    sources = dict(review.sources)
+    sources = stored_sources(review.sources)  # the review's findings are in stored positions
     diagnostics = []
     for comment in review.comments:
         path = comment.span.path

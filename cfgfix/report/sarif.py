@@ -6,6 +6,9 @@ Notes that shape the output:
   (SARIF's default is UTF-16 code units).
 - `partialFingerprints` hashes code, path and the stripped line text (not the line number),
   with an occurrence suffix, so an alert keeps its identity when lines above it move.
+- A notebook's regions are lines and columns of the .ipynb file as stored (its JSON), which
+  is what a viewer opens; the cell and the position inside it are the `cell` and
+  `cellRegion` properties. Its fixes replace the stretch of JSON the fix changes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell
+from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell, stored_finding
 from cfgfix.rules.base import doc_sections
 
 if TYPE_CHECKING:
@@ -98,11 +101,16 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
     return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
 
 
-def _physical(span: Span, ctx: ReportContext) -> dict:
-    cell, line, column, end_line, end_column = span_in_cell(ctx, span)
-    location = {"physicalLocation": {"artifactLocation": _uri(span.path), "region": _region(line, column, end_line, end_column)}}
-    if cell is not None:  # a notebook: lines count from the cell's start, as in the JSON output
-        location["properties"] = {"cell": cell}
+def _physical(span: Span, ctx: ReportContext, joined: Span | None = None) -> dict:
+    """`span` in the file as stored (for a notebook, its JSON lines: what a viewer opens);
+    `joined`, the same place in a notebook's joined cells, adds the cell and the position
+    inside it as properties (the `cell 3:2:5` of the text and JSON outputs)."""
+    region = _region(span.line, span.column, span.end_line, span.end_column)
+    location = {"physicalLocation": {"artifactLocation": _uri(span.path), "region": region}}
+    if joined is not None:
+        cell, line, column, end_line, end_column = span_in_cell(ctx, joined)
+        if cell is not None:
+            location["properties"] = {"cell": cell, "cellRegion": _region(line, column, end_line, end_column)}
     return location
 
 
@@ -122,7 +130,7 @@ def _fingerprint(finding: Finding, ctx: ReportContext, seen: Counter) -> str:
 def _fix(finding: Finding, ctx: ReportContext) -> dict:
     changes: dict[str, list] = {}
     for edit in sorted(finding.fix.edits, key=lambda e: (e.path, e.start, e.end)):
-        region = edit_region(ctx, edit)
+        region = edit_region(ctx, edit, stored=True)
         # Without the file's text, SARIF's character offsets still say exactly what to replace.
         deleted = (
             _region(*region)
@@ -143,19 +151,20 @@ def _fix(finding: Finding, ctx: ReportContext) -> dict:
 
 
 def _result(finding: Finding, rule_index: int, ctx: ReportContext, seen: Counter) -> dict:
+    stored = stored_finding(ctx, finding)  # a notebook's findings in its JSON's own lines
     result = {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": _LEVEL[finding.severity],
         "message": {"text": finding.message},
-        "locations": [_physical(finding.span, ctx)],
+        "locations": [_physical(stored.span, ctx, finding.span)],
         "partialFingerprints": {FINGERPRINT_KEY: _fingerprint(finding, ctx, seen)},
     }
-    if finding.related:
+    if stored.related:
         result["relatedLocations"] = [
             {"id": i, **_physical(r.span, ctx), "message": {"text": r.message}}
-            for i, r in enumerate(finding.related, start=1)
+            for i, r in enumerate(stored.related, start=1)
         ]
-    if finding.fix is not None and finding.fix.edits:
-        result["fixes"] = [_fix(finding, ctx)]
+    if stored.fix is not None and stored.fix.edits:
+        result["fixes"] = [_fix(stored, ctx)]
     return result

@@ -40,6 +40,11 @@ class Review:
     linted: int = 0
     errors: list[str] = field(default_factory=list)
     sources: dict = field(default_factory=dict)
+    # findings in a changed notebook that no line of its JSON can show (a cell cfgfix cannot
+    # map): listed in the review body, never commented on a guessed line
+    unplaced: list[Finding] = field(default_factory=list)
+    # id(finding) -> "cell 3:2:5" for a notebook finding placed on its JSON lines
+    cells: dict[int, str] = field(default_factory=dict)
 
 
 def _last_line(span: Span) -> int:

@@ -76,10 +76,13 @@ def build_review(engine, settings, base: str | None, head: str | None, paths: li
         return None if rel.startswith("..") else Path(rel).as_posix()
 
     texts: dict[str, str | None] = {}
+    from cfgfix.report import stored_sources
+
+    stored = stored_sources(result.sources)  # a notebook: the .ipynb's JSON, as the diff shows it
 
     def text_of(display: str) -> str | None:
         if display not in texts:
-            source = result.sources.get(display)
+            source = stored.get(display)
             if source is None:
                 try:
                     source = SourceText.from_bytes(display, (cwd / display).read_bytes())
@@ -88,9 +91,31 @@ def build_review(engine, settings, base: str | None, head: str | None, paths: li
             texts[display] = source.text if source is not None else None
         return texts[display]
 
-    review.comments = place(result.findings, by_path, to_repo, text_of)
+    findings, review.unplaced, review.cells = _stored_findings(result, by_path, to_repo)
+    review.comments = place(findings, by_path, to_repo, text_of)
     review.sources = result.sources
     return review
+
+
+def _stored_findings(result, changed, to_repo):
+    """The findings in the positions the diff uses. A notebook's findings move to the lines of
+    its JSON that hold their code (its fix becomes an edit of that JSON, so a suggestion
+    replaces JSON lines); one whose cell cannot be mapped is never put on a guessed line: when
+    its notebook changed, it goes to the review body instead (the second list)."""
+    findings, unplaced, cells = [], [], {}
+    for finding in result.findings:
+        source = result.sources.get(finding.path)
+        if getattr(source, "notebook", None) is None:
+            findings.append(finding)
+            continue
+        mapped = source.file_finding(finding)
+        if mapped is not None:
+            findings.append(mapped)
+            cell, line, column = source.cell_position(finding.span.line, finding.span.column)
+            cells[id(mapped)] = f"cell {cell}:{line}:{column}"
+        elif to_repo(finding.path) in changed:
+            unplaced.append(finding)
+    return findings, unplaced, cells
 
 
 def _inside(path: str, base: str) -> bool:
