@@ -7,7 +7,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from cfgfix.analysis.models import analyze_models
+from cfgfix.analysis.models import MAX_OPTIONS, analyze_models
 from cfgfix.analysis.names import ImportMap
 from cfgfix.analysis.project_modules import ProjectModules
 
@@ -231,3 +231,222 @@ def test_local_alias_of_an_api(tmp_path):
     assert imports.qualify(ast.parse("autocast", mode="eval").body) == "torch.cuda.amp.autocast"
     # a value (not an API path) is not an alias: a parameter named `dtype` may shadow it
     assert imports.qualify(ast.parse("dtype", mode="eval").body) == "dtype"
+
+
+def possible(analysis):
+    """(line, method, receiver key, device_map kind, quantized, number of values) of the
+    calls on a name that holds one of several values."""
+    out = []
+    for mc in sorted(analysis.possible_calls, key=lambda c: (c.call.lineno, c.state.load.line)):
+        device_map = mc.state.load.device_map.kind if mc.state.load.device_map else None
+        out.append((mc.call.lineno, mc.method, mc.key, device_map, mc.state.load.quantized, mc.alternatives))
+    return sorted(out, key=lambda row: (row[0], str(row[3]), str(row[4])))
+
+
+def test_branches_that_load_differently_leave_a_choice(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            if args.big:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            else:
+                model = AutoModelForCausalLM.from_pretrained("m")
+            model.to(device)
+    """})
+    assert calls(analysis) == []  # no one load: the definite queries stay silent
+    assert possible(analysis) == [(8, "to", "model", None, None, 2), (8, "to", "model", "multi", None, 2)]
+
+
+def test_a_branch_on_the_same_name_sees_only_its_own_load(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            if args.big:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            else:
+                model = AutoModelForCausalLM.from_pretrained("m")
+            if not args.big:
+                model.to(device)
+            if args.big:
+                model.cuda()
+    """})
+    assert possible(analysis) == []
+    assert [(line, method, dm) for line, method, _, _, dm, _ in calls(analysis)] == [(9, "to", None), (11, "cuda", "multi")]
+
+
+def test_equality_tests_and_elif_chains_narrow_too(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(kind, device):
+            if kind == "qwen":
+                model = AutoModelForCausalLM.from_pretrained("q", device_map="auto")
+            elif kind == "llama":
+                model = AutoModelForCausalLM.from_pretrained("l")
+            else:
+                raise ValueError(kind)
+            if kind != "qwen":
+                model.to(device)
+            if kind == "llama":
+                model.half()
+    """})
+    assert possible(analysis) == []
+    assert [(line, method, dm) for line, method, _, _, dm, _ in calls(analysis)] == [(11, "to", None), (13, "half", None)]
+
+
+def test_rebinding_the_condition_forgets_what_it_said(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(big, device):
+            if big:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            else:
+                model = AutoModelForCausalLM.from_pretrained("m")
+            big = torch.cuda.device_count() > 1
+            if not big:
+                model.to(device)
+    """})
+    # `big` no longer says which load `model` holds, and a call under a test the analysis
+    # cannot relate to the branches is not reported either way
+    assert possible(analysis) == [] and calls(analysis) == []
+
+
+def test_a_call_under_an_unrelated_test_is_not_reported(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        import torch
+        from transformers import AutoModel, BitsAndBytesConfig
+        def main(name, int4, device):
+            model = AutoModel.from_pretrained(
+                name, quantization_config=BitsAndBytesConfig(load_in_4bit=True) if int4 else None)
+            if device == "cpu":
+                model = model.float()
+            model.half()
+    """})
+    assert [(line, q) for line, _, _, _, q, _ in possible(analysis)] == [(9, "4bit"), (9, None)]  # not line 8
+
+
+def test_a_branch_that_returns_does_not_reach_what_follows(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        import sys
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            model = AutoModelForCausalLM.from_pretrained("m")
+            if args.serve:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+                serve(model)
+                sys.exit(0)
+            model.to(device)
+    """})
+    assert possible(analysis) == []
+    assert [(line, dm) for line, _, _, _, dm, _ in calls(analysis)] == [(10, None)]
+
+
+def test_a_branch_that_binds_only_on_one_side_still_reaches(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            model = Net()
+            if args.pretrained:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            model.to(device)
+    """})
+    assert possible(analysis) == [(7, "to", "model", "multi", None, 2)]
+
+
+def test_a_conditional_keyword_makes_one_load_per_condition(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            model = AutoModelForCausalLM.from_pretrained(
+                "m", load_in_8bit=args.int8, device_map="auto" if args.int8 else None)
+            if not args.int8:
+                model.to(device)
+            model.cuda()
+    """})
+    # the two keywords share their condition: 8-bit and dispatched, or neither
+    assert [(line, method, dm) for line, method, _, _, dm, _ in calls(analysis)] == [(7, "to", None)]
+    assert possible(analysis) == [(8, "cuda", "model", None, None, 2), (8, "cuda", "model", "multi", "8bit", 2)]
+
+
+def test_model_init_branches_reach_the_other_methods(tmp_path):
+    analysis = analyze(tmp_path, {"predictor.py": """
+        from peft import PeftModel
+        from transformers import AutoModel, AutoModelForCausalLM
+        class Predictor:
+            def __init__(self, path, peft_path=None):
+                self.path, self.peft_path = path, peft_path
+                self.model_init()
+            def model_init(self):
+                if self.kind == "glm":
+                    self.model = AutoModel.from_pretrained(self.path, trust_remote_code=True)
+                elif self.kind == "qwen":
+                    self.model = AutoModelForCausalLM.from_pretrained(self.path, device_map="auto")
+                if self.peft_path is not None:
+                    self.model = PeftModel.from_pretrained(self.model, self.peft_path)
+                self.model_to_device()
+                self.model = self.model.eval()
+            def model_to_device(self):
+                self.model.cuda()
+    """}, main="predictor.py")
+    assert [(line, method, key, dm, n) for line, method, key, dm, _, n in possible(analysis)] == [
+        (18, "cuda", "self.model", None, 2), (18, "cuda", "self.model", "multi", 2)]
+
+
+def test_a_loader_whose_branches_return_different_loads(tmp_path):
+    analysis = analyze(tmp_path, {
+        "models.py": """
+            from transformers import AutoModelForCausalLM
+            def load_model(args):
+                if args.multi_gpu:
+                    return AutoModelForCausalLM.from_pretrained(args.name, device_map="auto")
+                return AutoModelForCausalLM.from_pretrained(args.name)
+        """,
+        "train.py": """
+            from models import load_model
+            model = load_model(args)
+            if not args.multi_gpu:
+                model = model.to("cuda")
+            model.train()
+            model.cuda()
+        """,
+    })
+    # the loader's condition crosses the call by its last name (`multi_gpu`)
+    assert [(line, dm) for line, _, _, _, dm, _ in calls(analysis)] == [(5, None)]
+    assert [(line, dm) for line, _, _, dm, _, _ in possible(analysis)] == [(7, None), (7, "multi")]
+
+
+def test_init_branches_and_a_test_on_the_same_flag_in_another_method(tmp_path):
+    analysis = analyze(tmp_path, {"trainer.py": """
+        from transformers import AutoModelForCausalLM
+        class Trainer:
+            def __init__(self, args):
+                self.args = args
+                if args.multi_gpu:
+                    self.model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+                else:
+                    self.model = AutoModelForCausalLM.from_pretrained("m")
+            def train(self):
+                if not self.args.multi_gpu:
+                    self.model.to(self.device)
+            def evaluate(self):
+                self.model.cuda()
+    """}, main="trainer.py")
+    # `multi_gpu` in `__init__` and in `train()` is taken for the same flag (by its last name)
+    assert [(line, dm) for line, _, _, _, dm, _ in calls(analysis)] == [(12, None)]
+    assert [(line, dm) for line, _, _, dm, _, _ in possible(analysis)] == [(14, None), (14, "multi")]
+
+
+def test_a_choice_stays_small(tmp_path):
+    loads = [f"{dm}{q}" for dm in ("device_map='auto', ", "device_map='cuda', ", "")
+             for q in ("load_in_8bit=True", "load_in_4bit=True", "revision='x'")][:8]
+    branches = "".join(
+        f"    {'if' if i == 0 else 'elif'} kind == {i}:\n"
+        f"        model = AutoModel.from_pretrained('m', {load})\n"
+        for i, load in enumerate(loads)
+    )
+    analysis = analyze(tmp_path, {"train.py": (
+        "from transformers import AutoModel\n"
+        "def main(kind, device):\n" + branches + "    model.to(device)\n"
+    )})
+    # inner branches past the limit are forgotten (an untracked value); outer ones still reach
+    rows = possible(analysis)
+    assert rows and all(n <= MAX_OPTIONS for *_, n in rows) and calls(analysis) == []

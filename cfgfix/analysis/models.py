@@ -5,9 +5,13 @@ One forward pass over each function body and the module body tracks names and `s
 attributes bound to a `from_pretrained` load, with the dtype the weights have at each point.
 Rules (CFX101-CFX105) query the result instead of walking the tree again.
 
-Precision over recall: whenever the flow is unclear (branches that disagree, a loop that
-rebinds the name, the model handed to a function we do not know, a `**kwargs` load) the
-name is dropped or its dtype becomes unknown, and rules stay silent.
+Precision over recall: whenever the flow is unclear (a loop that rebinds the name, the
+model handed to a function we do not know, a `**kwargs` load) the name is dropped or its
+dtype becomes unknown, and rules stay silent. Branches that bind different loads leave a
+`Choice`: the set of values, each with the branch conditions it holds under
+(`if args.q:` ... `if not args.q:` on the same name filters it). Rules see a choice only
+through `ModelAnalysis.possible_calls`, and only those that speak when any branch that
+reaches a call is wrong (CFX103, CFX104).
 """
 
 from __future__ import annotations
@@ -101,6 +105,39 @@ class TupleState:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One value a name may hold after branches: `state` None for a value the analysis does
+    not track (another object, or what the name held before). `when`: the branch
+    conditions it holds under, as facts `(key, test, value, truth)`: `("args.q", "truthy",
+    None, True)` for `if args.q:`, `("t", "eq", "qwen", False)` for the `else` of
+    `if t == "qwen":`. A key starting with `*.` came from another scope: only its last
+    name is compared."""
+
+    state: object
+    when: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a name holds when branches bound different values (`if x: model = A(...,
+    device_map="auto") else: model = B(...)`): each option with its conditions."""
+
+    options: tuple
+    # How many `if`s deep (in the function walked) the value became uncertain: a call
+    # deeper than that runs under a test the analysis could not relate to the options
+    # (`if self.device == "cpu": model.float()` after `quantization_config=... if int4`),
+    # so it is not reported.
+    depth: int = field(default=0, compare=False)
+
+    @property
+    def states(self) -> list:
+        return [o.state for o in self.options if o.state is not None]
+
+
+MAX_OPTIONS = 6  # more values than this and the name is forgotten
+
+
+@dataclass(frozen=True)
 class ParamLoad:
     """Stands for a function's parameter while its summary is computed (never reaches a
     rule): a function that returns `get_peft_model(model, cfg)` returns its parameter."""
@@ -129,6 +166,9 @@ class ModelCall:
     dtype_unknown: bool  # an argument that may be a dtype could not be resolved
     moves_device: bool | None  # True: a device move; False: dtype only; None: unclear
     dtype_arg: ast.AST | None  # the positional arg or keyword that carries the dtype
+    # 0: the receiver holds this one load. n > 1: it holds one of n values (branches that
+    # bound different loads, see `Choice`), `state` being one of them.
+    alternatives: int = 0
 
     @property
     def receiver(self) -> ast.expr:
@@ -141,6 +181,10 @@ class ModelAnalysis:
     tree: ast.Module | None = None
     loads: list[ModelLoad] = field(default_factory=list)
     calls: list[ModelCall] = field(default_factory=list)
+    # Calls on a name that holds one of several values (a `Choice`): one record per tracked
+    # value, each with `alternatives` set. Only rules that speak when any branch reaching the
+    # call is wrong read these.
+    possible_calls: list[ModelCall] = field(default_factory=list)
     deps: list[str] = field(default_factory=list)  # other project files the analysis read
 
     @property
@@ -607,33 +651,211 @@ _NO_VALUE = object()  # `return` / `return None`
 
 
 def _merge_returns(returns: list):
-    values = [r for r in returns if r is not _NO_VALUE]
-    if not values or any(v is None for v in values):
+    """One value for a function's `return`s, each with the branch conditions it is under
+    (`if args.multi_gpu: return A` ... `return B`: A when `multi_gpu`, B when not)."""
+    values = [(value, path) for value, path in returns if value is not _NO_VALUE]
+    if not values or any(value is None for value, _ in values):
         return None
-    first = values[0]
-    for other in values[1:]:
-        merged = _merge_values(first, other)
+    first, when = values[0]
+    for other, path in values[1:]:
+        merged = _merge_values(first, other, when, path)
         if merged is None:
             return None
-        first = merged
-    return first
+        first, when = merged, frozenset()
+    return _loosen(first)
 
 
-def _merge_values(a, b):
-    """One value for two paths: equal, or the same load with the dtype they agree on."""
+def _merge_values(a, b, when_a: frozenset = frozenset(), when_b: frozenset = frozenset()):
+    """One value for two paths: equal, the same load with the dtype they agree on, loads no
+    rule can tell apart, or else a `Choice` of both (`when_a`/`when_b`: the conditions of
+    each path). None when they cannot be one value (a tuple and a model)."""
     if a == b:
         return a
-    if isinstance(a, ModelState) and isinstance(b, ModelState) and a.load == b.load:
+    if isinstance(a, TupleState) and isinstance(b, TupleState) and len(a.items) == len(b.items):
+        return TupleState(tuple(_merge_values(x, y, when_a, when_b) for x, y in zip(a.items, b.items)))
+    if not all(v is None or isinstance(v, (ModelState, Choice)) for v in (a, b)):
+        return None  # a tuple and a model, or values of subclasses' own kinds (optimizers)
+    return _choice([*_options(a, when_a), *_options(b, when_b)])
+
+
+def _merge_states(a: ModelState, b: ModelState) -> ModelState | None:
+    """The same load with the dtype both agree on, or two loads no rule can tell apart."""
+    if a.load == b.load:
         same = a.dtype == b.dtype
         return ModelState(a.load, a.dtype if same else None, a.cast_by if same and a.cast_by == b.cast_by else None)
-    if isinstance(a, ModelState) and isinstance(b, ModelState) and _alike(a.load, b.load):
+    if _alike(a.load, b.load):
         # Two loads, one per branch (`if "qwen" in name: ... else: ...`), that agree on all a
         # rule asks of a load: the first stands for both; the dtype only where both agree.
         same = a.dtype == b.dtype and a.cast_by is None and b.cast_by is None
         return ModelState(a.load, a.dtype if same else None, None)
-    if isinstance(a, TupleState) and isinstance(b, TupleState) and len(a.items) == len(b.items):
-        return TupleState(tuple(_merge_values(x, y) for x, y in zip(a.items, b.items)))
     return None
+
+
+def _options(value, when: frozenset = frozenset()) -> list[Option]:
+    if isinstance(value, Choice):
+        return [Option(o.state, o.when | when) for o in value.options]
+    return [Option(value, when)]
+
+
+def _choice(options: list[Option]):
+    """The value for a set of options: one state when they merge into one (equal, the same
+    load, loads no rule tells apart: their conditions are then what they share), a
+    `Choice` otherwise, None when nothing in it is tracked or it grew too large."""
+    kept: list[Option] = []
+    for option in options:
+        for i, other in enumerate(kept):
+            if other.state == option.state:
+                kept[i] = Option(other.state, other.when & option.when)
+                break
+            if isinstance(other.state, ModelState) and isinstance(option.state, ModelState):
+                merged = _merge_states(other.state, option.state)
+                if merged is not None:
+                    kept[i] = Option(merged, other.when & option.when)
+                    break
+        else:
+            kept.append(option)
+    if len(kept) > MAX_OPTIONS or all(o.state is None for o in kept):
+        return None
+    if len(kept) == 1:
+        return kept[0].state
+    return Choice(tuple(kept))
+
+
+def _map_states(value, change):
+    """`change` applied to every model state a value may hold (a Choice's options too)."""
+    if isinstance(value, ModelState):
+        return change(value)
+    if isinstance(value, Choice):
+        return Choice(tuple(Option(change(o.state) if isinstance(o.state, ModelState) else o.state, o.when)
+                            for o in value.options), value.depth)
+    return value
+
+
+def _stamp(value, depth: int):
+    """A value that became uncertain here, `depth` ifs deep."""
+    if isinstance(value, Choice):
+        return replace(value, depth=depth)
+    if isinstance(value, TupleState):
+        return TupleState(tuple(_stamp(item, depth) for item in value.items))
+    return value
+
+
+def _unknown_dtype(state: ModelState) -> ModelState:
+    return ModelState(state.load, None)
+
+
+# -- branch conditions -------------------------------------------------------------------
+def _facts(test: ast.expr) -> tuple[frozenset, frozenset]:
+    """What holds in the body and in the `else` of `if test:`, as facts on names:
+    truthiness (`if args.q:`, `if not flag:`) and equality with a constant
+    (`if t == "qwen":`, `if cfg is None:`); `and`/`or` where each part gives a fact."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yes, no = _facts(test.operand)
+        return no, yes
+    if isinstance(test, ast.BoolOp):
+        parts = [_facts(value) for value in test.values]
+        if isinstance(test.op, ast.And):
+            return frozenset().union(*(p[0] for p in parts)), frozenset()
+        return frozenset(), frozenset().union(*(p[1] for p in parts))
+    key = dotted(test)
+    if key is not None:
+        return frozenset({(key, "truthy", None, True)}), frozenset({(key, "truthy", None, False)})
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = test.left, test.comparators[0]
+        if isinstance(right, ast.Constant) and dotted(left):
+            key, value = dotted(left), right.value
+        elif isinstance(left, ast.Constant) and dotted(right):
+            key, value = dotted(right), left.value
+        else:
+            return frozenset(), frozenset()
+        op = test.ops[0]
+        if isinstance(op, (ast.Eq, ast.Is)):
+            truth = True
+        elif isinstance(op, (ast.NotEq, ast.IsNot)):
+            truth = False
+        else:
+            return frozenset(), frozenset()
+        return frozenset({(key, "eq", value, truth)}), frozenset({(key, "eq", value, not truth)})
+    return frozenset(), frozenset()
+
+
+def _same_key(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    return (a.startswith("*.") or b.startswith("*.")) and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1]
+
+
+def _contradicts(f: tuple, g: tuple) -> bool:
+    """Two facts that cannot both hold (`flag` true and false, `t == "a"` and `t == "b"`)."""
+    if not _same_key(f[0], g[0]):
+        return False
+    if f[1] == g[1] == "truthy":
+        return f[3] != g[3]
+    if f[1] == g[1] == "eq":
+        if f[2] == g[2]:
+            return f[3] != g[3]
+        return f[3] and g[3]
+    truthy, eq = (f, g) if f[1] == "truthy" else (g, f)
+    return eq[3] and bool(eq[2]) != truthy[3]
+
+
+def _assume(env: dict, facts: frozenset, depth: int) -> dict:
+    """The env inside a branch (`depth` ifs deep) where `facts` hold: options of a Choice
+    that need the opposite are dropped (`if flag: A else: B` ... `if not flag:` sees only
+    B); what is left is as certain there as it was outside."""
+    env = dict(env)
+    if not facts:
+        return env
+    for key, value in list(env.items()):
+        if isinstance(value, Choice):
+            kept = [o for o in value.options if not any(_contradicts(f, g) for f in o.when for g in facts)]
+            if len(kept) != len(value.options):
+                narrowed = _choice(kept) if kept else None
+                if narrowed is None:
+                    del env[key]
+                else:
+                    env[key] = _stamp(narrowed, depth)
+    return env
+
+
+def _forget_facts(env: dict, key: str) -> None:
+    """`key` was rebound: conditions on it no longer say which option holds."""
+    prefix = key if key.endswith(".") else key + "."
+    for name, value in list(env.items()):
+        if isinstance(value, Choice) and any(f[0] == key or f[0].startswith(prefix) for o in value.options for f in o.when):
+            env[name] = Choice(tuple(
+                Option(o.state, frozenset(f for f in o.when if not (f[0] == key or f[0].startswith(prefix))))
+                for o in value.options), value.depth)
+
+
+def _loosen(value):
+    """A value leaving its scope (a return, a class attribute seen by other methods): its
+    conditions name variables of that scope, so only their last names are compared."""
+    if isinstance(value, Choice):
+        return Choice(tuple(
+            Option(o.state, frozenset(("*." + f[0].rsplit(".", 1)[-1],) + f[1:] for f in o.when))
+            for o in value.options))  # depth 0: uncertain from the start of the other scope
+    if isinstance(value, TupleState):
+        return TupleState(tuple(_loosen(item) for item in value.items))
+    return value
+
+
+_EXITS = {"sys.exit", "exit", "quit", "os._exit"}
+
+
+def _ends(body: list[ast.stmt], imports: ImportMap) -> bool:
+    """The block never falls through to the statement after it (`return`, `raise`,
+    `continue`, `break`, `sys.exit()`, or an `if` whose branches all end)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+        return (imports.qualify(last.value.func) or "") in _EXITS
+    if isinstance(last, ast.If):
+        return _ends(last.body, imports) and _ends(last.orelse, imports)
+    return False
 
 
 def _alike(a, b) -> bool:
@@ -653,6 +875,11 @@ def instantiate(summary, positional: list, named: dict, foreign: bool):
         return None
     if isinstance(summary, TupleState):
         return TupleState(tuple(instantiate(item, positional, named, foreign) for item in summary.items))
+    if isinstance(summary, Choice):  # a loader whose branches return different loads
+        return _choice([
+            Option(instantiate(o.state, positional, named, foreign), o.when)
+            for o in summary.options
+        ])
     if not isinstance(summary, ModelState):
         return None
     load = summary.load
@@ -660,13 +887,13 @@ def instantiate(summary, positional: list, named: dict, foreign: bool):
         arg = named.get(load.name)
         if arg is None and load.index < len(positional):
             arg = positional[load.index]
-        if not isinstance(arg, ModelState):
+        if not isinstance(arg, (ModelState, Choice)):
             return None
         if summary.dtype == PARAM_DTYPE:
             return arg
         if foreign and summary.cast_by is not None:
-            return ModelState(arg.load, None, None)
-        return ModelState(arg.load, summary.dtype, summary.cast_by)
+            return _map_states(arg, _unknown_dtype)
+        return _map_states(arg, lambda state: ModelState(state.load, summary.dtype, summary.cast_by))
     if foreign and summary.cast_by is not None:
         return ModelState(load, None, None)
     return summary
@@ -781,12 +1008,12 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     if init is not None:
         end = _analyze_function(init, analysis, resolver, module_seeds, cls, params=init_params)
         for key, state in end.items():
-            if key.startswith("self.") and key.count(".") == 1 and isinstance(state, ModelState):
+            if key.startswith("self.") and key.count(".") == 1 and isinstance(state, (ModelState, Choice)):
                 if all(method is init for method, _ in assigned.get(key, [])):
-                    after_init[key] = state
+                    after_init[key] = _loosen(state)
     # Each attribute's values are evaluated once for the whole class, not once per method.
     attribute_states = {
-        key: (_class_attribute_state(analysis, resolver, cls, [value for _, value in places])
+        key: (_class_attribute_state(analysis, resolver, cls, key, [value for _, value in places])
               if all(value is not None for _, value in places) and _may_hold_load(places) else None)
         for key, places in assigned.items()
     }
@@ -825,17 +1052,43 @@ def _may_hold_load(places) -> bool:
     return all(isinstance(value, (ast.Call, ast.Name, ast.Attribute)) for _, value in places)
 
 
-def _class_attribute_state(analysis, resolver, cls, values) -> ModelState | None:
-    merged = None
-    for value in values:
-        state = _Walker(ModelAnalysis(analysis.imports), resolver, {}, cls=cls).expr(value, {})
-        if not isinstance(state, ModelState) or isinstance(state.load, ParamLoad):
+def _class_attribute_state(analysis, resolver, cls, key: str, values):
+    """What `self.x` may hold in a method that does not assign it: the values of every
+    assignment in the class (a `Choice` when they are different loads), dtype unknown.
+    Assignments that rewrap the attribute itself (`self.model = get_peft_model(self.model,
+    cfg)`, `self.model = self.model.eval()`) are evaluated on what the others hold."""
+    def evaluate(value, env):
+        state = _Walker(ModelAnalysis(analysis.imports), resolver, {}, cls=cls).expr(value, env)
+        if isinstance(state, Choice) and all(isinstance(s, ModelState) for s in state.states) and state.states:
+            return _loosen(_map_states(state, _unknown_dtype))
+        if not isinstance(state, ModelState):
             return None
-        state = ModelState(state.load, None)
+        return ModelState(state.load, None)
+
+    own = [v for v in values if any(isinstance(n, ast.Attribute) and dotted(n) == key for n in ast.walk(v))]
+    merged = None
+    for value in [v for v in values if not any(v is o for o in own)] or ():
+        state = evaluate(value, {})
+        if state is None or any(isinstance(s.load, ParamLoad) for s in _states_of(state)):
+            return None
         merged = state if merged is None else _merge_values(merged, state)
         if merged is None:
             return None
+    if merged is None:
+        return None
+    base = merged
+    for value in own:
+        state = evaluate(value, {key: base})
+        if state is None:
+            return None
+        merged = _merge_values(merged, state)
+        if merged is None:
+            return None
     return merged
+
+
+def _states_of(value) -> list:
+    return value.states if isinstance(value, Choice) else [value] if isinstance(value, ModelState) else []
 
 
 def _analyze_function(func, analysis, resolver, seeds, cls: ast.ClassDef | None = None,
@@ -932,6 +1185,55 @@ class _Resolver:
             return "config"
         return None  # a variable that may hold None: unsure, stay silent
 
+    def load_variants(self, call: ast.Call, load: ModelLoad) -> list[tuple[ModelLoad, frozenset]]:
+        """The loads a call makes under a condition it is given, each with its facts:
+        `load_in_8bit=flag` (8-bit when `flag`, plain when not), `quantization_config=bnb
+        if args.q else None`, `device_map="auto" if multi_gpu else None`. Keywords on the
+        same condition combine (`load_in_8bit=q, device_map="auto" if q else None`). An
+        empty list when nothing is conditional."""
+        if load.hidden_kwargs or load.pipeline:
+            return []
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        quant = [k for k in ("load_in_4bit", "load_in_8bit", "quantization_config") if k in keywords]
+        axes: list[list[tuple[dict, frozenset]]] = []
+        if len(quant) == 1 and load.quantized is None:
+            name = quant[0]
+            value = self.deref(keywords[name])
+            plain = {"quantized": None, "quant_keywords": False}
+            if name != "quantization_config" and not isinstance(value, ast.Constant):
+                yes, no = _facts(value)
+                if yes or no:
+                    axes.append([({"quantized": name[-4:]}, yes), (plain, no)])
+            elif isinstance(value, ast.IfExp):
+                yes, no = _facts(value.test)
+                sides = []
+                for expr, when in ((value.body, yes), (value.orelse, no)):
+                    if isinstance(expr, ast.Constant) and expr.value is None:
+                        sides.append((plain, when))
+                    elif (bits := self.quantization({name: expr})) is not None:
+                        sides.append(({"quantized": bits}, when))
+                if len(sides) == 2:
+                    axes.append(sides)
+        device_map = self.deref(keywords["device_map"]) if "device_map" in keywords else None
+        if isinstance(device_map, ast.IfExp):
+            yes, no = _facts(device_map.test)
+            offload = load.device_map.offload if load.device_map is not None else False
+            axes.append([
+                ({"device_map": None if isinstance(expr, ast.Constant) and expr.value is None
+                  else self.device_map(expr, offload)}, when)
+                for expr, when in ((device_map.body, yes), (device_map.orelse, no))
+            ])
+        if not axes:
+            return []
+        variants: list[tuple[dict, frozenset]] = [({}, frozenset())]
+        for axis in axes:
+            variants = [
+                ({**changes, **more}, when | also)
+                for changes, when in variants for more, also in axis
+                if not any(_contradicts(f, g) for f in when for g in also)
+            ]
+        return [(replace(load, **changes), when) for changes, when in variants]
+
     def load(self, call: ast.Call) -> ModelLoad | None:
         func = call.func
         if not (isinstance(func, ast.Attribute) and func.attr == "from_pretrained"):
@@ -978,13 +1280,23 @@ class _Walker:
         self.stmt: ast.stmt | None = None
         self.sole = False
         self.cls = cls  # the class whose method is walked: `self.load_model()` is followed
-        self.returns: list | None = None  # collected when a function summary is computed
+        self.returns: list | None = None  # (value, path) collected when a function summary is computed
+        # The branch conditions that hold at the current statement (for returns): those of
+        # the enclosing `if`s, and the negation of an earlier `if` whose body returned.
+        self.path: frozenset = frozenset()
+        self.depth = 0  # `if`s (and `except` handlers) entered in the function walked
 
     # -- statements ----------------------------------------------------------------------
     def block(self, body: list[ast.stmt], env: dict) -> dict:
         for stmt in body:
             self.stmt, self.sole = stmt, len(body) == 1
-            env = self.statement(stmt, env)
+            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)) \
+                    or type(stmt).__name__ == "TryStar":
+                saved = self.path  # what a `continue`/handler path implies does not hold after it
+                env = self.statement(stmt, env)
+                self.path = saved
+            else:
+                env = self.statement(stmt, env)
         return env
 
     def statement(self, stmt: ast.stmt, env: dict) -> dict:
@@ -999,7 +1311,7 @@ class _Walker:
             state = self.expr(stmt.value, env)
             if self.returns is not None:
                 empty = stmt.value is None or isinstance(stmt.value, ast.Constant) and stmt.value.value is None
-                self.returns.append(_NO_VALUE if empty else state)
+                self.returns.append((_NO_VALUE if empty else state, self.path))
             return env
         if isinstance(stmt, ast.AnnAssign):
             state = self.expr(stmt.value, env) if stmt.value else None
@@ -1015,14 +1327,31 @@ class _Walker:
             return env
         if isinstance(stmt, ast.If):
             self.expr(stmt.test, env)
-            return _merge(self.block(stmt.body, dict(env)), self.block(stmt.orelse, dict(env)))
+            yes, no = _facts(stmt.test)
+            saved = self.path
+            self.depth += 1
+            self.path = saved | yes
+            body = self.block(stmt.body, _assume(env, yes, self.depth))
+            self.path = saved | no
+            orelse = self.block(stmt.orelse, _assume(env, no, self.depth))
+            self.depth -= 1
+            imports = self.resolver.imports
+            body_ends, orelse_ends = _ends(stmt.body, imports), _ends(stmt.orelse, imports)
+            if body_ends != orelse_ends:  # only one branch reaches what follows, under its conditions
+                self.path = saved | (no if body_ends else yes)
+                return _restamp(orelse if body_ends else body, env, self.depth)
+            self.path = saved
+            return _restamp(_join(body, orelse, yes, no), env, self.depth)
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             if isinstance(stmt, ast.While):
                 self.expr(stmt.test, env)
             else:
                 self.expr(stmt.iter, env)
             # A later iteration may see what the body rebinds: forget those names first.
-            loop_env = {k: v for k, v in env.items() if k not in _bound_in(stmt)}
+            bound = _bound_in(stmt)
+            loop_env = {k: v for k, v in env.items() if k not in bound}
+            for key in bound:
+                _forget_facts(loop_env, key)
             after = self.block(stmt.body, dict(loop_env))
             merged = _merge(loop_env, after)
             return _merge(merged, self.block(stmt.orelse, dict(merged)))
@@ -1036,8 +1365,10 @@ class _Walker:
             bound = _bound_in(stmt)
             safe = {k: v for k, v in env.items() if k not in bound}
             self.block(stmt.body, dict(safe))
+            self.depth += 1
             for handler in stmt.handlers:
                 self.block(handler.body, dict(safe))
+            self.depth -= 1
             self.block(stmt.orelse, dict(safe))
             return self.block(stmt.finalbody, dict(safe))
         if isinstance(stmt, ast.Match):
@@ -1074,7 +1405,7 @@ class _Walker:
             if state is not None:
                 env[key] = state
             return
-        for node in ast.walk(target):  # tuples, subscripts, other attributes
+        for node in ast.walk(target):  # tuples, subscripts, other attributes (`args.q = True`)
             name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
             if name is not None and isinstance(getattr(node, "ctx", None), ast.Store):
                 _forget(env, name)
@@ -1132,11 +1463,28 @@ class _Walker:
             if not any(known.call is call for known in self.analysis.loads):
                 self.analysis.loads.append(load)
             default = "default" if not self.resolver.default_dtype_changed() else None
-            return ModelState(load, load.dtype if load.dtype in DTYPE_ALIASES.values() else (default if load.dtype is None else None))
+            dtype = load.dtype if load.dtype in DTYPE_ALIASES.values() else (default if load.dtype is None else None)
+            variants = self.resolver.load_variants(call, load)
+            if variants:  # `load_in_8bit=flag`, `device_map="auto" if multi else None`
+                return _stamp(_choice([Option(ModelState(variant, dtype), when) for variant, when in variants]),
+                              self.depth)
+            return ModelState(load, dtype)
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)
             key = dotted(func.value)
-            if isinstance(receiver, ModelState):
+            if isinstance(receiver, Choice):
+                if func.attr in MOVE_METHODS:
+                    self.args(call, env)
+                    return self.move_choice(call, func.attr, key if key in env else None, receiver, env)
+                if func.attr in _KEEPING_METHODS:
+                    self.args(call, env)
+                    return receiver if func.attr in _RETURNS_SELF else None
+                if func.attr in _BASE_MODEL_METHODS:
+                    self.args(call, env)
+                    return _map_states(receiver, _unknown_dtype)
+                if key is not None:
+                    _forget(env, key)
+            elif isinstance(receiver, ModelState):
                 if func.attr in MOVE_METHODS:
                     self.args(call, env)
                     return self.move(call, func.attr, key if key in env else None, receiver, env)
@@ -1178,10 +1526,10 @@ class _Walker:
         positional, named = self.args(call, env, escape=False)
         model_arg = named["model"] if "model" in named else (positional[0] if positional else None)
         node = next((k.value for k in call.keywords if k.arg == "model"), call.args[0] if call.args else None)
-        if not isinstance(model_arg, ModelState):
+        if not isinstance(model_arg, (ModelState, Choice)):
             self.escape(call, env)
             return None
-        state = model_arg if kind == "keep" else ModelState(model_arg.load, None)
+        state = model_arg if kind == "keep" else _map_states(model_arg, _unknown_dtype)
         key = dotted(node) if node is not None else None
         if kind != "keep" and key is not None and key in env:
             env[key] = state  # adapters are injected in place: the old name sees them too
@@ -1197,7 +1545,7 @@ class _Walker:
         table = self.resolver.functions
         func = call.func
         positional, named = self.args(call, env, escape=False)
-        passes_model = any(isinstance(s, (ModelState, TupleState)) for s in [*positional, *named.values()])
+        passes_model = any(isinstance(s, (ModelState, TupleState, Choice)) for s in [*positional, *named.values()])
         method = _method(self.cls, func.attr) if (
             self.cls is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
             and func.value.id in ("self", "cls")) else None
@@ -1228,7 +1576,7 @@ class _Walker:
         if isinstance(node, ast.ClassDef):
             return None
         summary = owner.summary(node, self.cls if is_method else None)
-        return instantiate(summary, positional, named, foreign=owner is not table)
+        return _stamp(instantiate(summary, positional, named, foreign=owner is not table), self.depth)
 
     @staticmethod
     def _record(table, node, positional: list, named: dict) -> None:
@@ -1259,8 +1607,8 @@ class _Walker:
             elif key is not None and key in env:
                 state = env[key]
                 _forget(env, key)
-                if isinstance(state, ModelState):
-                    env[key] = ModelState(state.load, None)
+                if isinstance(state, (ModelState, Choice)):
+                    env[key] = _map_states(state, _unknown_dtype)
 
     def args(self, call: ast.Call, env: dict, escape: bool = True) -> tuple[list, dict]:
         """Evaluate the arguments once; returns their states (positional, by keyword)."""
@@ -1278,9 +1626,31 @@ class _Walker:
             self.escape(call, env)
         return positional, named
 
-    def move(self, call, method, key, state: ModelState, env) -> ModelState:
+    def move_choice(self, call, method, key, choice: Choice, env) -> Choice:
+        """A cast or move on a name that holds one of several values: one possible call
+        per tracked value, and the choice with each value cast."""
+        # A call under a test entered after the value became uncertain may be correlated
+        # with the options in ways the analysis cannot see: recorded only when it is not.
+        count = len(choice.options) if self.depth <= choice.depth else 0
+        options = [
+            Option(self.move(call, method, key, o.state, None, alternatives=count, record=bool(count)), o.when)
+            if isinstance(o.state, ModelState) else o
+            for o in choice.options
+        ]
+        new = Choice(tuple(options), choice.depth)
+        if key is not None:
+            env[key] = new
+        return new
+
+    def move(self, call, method, key, state: ModelState, env, alternatives: int = 0, record: bool = True) -> ModelState:
         target, unknown, moves, dtype_arg = self.classify(call, method)
-        if not any(c.call is call for c in self.analysis.calls):  # a scope seen twice
+        if not record:
+            pass
+        elif alternatives:
+            if not any(c.call is call and c.state.load == state.load for c in self.analysis.possible_calls):
+                self.analysis.possible_calls.append(ModelCall(
+                    call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg, alternatives))
+        elif not any(c.call is call for c in self.analysis.calls):  # a scope seen twice
             self.analysis.calls.append(
                 ModelCall(call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg)
             )
@@ -1290,7 +1660,7 @@ class _Walker:
             new = replace(state, dtype=None, cast_by=call)
         else:
             new = state
-        if key is not None:  # Module.to() works in place: the name sees the new dtype too
+        if key is not None and env is not None:  # Module.to() works in place: the name sees the new dtype too
             env[key] = new
         return new
 
@@ -1325,22 +1695,44 @@ class _Walker:
 
 
 def _forget(env: dict, key: str) -> None:
-    """Drop `key` and everything under it (`self.` drops every attribute of self)."""
+    """Drop `key` and everything under it (`self.` drops every attribute of self), and
+    the branch conditions that name them."""
     prefix = key if key.endswith(".") else key + "."
     for name in [k for k in env if k == key or k.startswith(prefix)]:
         del env[name]
+    _forget_facts(env, key)
 
 
 def _merge(a: dict, b: dict) -> dict:
-    """What both paths agree on: the same state, or the same load whose dtype differs by
-    path (`if args.bf16: model = model.to(torch.bfloat16)` keeps the `device_map`
-    placement either way; the dtype becomes unknown)."""
+    """What both paths bind: the same state, the same load whose dtype differs by path
+    (`if args.bf16: model = model.to(torch.bfloat16)` keeps the `device_map` placement
+    either way; the dtype becomes unknown), or a `Choice` of their values."""
     merged = {}
     for key, value in a.items():
         if key in b:
             joined = _merge_values(value, b[key])
             if joined is not None:
                 merged[key] = joined
+    return merged
+
+
+def _restamp(env: dict, before: dict, depth: int) -> dict:
+    """Choices an `if` made or changed became uncertain at the `if` itself."""
+    for key, value in env.items():
+        if isinstance(value, (Choice, TupleState)) and before.get(key) is not value:
+            env[key] = _stamp(value, depth)
+    return env
+
+
+def _join(a: dict, b: dict, when_a: frozenset, when_b: frozenset) -> dict:
+    """After `if`/`else`: every name either branch holds. A name only one branch binds
+    becomes a Choice with an untracked option (what it held before, or another object):
+    a branch that binds a dispatched model still reaches what follows."""
+    merged = {}
+    for key in [*a, *(k for k in b if k not in a)]:
+        joined = _merge_values(a.get(key), b.get(key), when_a, when_b)
+        if joined is not None:
+            merged[key] = joined
     return merged
 
 

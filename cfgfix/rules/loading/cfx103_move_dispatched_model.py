@@ -47,7 +47,11 @@ class MoveDispatchedModel(Rule):
 
     ## Fix safety
     Safe: the move is dropped; the model stays where `device_map` put it. Inputs go to
-    `model.device` (the first device of the map). cfgfix stays silent for single-device maps
+    `model.device` (the first device of the map). When only some branches reach the move
+    with a dispatched model (`if args.multi_gpu:` loads with `device_map="auto"`, `else:`
+    without), cfgfix reports it without a fix: the other branches need the move. A move
+    under the opposite condition on the same name (`if not args.multi_gpu: model.to(d)`),
+    or after the dispatched branch returned, is not reported. cfgfix stays silent for single-device maps
     (`device_map="cuda"`, `{"": rank}`), where a `.to()` is harmless, and for maps it cannot
     resolve. When one of the next two statements prints or logs the move ("Model moved to
     GPU"), the fix's note names its line: after the fix it would announce a move that no
@@ -119,8 +123,62 @@ class MoveDispatchedModel(Rule):
             "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto', load_in_8bit=True).cuda()\n",
             why="a quantized model: whether moving it works depends on bitsandbytes (CFX104's call)",
         ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(args, device):\n"
+            "    if args.multi_gpu:\n"
+            "        model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "    else:\n"
+            "        model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "    if not args.multi_gpu:\n"
+            "        model.to(device)\n"
+            "    return model\n",
+            why="the move runs only where the condition says the model was not dispatched",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(args, device):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "    if args.serve:\n"
+            "        model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "        return model\n"
+            "    model.to(device)\n",
+            why="the dispatched branch returns before the move",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto' if multi else None)\n"
+            "if not multi:\n"
+            "    model.to(device)\n",
+            why="a conditional `device_map` and a move under the opposite condition",
+        ),
     ]
     INVALID = [
+        Example(
+            "from peft import PeftModel\n"
+            "from transformers import AutoModel, AutoModelForCausalLM\n"
+            "class Predictor:\n"
+            "    def model_init(self):\n"
+            "        if self.model_type == 'chatglm':\n"
+            "            self.model = AutoModel.from_pretrained(self.path, trust_remote_code=True)\n"
+            "        elif self.model_type == 'qwen':\n"
+            "            self.model = AutoModelForCausalLM.from_pretrained(self.path, device_map='auto')\n"
+            "        if self.peft_path is not None:\n"
+            "            self.model = PeftModel.from_pretrained(self.model, self.peft_path)\n"
+            "        self.model_to_device()\n"
+            "    def model_to_device(self):\n"
+            "        self.model.cuda()\n",
+            why="one branch of `model_init()` dispatches the model another method moves (no fix: "
+            "the other branch needs the move)",
+            line=13,
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto' if n_gpus > 1 else None)\n"
+            "model.to(device)\n",
+            why="a conditional `device_map` whose dispatched branch reaches the move",
+            line=3,
+        ),
         Example(
             "from peft import get_peft_model\n"
             "from transformers import AutoModel\n"
@@ -239,38 +297,63 @@ class MoveDispatchedModel(Rule):
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
         for mc in ctx.models.calls:
+            if not _moves_dispatched(mc):
+                continue
             device_map = mc.state.load.device_map
-            if device_map is None or device_map.kind != "multi" or mc.state.load.library is None:
-                continue
-            if mc.state.load.quant_keywords:
-                continue  # moving a quantized model is CFX104's call (it depends on bitsandbytes)
-            moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
-            casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
-            if not (moves or casts_offloaded):
-                continue
-            severity = Severity.ERROR if device_map.offload else Severity.WARNING
-            map_text = load_text(src, mc.state.load, device_map.node)
-            if device_map.offload:
-                consequence = (
-                    "with modules offloaded to the CPU or disk, accelerate raises "
-                    "`RuntimeError: You can't move a model that has some modules offloaded to cpu or disk.`"
-                )
-            else:
-                consequence = (
-                    "accelerate warns \"You shouldn't move a model that is dispatched using accelerate hooks.\" "
-                    "and the move crowds the model onto one device"
-                )
             pure_move = mc.method == "cuda" or mc.target_dtype is None
-            edits = drop_call_edits(src, mc) if pure_move and moves else None
+            edits = drop_call_edits(src, mc) if pure_move and mc.moves_device is not False else None
             description = f"Remove `{call_text(src, mc)}`; `device_map` already placed the model"
             announced = announcing_line(ctx.document.tree, mc.stmt) if edits else None
             if announced is not None:  # a fix never leaves a statement that now lies unmentioned
                 description += f" (line {announced} still announces the move: reword or drop it)"
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"{name_of(src, mc)} was dispatched with `device_map={map_text}` "
-                f"({mc.state.load.where}); `{call_text(src, mc)}` moves it again: {consequence}.",
+                f"{name_of(src, mc)} was dispatched with `device_map={load_text(src, mc.state.load, device_map.node)}` "
+                f"({mc.state.load.where}); `{call_text(src, mc)}` moves it again: {_consequence(device_map)}.",
                 fix=Fix(tuple(edits), description) if edits else None,
                 related=[load_related(src, mc.state.load, "dispatched here")],
-                severity=severity,
+                severity=Severity.ERROR if device_map.offload else Severity.WARNING,
             )
+        # A name that holds one of several loads (branches): speak when one that reaches the
+        # call is dispatched. No fix: dropping the move would strand the other branches' model.
+        reported: set[int] = set()
+        for mc in sorted(ctx.models.possible_calls, key=lambda c: (c.call.lineno, c.state.load.line)):
+            if id(mc.call) in reported or not _moves_dispatched(mc):
+                continue
+            reported.add(id(mc.call))
+            device_map = mc.state.load.device_map
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} may hold the model dispatched with "
+                f"`device_map={load_text(src, mc.state.load, device_map.node)}` ({mc.state.load.where}): "
+                f"it is one of {mc.alternatives} values that reach this call on different paths; on that path "
+                f"`{call_text(src, mc)}` moves it again: {_consequence(device_map)}. Move only the model "
+                "loaded without `device_map`, in its own branch.",
+                related=[load_related(src, mc.state.load, "dispatched here, on one branch")],
+                severity=Severity.ERROR if device_map.offload else Severity.WARNING,
+            )
+
+
+def _moves_dispatched(mc) -> bool:
+    """A device move of a model dispatched over several devices (or any `.to` of one with
+    offloaded modules), by a library whose `device_map` attaches hooks; quantized loads
+    are CFX104's."""
+    load = mc.state.load
+    device_map = load.device_map
+    if device_map is None or device_map.kind != "multi" or load.library is None or load.quant_keywords:
+        return False
+    moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
+    casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
+    return moves or casts_offloaded
+
+
+def _consequence(device_map) -> str:
+    if device_map.offload:
+        return (
+            "with modules offloaded to the CPU or disk, accelerate raises "
+            "`RuntimeError: You can't move a model that has some modules offloaded to cpu or disk.`"
+        )
+    return (
+        "accelerate warns \"You shouldn't move a model that is dispatched using accelerate hooks.\" "
+        "and the move crowds the model onto one device"
+    )

@@ -44,7 +44,10 @@ class MoveOrCastQuantizedModel(Rule):
     ```
 
     ## Fix safety
-    Safe: the call raises, so removing it cannot change a run that worked. Moves of 4-bit
+    Safe: the call raises, so removing it cannot change a run that worked. Where only some
+    paths reach the call with a quantized model (`load_in_8bit=args.int8`, a branch that
+    loads 4-bit), it is reported without a fix; under the opposite condition on the same
+    name (`if not args.int8:`) it is not reported. Moves of 4-bit
     models on a recent or unknown bitsandbytes are left alone: they work there.
 
     ## Versions
@@ -88,6 +91,23 @@ class MoveOrCastQuantizedModel(Rule):
             why="`load_in_8bit=False` is not quantized",
         ),
         Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def build(args):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=args.int8)\n"
+            "    if not args.int8:\n"
+            "        model = model.half().cuda()\n"
+            "    return model\n",
+            why="the cast and the move run only on the path where the flag is off",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb = BitsAndBytesConfig(load_in_4bit=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=bnb if args.q else None)\n"
+            "if not args.q:\n"
+            "    model.to(torch.float16)\n",
+            why="a conditional quantization config, and a cast only where it is off",
+        ),
+        Example(
             "import torch\nfrom transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('m', load_in_4bit=True)\n"
             "inputs = inputs.to(torch.float16)\n",
@@ -95,6 +115,15 @@ class MoveOrCastQuantizedModel(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def build(args):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', load_in_8bit=args.int8)\n"
+            "    model.cuda()\n"
+            "    return model\n",
+            why="`load_in_8bit=` a flag: when it is set the model is 8-bit and `.cuda()` raises (no fix)",
+            line=4,
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
             "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
@@ -131,22 +160,13 @@ class MoveOrCastQuantizedModel(Rule):
         src = ctx.source
         bnb = ctx.versions.get("bitsandbytes")
         for mc in ctx.models.calls:
+            problem = _problem(mc, bnb)
+            if problem is None:
+                continue
             bits = mc.state.load.quantized
-            if bits is None or mc.state.load.library != "transformers":
-                continue
-            casts = mc.method in ("half", "float", "bfloat16") or mc.target_dtype is not None
-            if casts:
-                problem = "transformers raises `ValueError`: a quantized model cannot be cast to another dtype"
-            elif mc.method == "cuda" and bits == "8bit":
-                problem = "transformers raises `ValueError`: calling `cuda()` is not supported for 8-bit models"
-            elif mc.moves_device and bits == "8bit" and bnb.below("0.48") is True:
-                problem = f"moving an 8-bit model needs bitsandbytes >= 0.48 (the project has {bnb.specifier})"
-            elif mc.moves_device and bits == "4bit" and bnb.below("0.43.2") is True:
-                problem = f"moving a 4-bit model needs bitsandbytes >= 0.43.2 (the project has {bnb.specifier})"
-            else:
-                continue
+            casts = _casts(mc)
             edits = drop_call_edits(src, mc) if (casts and mc.moves_device is not True) or not casts else None
-            kind = {"4bit": "4-bit", "8bit": "8-bit"}.get(bits, "quantized")
+            kind = _KIND.get(bits, "quantized")
             yield self.finding(
                 src.span_of_node(mc.call),
                 f"{name_of(src, mc)} is loaded {kind} ({mc.state.load.where}); "
@@ -154,3 +174,42 @@ class MoveOrCastQuantizedModel(Rule):
                 fix=Fix(tuple(edits), f"Remove `{call_text(src, mc)}`") if edits else None,
                 related=[load_related(src, mc.state.load, f"loaded {kind} here")],
             )
+        # A name that holds one of several loads (branches, `load_in_8bit=flag`): speak when
+        # one that reaches the call is quantized. No fix: the other branches may need the call.
+        reported: set[int] = set()
+        for mc in sorted(ctx.models.possible_calls, key=lambda c: (c.call.lineno, c.state.load.line)):
+            problem = _problem(mc, bnb) if id(mc.call) not in reported else None
+            if problem is None:
+                continue
+            reported.add(id(mc.call))
+            kind = _KIND.get(mc.state.load.quantized, "quantized")
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} may hold the model loaded {kind} ({mc.state.load.where}): it is one of "
+                f"{mc.alternatives} values that reach this call on different paths; on that path `{call_text(src, mc)}`: "
+                f"{problem}. Make the call only where the model is not quantized.",
+                related=[load_related(src, mc.state.load, f"loaded {kind} here, on one branch")],
+            )
+
+
+_KIND = {"4bit": "4-bit", "8bit": "8-bit"}
+
+
+def _casts(mc) -> bool:
+    return mc.method in ("half", "float", "bfloat16") or mc.target_dtype is not None
+
+
+def _problem(mc, bnb) -> str | None:
+    """Why the call fails on this quantized load, or None when it works (or is not one)."""
+    bits = mc.state.load.quantized
+    if bits is None or mc.state.load.library != "transformers":
+        return None
+    if _casts(mc):
+        return "transformers raises `ValueError`: a quantized model cannot be cast to another dtype"
+    if mc.method == "cuda" and bits == "8bit":
+        return "transformers raises `ValueError`: calling `cuda()` is not supported for 8-bit models"
+    if mc.moves_device and bits == "8bit" and bnb.below("0.48") is True:
+        return f"moving an 8-bit model needs bitsandbytes >= 0.48 (the project has {bnb.specifier})"
+    if mc.moves_device and bits == "4bit" and bnb.below("0.43.2") is True:
+        return f"moving a 4-bit model needs bitsandbytes >= 0.43.2 (the project has {bnb.specifier})"
+    return None
