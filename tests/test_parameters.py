@@ -3,6 +3,7 @@ module's Parameters, and in what dtype they are where it is stepped."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 from cfgfix.analysis.parameters import HALF_PART, parameter_flow
@@ -191,3 +192,23 @@ def test_placeholders_and_tuple_targets_decide_which_method_owns_an_attribute():
     """)
     step = only_step(flow)
     assert step.held[0].key == "self.model" and step.held[0].float16_cast is not None
+
+
+def test_library_trainer_records_the_model_a_helper_is_called_with():
+    flow = flow_of("""
+        import torch
+        from transformers import AutoModelForCausalLM, Trainer
+        from trl import SFTTrainer
+        def make(model, args):
+            return Trainer(model=model, args=args)
+        def make_sft(m, cfg):
+            return SFTTrainer(m, cfg)
+        model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float16)
+        make(model, args)
+        make_sft(model.half(), cfg)
+        MyTrainer(model=model)
+    """)
+    uses = sorted(flow.trainers.values(), key=lambda u: u.call.lineno)
+    assert [u.name for u in uses] == ["transformers.Trainer", "trl.SFTTrainer"]  # not the project's own
+    assert all(u.model is not None and u.model.float16_cast is not None for u in uses)
+    assert ast.unparse(uses[1].args) == "cfg"

@@ -22,6 +22,8 @@ model walker plus:
 - `X.step(opt)` / `X.unscale_(opt)` on a bound optimizer records what the modules it holds
   are at that point (`steps`): an in-place cast after the optimizer was built counts,
   and a module name rebound to something else no longer speaks for the optimizer;
+- `Trainer(model=..., args=...)` of transformers or trl records the model as it is there
+  (`trainers`), also in a helper this module calls with its model;
 - an accelerate engine's `prepare(...)` marks the optimizers it returns, and
   `optimizer.step()` on one is a step too (accelerate steps it through its GradScaler when
   it scales the loss); its `accumulate(model)`, `backward(loss)` and the like keep the model.
@@ -36,6 +38,7 @@ handed to code we cannot see make the dtype unknown, and rules stay silent.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field, replace
 
 from cfgfix.analysis.amp import OPTIMIZER
@@ -48,6 +51,8 @@ PARAM_METHODS = {"parameters", "named_parameters"}
 _HALF_CAST_METHODS = {"half", "bfloat16", "to"}
 _PART_CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "type"}
 STEP_METHODS = ("step", "unscale_")
+# A library trainer that builds its own optimizer over the model it is given.
+LIBRARY_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 # Accelerator methods that take a model or a loss without casting the model's weights.
 _ACCELERATOR_KEEPS = {
     "accumulate", "backward", "clip_grad_norm_", "clip_grad_value_", "gather", "gather_for_metrics",
@@ -139,12 +144,26 @@ class Step:
     prepared: ast.Call | None = None  # the `accelerator.prepare(...)` of a prepared optimizer
 
 
+@dataclass(frozen=True)
+class TrainerUse:
+    """`Trainer(model=..., args=...)` of transformers or trl: it builds the optimizer over the
+    model's trainable parameters and steps it under the precision its arguments choose."""
+
+    call: ast.Call
+    name: str
+    model: Held | None  # the model it trains, as it is there
+    args: ast.expr | None  # the training arguments as written (`args=` or the second argument)
+    function: ast.AST | None
+    cls: ast.ClassDef | None
+
+
 @dataclass
 class ParameterFlow:
     analysis: ModelAnalysis  # the casts seen on the way (`calls`), for rules that look back
     sources: dict[int, ParamSource] = field(default_factory=dict)  # id(.parameters() call) ->
     builds: dict[int, OptimizerBuild] = field(default_factory=dict)  # id(optimizer call) ->
     steps: dict[int, Step] = field(default_factory=dict)  # id(step call) ->
+    trainers: dict[int, TrainerUse] = field(default_factory=dict)  # id(Trainer call) ->
     consts: dict[int, dict] = field(default_factory=dict)  # id(scope) -> names bound once there
 
 
@@ -160,9 +179,16 @@ def _run(ctx) -> ParameterFlow:
     imports = ctx.imports
     tree = ctx.document.tree
     flow = ParameterFlow(ModelAnalysis(imports, tree))
-    sites = [s for s in ctx.index.calls if s.name and OPTIMIZER.search(s.name)]
+    sites = [s for s in ctx.index.calls if s.name and (OPTIMIZER.search(s.name) or LIBRARY_TRAINER.match(s.name))]
     if not sites:
         return flow
+    bindings = {}
+    if any(LIBRARY_TRAINER.match(s.name) for s in sites):
+        # A trainer is often built in a helper the script calls with its model
+        # (`create_trainer(model, ...)`): what this module's call sites pass, as the model
+        # analysis bound it.
+        ctx.models  # noqa: B018 - records the call-site bindings
+        bindings = {id(node): params for node, params in ctx.functions.bindings.consistent().items()}
     functions = ctx.functions
     if functions.text is None:
         functions.text = ctx.source.text  # what tells which callees are bound like loaders
@@ -184,7 +210,7 @@ def _run(ctx) -> ParameterFlow:
         return walker.block(scope.body, env)
 
     for scope in scopes.values():
-        walk(scope, {})
+        walk(scope, dict(bindings.get(id(scope), {})))
     for cls in classes.values():
         _walk_class(cls, walk)
     return flow
@@ -288,6 +314,8 @@ class _ParamWalker(_Walker):
                 if found is not None:
                     self.flow.sources[id(call)] = ParamSource(call, found[0], found[1])
         name = self.resolver.imports.qualify(func) or ""
+        if LIBRARY_TRAINER.match(name):
+            self._trainer(call, name, env)
         if OPTIMIZER.search(name):
             self.args(call, env, escape=False)
             return OptimizerValue(self._build(call, name))
@@ -350,6 +378,16 @@ class _ParamWalker(_Walker):
         receiver = dotted((via or call).func.value)  # type: ignore[attr-defined]
         function = None if self.scope is self.flow.analysis.tree else self.scope
         self.flow.steps[id(call)] = Step(call, receiver, value.build, tuple(held), function, self.cls, via)
+
+    def _trainer(self, call: ast.Call, name: str, env: dict) -> None:
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        node = keywords.get("model", call.args[0] if call.args else None)
+        args = keywords.get("args", call.args[1] if len(call.args) > 1 else None)
+        key = dotted(node) if node is not None else None
+        found = _tracked_prefix(key, env) if key is not None else None
+        model = Held(key, found[1], True) if found is not None and found[0] == key else None  # type: ignore[arg-type]
+        function = None if self.scope is self.flow.analysis.tree else self.scope
+        self.flow.trainers[id(call)] = TrainerUse(call, name, model, args, function, self.cls)
 
     def _untracked_cast(self, call: ast.Call, func: ast.Attribute, env: dict) -> ModelState | None:
         """`Net().half()`, `model.to(torch.bfloat16)` on a module no load explains."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterable
 
 from cfgfix.analysis.amp import AmpFacts, short
@@ -20,7 +21,8 @@ class GradScalerWithFp16Params(Rule):
     `model.lm_head.to(torch.float16)`, whatever dtype the rest was loaded in), whose
     `.parameters()` the optimizer was built from, with an enabled GradScaler, or stepped
     after `accelerator.prepare` by an `Accelerator(mixed_precision="fp16")` (which steps and
-    unscales it with its own GradScaler). The model, the
+    unscales it with its own GradScaler); and a transformers/trl `Trainer` given such a model
+    and `TrainingArguments(..., fp16=True)` (the Trainer's GradScaler). The model, the
     optimizer and the scaler are followed through a trainer class's methods (`self.x` set in
     `__init__` or in one other method), a loader in another module of the project, and
     wrappers that keep the Parameters (DDP, `torch.compile`).
@@ -42,7 +44,9 @@ class GradScalerWithFp16Params(Rule):
     (`requires_grad`, `.data =`: frozen float16 parameters get no gradient and raise
     nothing), and when the scaler is disabled or decided at run time (an accelerator whose
     precision comes from the launch, or with a DeepSpeed, FSDP or Megatron plugin, or in a
-    file that mentions DeepSpeed or FSDP: their optimizers accept float16 parameters).
+    file that mentions DeepSpeed or FSDP: their optimizers accept float16 parameters; a
+    Trainer whose arguments come from `**kwargs` or a config), and for quantized models
+    (their trained parameters are adapters).
 
     ## Example
     ```python
@@ -82,7 +86,8 @@ class GradScalerWithFp16Params(Rule):
     severity = Severity.ERROR
     fix_availability = "none"
     # No float16 spelling required: the float16 load may be in the project's loader module.
-    triggers = ((b"GradScaler", b"mixed_precision"), (b".step(", b"unscale_("), (b"parameters(",))
+    triggers = ((b"GradScaler", b"mixed_precision", b"fp16"),)
+    trigger_check = staticmethod(lambda data: _may_scale(data))
 
     VALID = [
         Example(
@@ -288,6 +293,48 @@ class GradScalerWithFp16Params(Rule):
             "optimizer.step()\n",
             why="an optimizer accelerate never prepared is stepped without its GradScaler",
         ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "args = TrainingArguments('out', fp16=True, deepspeed='ds_zero2.json')\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n",
+            why="DeepSpeed's fp16 optimizer keeps float32 master weights of a float16 model",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained(\n"
+            "    'm', torch_dtype=torch.float16, quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            "model = get_peft_model(prepare_model_for_kbit_training(model), lora_config)\n"
+            "args = TrainingArguments('out', fp16=True)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n",
+            why="QLoRA: the trained adapters are float32",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "args = TrainingArguments('out', bf16=True)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n",
+            why="bf16 mixed precision uses no GradScaler",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float32)\n"
+            "args = TrainingArguments('out', fp16=True)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n",
+            why="float32 weights under the Trainer's float16 autocast: what `fp16=True` is for",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16)\n"
+            "args = TrainingArguments(**config)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n",
+            why="the training arguments come from a config cfgfix cannot read here",
+        ),
     ]
     INVALID = [
         Example(
@@ -456,6 +503,19 @@ class GradScalerWithFp16Params(Rule):
             why="a trainer class: the accelerator and the prepared optimizer reach `train_step()`",
             line=12,
         ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForSeq2SeqLM, Trainer, TrainingArguments\n"
+            "def load(name):\n"
+            "    return AutoModelForSeq2SeqLM.from_pretrained(name, torch_dtype=torch.float16)\n"
+            "def build_trainer(model, train_ds):\n"
+            "    args = TrainingArguments('out', per_device_train_batch_size=8, fp16=True)\n"
+            "    return Trainer(model=model, args=args, train_dataset=train_ds)\n"
+            "model = load('google/flan-t5-base')\n"
+            "build_trainer(model, ds).train()\n",
+            why="a library Trainer with `fp16=True` over a float16 model handed to the helper that builds it",
+            line=7,
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
@@ -477,6 +537,47 @@ class GradScalerWithFp16Params(Rule):
                 continue
             reported.add(id(scaler))
             yield self._finding(ctx.source, step, cast, scaler)
+        for use in parameter_flow(ctx).trainers.values():
+            finding = self._trainer_finding(ctx, values, use)
+            if finding is not None:
+                yield finding
+
+    def _trainer_finding(self, ctx, values, use) -> Finding | None:
+        """`Trainer(model=model, args=TrainingArguments(fp16=True))` on a float16 model: the
+        Trainer scales the loss with a GradScaler and unscales every trainable parameter."""
+        held = use.model
+        if held is None or held.float16_cast is None:
+            return None
+        load = held.state.load
+        if getattr(load, "quantized", None) or getattr(load, "quant_keywords", False):
+            return None  # a quantized model trains adapters (the Trainer refuses it otherwise)
+        keywords = {k.arg: k.value for k in use.call.keywords}
+        if None in keywords or "peft_config" in keywords or use.args is None:
+            return None  # trl wraps the model in PEFT adapters (float32)
+        args = values.origin(use.args, use.function, use.cls)
+        if not _fp16_training_arguments(ctx, args) or _edits_parameters(ctx, use):
+            return None
+        text = ctx.source.text.lower()
+        if "deepspeed" in text or "fsdp" in text:
+            return None  # a launch may still select DeepSpeed or FSDP
+        src = ctx.source
+        cast = held.float16_cast
+        there = load.source if cast is load.call and load.path else src
+        where = load.where if there is not src else f"line {cast.lineno}"
+        what = (f"part of which (`{short(src, cast.func.value, 40)}`) is float16"
+                if held.state.dtype == _half_part() else "which are float16")
+        return self.finding(
+            src.span_of_node(use.call),
+            f"`{short(src, use.call, 50)}`: training raises `ValueError: Attempting to unscale FP16 "
+            f"gradients.` at the first step: `fp16=True` (line {args.lineno}) makes the Trainer scale the "
+            f"loss with a GradScaler, and it trains the parameters of `{held.key}`, {what} "
+            f"(`{short(there, cast, 60)}`, {where}). Load the model in float32 (the Trainer autocasts "
+            "the forward to float16), or use `bf16=True` on hardware that has it.",
+            related=[
+                Related(there.span_of_node(cast), "the parameters become float16 here"),
+                Related(src.span_of_node(args), "fp16=True: the Trainer's GradScaler"),
+            ],
+        )
 
     def _finding(self, src, step, held, scaler: ast.Call) -> Finding:
         from cfgfix.analysis.parameters import HALF_PART
@@ -513,6 +614,41 @@ class GradScalerWithFp16Params(Rule):
         )
 
 
+def _may_scale(data: bytes) -> bool:
+    """A GradScaler or an accelerator stepping an optimizer built here, or a library
+    Trainer with fp16 arguments."""
+    steps = (b".step(" in data or b"unscale_(" in data) and b"parameters(" in data
+    return steps and (b"GradScaler" in data or b"mixed_precision" in data) or (b"Trainer(" in data and b"fp16" in data)
+
+
+def _half_part() -> str:
+    from cfgfix.analysis.parameters import HALF_PART
+
+    return HALF_PART
+
+
+_ARGUMENTS = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*(TrainingArguments|Config)$")
+
+
+def _fp16_training_arguments(ctx, node) -> bool:
+    """`TrainingArguments(..., fp16=True)` written out: no `**kwargs` that may hide
+    DeepSpeed or FSDP, no DeepSpeed or FSDP of its own, the native (GradScaler) backend."""
+    if not isinstance(node, ast.Call) or not _ARGUMENTS.match(ctx.imports.qualify(node.func) or ""):
+        return False
+    keywords = {k.arg: k.value for k in node.keywords}
+    if any(isinstance(a, ast.Starred) for a in node.args) or None in keywords:
+        return False
+    fp16 = keywords.get("fp16")
+    if not (isinstance(fp16, ast.Constant) and fp16.value is True):
+        return False
+    for name in ("deepspeed", "fsdp", "fsdp_config"):
+        value = keywords.get(name)
+        if value is not None and not (isinstance(value, ast.Constant) and not value.value):
+            return False
+    backend = keywords.get("half_precision_backend")
+    return backend is None or isinstance(backend, ast.Constant) and backend.value in ("auto", "cuda_amp", "amp")
+
+
 _OTHER_ENGINES = ("deepspeed_plugin", "deepspeed_plugins", "fsdp_plugin", "megatron_lm_plugin")
 
 
@@ -541,6 +677,7 @@ def _edits_parameters(ctx, step) -> bool:
 
     if step.cls is not None:
         return edits_parameters([step.cls])
-    site = next((s for s in ctx.index.calls if s.node is step.optimizer.call), None)
+    built = step.optimizer.call if hasattr(step, "optimizer") else step.call
+    site = next((s for s in ctx.index.calls if s.node is built), None)
     scopes = {id(n): n for n in (step.function, site.context.function if site else None) if n is not None}
     return edits_parameters(list(scopes.values()) or [ctx.document.tree])
