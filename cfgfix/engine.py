@@ -138,7 +138,7 @@ def parse_error(path: str, message: str, line: int = 1, column: int = 1, severit
 class Linter:
     """Runs the enabled per-file rules on one file's bytes."""
 
-    def __init__(self, codes: frozenset[str], versions: ProjectVersions) -> None:
+    def __init__(self, codes: frozenset[str], versions: ProjectVersions, record_deps: bool = True) -> None:
         from cfgfix.rules.manifest import entries
 
         enabled = [entry for entry in entries() if entry.code in codes]
@@ -151,6 +151,9 @@ class Linter:
         self.wants_config_kinds = any(entry.scope == "project" for entry in enabled)
         self.versions = versions
         self.report_parse_errors = "CFX901" in codes
+        # A result's followed modules (with content hashes) only serve the cache: a run
+        # without one neither reads nor hashes them.
+        self.record_deps = record_deps
         from cfgfix.analysis.project_modules import ProjectModules
 
         self.modules = ProjectModules(getattr(versions, "root", None))
@@ -273,7 +276,7 @@ class Linter:
         ctx = PythonContext(document, versions, path=sf.path, project=self.modules)
         result = FileResult()
         self._run(rules, ctx, sf, result)
-        if "functions" in ctx.__dict__ and ctx.functions.deps:  # an analysis followed imports
+        if self.record_deps and "functions" in ctx.__dict__ and ctx.functions.deps:  # an analysis followed imports
             result.deps = _dependency_hashes(sorted(ctx.functions.deps), self.modules.root)
         return result
 
@@ -428,9 +431,9 @@ def _lines_to_cells(finding: Finding, source) -> Finding:
 _WORKER: Linter | None = None
 
 
-def _init_worker(codes, versions) -> None:
+def _init_worker(codes, versions, record_deps) -> None:
     global _WORKER
-    _WORKER = Linter(codes, versions)
+    _WORKER = Linter(codes, versions, record_deps)
 
 
 def _lint_in_worker(job):
@@ -458,7 +461,7 @@ class Engine:
             settings, [entry.code for entry in table], {entry.code for entry in table if entry.default_enabled}
         )
         self.versions = ProjectVersions(settings.root)
-        self.linter = Linter(self.codes, self.versions)
+        self.linter = Linter(self.codes, self.versions, record_deps=use_cache)
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         self.cache = None
         if use_cache:
@@ -641,7 +644,7 @@ class Engine:
         workers = min(self.jobs, 8)
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers, context, _init_worker, (self.codes, self.versions)) as pool:
+        with ProcessPoolExecutor(workers, context, _init_worker, (self.codes, self.versions, self.linter.record_deps)) as pool:
             chunk = max(1, len(jobs) // (workers * 8))
             return [FileResult.from_dict(d) for d in pool.map(_lint_in_worker, jobs, chunksize=chunk)]
 

@@ -13,7 +13,7 @@ import ast
 import re
 from functools import cached_property
 
-from cfgfix.analysis.names import dotted
+from cfgfix.analysis.names import child_nodes, dotted, walk
 from cfgfix.analysis.structure import CallSite, Context, Function, Loop, ModuleIndex
 
 NOTE = "cfgfix.analysis.loops"
@@ -79,7 +79,7 @@ def identifiers(node: ast.AST | None) -> list[str]:
     if node is None:
         return []
     out = []
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             out.append(sub.id.lower())
         elif isinstance(sub, ast.Attribute):
@@ -462,10 +462,10 @@ class LoopAnalysis:
             if last_part(name) in ("enable_grad", "grad", "vjp", "jvp", "jacobian", "hessian", "jacrev", "jacfwd"):
                 return True
         frozen = set()  # `x.requires_grad = False`: a store that turns gradients off
-        for node in ast.walk(loop):
+        for node in walk(loop):
             if isinstance(node, ast.Assign) and _is_false(node.value):
                 frozen.update(id(t) for t in node.targets)
-        for node in ast.walk(loop):
+        for node in walk(loop):
             if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad") and id(node) not in frozen:
                 return True
             # `Variable(y, requires_grad=False)`, `torch.zeros(n, requires_grad=False)`: no request
@@ -497,7 +497,7 @@ def scope_statements(body: list[ast.stmt]):
 
 
 def _contains_node(outer: ast.AST, inner: ast.AST) -> bool:
-    return any(sub is inner for sub in ast.walk(outer))
+    return any(sub is inner for sub in walk(outer))
 
 
 # -- CFX302: values that carry an autograd graph, and how an accumulator is used -----------
@@ -564,7 +564,7 @@ class ScopeFlow:
         self.declared: set[str] = set()  # global / nonlocal
         for stmt in self.statements:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                for sub in ast.walk(stmt):
+                for sub in walk(stmt):
                     if isinstance(sub, ast.Name):
                         self.nested_names.add(sub.id)
                 continue
@@ -587,7 +587,7 @@ class ScopeFlow:
             node = stack.pop()
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 self.loads.setdefault(node.id, []).append(node)
-            for child in ast.iter_child_nodes(node):
+            for child in child_nodes(node):
                 self.parent[id(child)] = node
                 stack.append(child)
 
@@ -891,4 +891,4 @@ def _body_nodes(func: ast.AST, stop: tuple = ()):
         if isinstance(node, (*stop, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))

@@ -5,6 +5,7 @@ of a load, the edit that drops a call (CFX101-CFX105, CFX203, CFX205)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from cfgfix.analysis.models import ModelCall, ModelLoad
@@ -25,6 +26,7 @@ _IDENTIFIER_END = re.compile(rb"(\w+)\s*\.\s*$")
 _LOAD_CALL = re.compile(rb"from_pretrained\s*\(")
 
 
+@functools.lru_cache(maxsize=32)  # six rules ask of the same bytes
 def may_load_model(data: bytes) -> bool:
     """Cheap text test run before parsing: a model class's `from_pretrained(` on a code
     line (not a doctest `>>>`/`...` line or a comment), or a model class imported under

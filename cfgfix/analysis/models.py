@@ -20,7 +20,9 @@ import ast
 import re
 from dataclasses import dataclass, field, replace
 
-from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, iter_statements, single_assignments, walk_scope
+from cfgfix.analysis.names import (
+    DTYPE_ALIASES, ImportMap, child_nodes, dotted, iter_statements, single_assignments, walk, walk_scope, walk_statements,
+)
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
 _MODEL_CLASS = re.compile(
@@ -484,7 +486,7 @@ class FunctionTable:
                 isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
                 and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id)
                 in ("set_default_dtype", "set_default_tensor_type")
-                for n in ast.walk(self.tree)
+                for n in walk(self.tree)
             )
         return self._default_dtype
 
@@ -948,7 +950,7 @@ class _Survey:
         """Whether a scope mentions one of `names` (walked only when asked)."""
         if not names:
             return False
-        return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(scope))
+        return any(isinstance(n, ast.Name) and n.id in names for n in walk(scope))
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
@@ -989,7 +991,7 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     nested: dict[int, list[ast.AST]] = {}  # method -> functions defined inside it
     for method in methods:
         inner = nested[id(method)] = []
-        for node in ast.walk(method):  # one walk per method collects both
+        for node in walk_statements(method):  # one walk per method collects both (statements only)
             if node is not method and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 inner.append(node)
             targets = []
@@ -1386,7 +1388,7 @@ class _Walker:
             for name in stmt.names:
                 env.pop(name, None)
             return env
-        for child in ast.iter_child_nodes(stmt):  # Expr, Return, Raise, Assert, ...
+        for child in child_nodes(stmt):  # Expr, Return, Raise, Assert, ...
             if isinstance(child, ast.expr):
                 self.expr(child, env)
         return env
@@ -1441,7 +1443,7 @@ class _Walker:
             targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
             inner = {k: v for k, v in env.items() if k.split(".")[0] not in targets}
             before = dict(inner)
-            for child in ast.iter_child_nodes(node):
+            for child in child_nodes(node):
                 self.expr(child, inner)
             for key, state in before.items():  # what the comprehension changed is unclear after it
                 if inner.get(key) is not state:
@@ -1451,7 +1453,7 @@ class _Walker:
             state = self.expr(node.value, env)
             self.bind(node.target, state, env)
             return state
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             self.expr(child, env)
         return None
 
@@ -1739,7 +1741,7 @@ def _join(a: dict, b: dict, when_a: frozenset, when_b: frozenset) -> dict:
 def _bound_in(stmt: ast.stmt) -> set[str]:
     """Names and self attributes that a compound statement may rebind anywhere inside it."""
     names: set[str] = set()
-    for node in ast.walk(stmt):
+    for node in walk(stmt):
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
             key = dotted(node)
             if key:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.analysis.names import LEAVES, ImportMap, child_nodes, dotted
 
 Loop = (ast.For, ast.AsyncFor, ast.While)
 Function = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -107,7 +107,8 @@ class ModuleIndex:
             return
         inner_loops = loops + (stmt,) if isinstance(stmt, Loop) else loops
         inner_withs = withs + (stmt,) if isinstance(stmt, (ast.With, ast.AsyncWith)) else withs
-        for name, value in ast.iter_fields(stmt):
+        for name in stmt._fields:  # ast.iter_fields without its generator
+            value = getattr(stmt, name, None)
             if name in ("body", "orelse", "finalbody"):
                 if isinstance(stmt, Loop) and name == "orelse":
                     self._walk_block(value, loops, withs, function, classdef)
@@ -137,6 +138,7 @@ class ModuleIndex:
 
     def _walk_expr(self, node: ast.AST, context: Context) -> None:
         stack = [node]
+        calls = self.calls
         while stack:
             current = stack.pop()
             if isinstance(current, ast.Lambda):
@@ -146,8 +148,10 @@ class ModuleIndex:
                 method = func.attr if isinstance(func, ast.Attribute) else None
                 receiver = dotted(func.value) if isinstance(func, ast.Attribute) else None
                 name = self.imports.qualify(func) or (dotted(func) if method else None)
-                self.calls.append(CallSite(current, name, method, receiver, context))
-            stack.extend(ast.iter_child_nodes(current))
+                calls.append(CallSite(current, name, method, receiver, context))
+            for child in child_nodes(current):
+                if not isinstance(child, LEAVES):  # no call below a name, constant or operator
+                    stack.append(child)
 
 
 def _defaults(args: ast.arguments) -> list[ast.expr]:

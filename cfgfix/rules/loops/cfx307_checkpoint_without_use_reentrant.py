@@ -16,7 +16,7 @@ from cfgfix.analysis.checkpointing import (
     trainer_drops,
     use_reentrant_of,
 )
-from cfgfix.analysis.names import ImportMap, dotted, iter_statements, walk_scope
+from cfgfix.analysis.names import LEAVES, child_nodes, dotted, iter_statements, walk_scope
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -33,14 +33,14 @@ def _named_calls(ctx) -> list[tuple[str | None, ast.Call]]:
         return [(site.name, site.node) for site in ctx.index.calls]
     if "cfx307-calls" not in ctx.notes:
         tree = ctx.document.tree
-        imports = ImportMap(tree)
+        imports = ctx.imports
         calls = []
         stack: list[ast.AST] = [tree]
         while stack:  # like the shared index: not into lambdas
             node = stack.pop()
             if isinstance(node, ast.Lambda):
                 continue
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child for child in child_nodes(node) if not isinstance(child, LEAVES))  # no call below
             if isinstance(node, ast.Call):
                 func = node.func
                 name = imports.qualify(func) or (dotted(func) if isinstance(func, ast.Attribute) else None)

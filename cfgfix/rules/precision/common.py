@@ -7,11 +7,18 @@ import re
 
 from cfgfix.core import Related
 
-_ADAM_CALL = re.compile(rb"\bAdamW?\s*\(")  # `torch.optim.AdamW(`, not `PagedAdamW(`
+# `torch.optim.AdamW(`, not `PagedAdamW(`. The pattern starts with its literal so `re` can
+# skip to each "Adam" (a leading `\b` made it try every byte: 25x slower); the word
+# boundary before it is checked by hand.
+_ADAM_CALL = re.compile(rb"AdamW?\s*\(")
 
 
 def builds_torch_adam(data: bytes) -> bool:
-    return _ADAM_CALL.search(data) is not None
+    for match in _ADAM_CALL.finditer(data):
+        start = match.start()
+        if start == 0 or not (data[start - 1:start].isalnum() or data[start - 1] == 0x5F):  # `\b`: no \w before
+            return True
+    return False
 
 
 V5 = {"requirements.txt": "transformers>=5.0\n"}
