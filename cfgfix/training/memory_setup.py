@@ -98,6 +98,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         # a composite's backbones are base models (no vocabulary head) under the user's own head
         head=get("head") if get("head") in HEADS else ("classification" if composite is not None else None),
         frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions),
+        transformers_version=getattr(training, "transformers_version", None),
     )
     return MemoryInput(setup, shape, assumptions, problem)
 

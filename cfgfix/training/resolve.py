@@ -72,6 +72,9 @@ class TrainingSetup:
     # `TrainingArguments(**cfg["training"])`: the (document, mapping node) the keywords come
     # from, where `fix --fit` adds a setting the launch does not state yet
     spread: tuple | None = None
+    # the exact transformers release of the script's project (its pin, else the installed
+    # one): what the memory model reads for version-dependent defaults; None: unknown
+    transformers_version: str | None = None
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -155,7 +158,25 @@ class _Resolver:
         self._accelerate()
         self._deepspeed(script)
         self._combine()
+        setup.transformers_version = self._transformers_version()
         return setup
+
+    def _transformers_version(self) -> str | None:
+        """The project's exact transformers pin for the training script, else the installed
+        release (the versions module's order); a range gives None."""
+        from cfgfix.analysis.versions import ProjectVersions
+        from cfgfix.memory.transformers_versions import exact_version
+
+        key = ("project-versions",)
+        cache = self.project._scripts
+        if key not in cache:
+            cache[key] = ProjectVersions(self.project.root)
+        where = self.setup.script or self.launch_file
+        try:
+            info = cache[key].for_file(where).get("transformers")
+        except (OSError, ValueError):
+            return None
+        return exact_version(info.specifier)
 
     def _references(self, script) -> None:
         """Values the script takes from its flags and its own config file, for this launch."""

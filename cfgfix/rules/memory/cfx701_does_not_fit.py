@@ -11,7 +11,9 @@ from cfgfix.training.budgets import budget_related, budgets, over_budget
 class DoesNotFit(ProjectRule):
     """## What it does
     Estimates the peak memory per GPU of each launch's training setup (model size from the
-    model catalog or a local `config.json`, precision, optimizer, ZeRO/FSDP sharding and
+    model catalog or a local `config.json`, or, for the script's own `nn.Module` class, the
+    sum of its parts: pretrained backbones and torch layers sized from the launch's config,
+    with `[tool.cfgfix.model]` for what cannot be read; precision, optimizer, ZeRO/FSDP sharding and
     offload, LoRA, micro batch, sequence length, gradient checkpointing) and flags a launch
     whose estimate exceeds the target GPU's memory over its whole error band. The target GPU
     comes from `gpu` in `[tool.cfgfix]` (or `--gpu`); with none set, nothing is reported.
