@@ -373,7 +373,7 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--num-gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel world size.")
 @click.option("--precision", type=click.Choice(_PRECISIONS), default="fp32", show_default=True,
               help="fp32; amp-*: fp32 weights + autocast; bf16/fp16: pure 16-bit weights; ds-*: DeepSpeed's 16-bit engine.")
-@click.option("--optimizer", type=click.Choice(("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")), default="adamw", show_default=True)
+@click.option("--optimizer", type=click.Choice(("adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")), default="adamw", show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="DeepSpeed ZeRO stage.")
 @click.option("--fsdp", type=click.Choice(("full", "grad-op")), default=None, help="FSDP sharding instead of ZeRO.")
 @click.option("--offload", type=click.Choice(("none", "optimizer", "optimizer+params")), default="none", show_default=True)

@@ -135,7 +135,8 @@ def _optimizer_bytes_per_param(optimizer: str, state_bytes: int) -> float | None
     AdamW: exp_avg + exp_avg_sq (HF anatomy, C14: 8 bytes in fp32); torch keeps them in the
     parameter's dtype (A6, C15f). bitsandbytes 8-bit AdamW: 2 bytes (HF anatomy, C14).
     SGD with momentum: one buffer (HF anatomy: 4 bytes in fp32)."""
-    return {"adamw": 2 * state_bytes, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": state_bytes}.get(optimizer)
+    return {"adamw": 2 * state_bytes, "adamw-8bit": 2, "paged-adamw": 8, "paged-adamw-8bit": 2, "sgd": 0,
+            "sgd-momentum": state_bytes}.get(optimizer)
 
 
 def _adafactor_state_elements(shape: ModelShape, trainable: int, lora: bool, notes: _Notes) -> int:
@@ -288,6 +289,20 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         cpu = (Component("optimizer_states", optimizer, 0, of + ", offloaded"),)
         optimizer = 0
         of = "offloaded to CPU"
+    if setup.optimizer.startswith("paged-") and not cpu:
+        # bitsandbytes' paged optimizers keep their states in CUDA unified memory
+        # (cudaMallocManaged, outside torch's allocator) that the driver pages out to host RAM
+        # when the GPU runs short, and page in per parameter for its update (QLoRA paper,
+        # arXiv:2305.14314, "Paged Optimizers"; bitsandbytes `Optimizer8bit.prefetch_state`):
+        # what must be resident is one parameter's states during the step
+        largest = shape.largest_module_params or int(trainable * 0.02)
+        resident = int(min(largest, trainable) * (per_param or 0))
+        cpu = (Component("optimizer_states", optimizer, 0,
+                         of + ", paged (unified memory: on the GPU while it has room, in host RAM when it runs short)"),)
+        notes.add("paged optimizer: its states page out to host RAM when the GPU runs short (then each step waits on "
+                  "PCIe transfers); sized here as what must be resident: one parameter's states during its update")
+        of = f"paged: {resident / GIB:.3g} GiB resident (the largest parameter's states, {per_param:g} B each)"
+        optimizer = resident
     if setup.offload_params and setup.zero_stage == 3:
         # ZeRO-3 parameter offload keeps every parameter's partition in host memory, frozen ones
         # too (a LoRA run's base: DeepSpeed partitions all of the module's parameters, trainable

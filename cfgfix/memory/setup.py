@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Dtype = Literal["fp32", "bf16", "fp16"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 ATTENTIONS = ("sdpa", "eager", "flash")
 HEADS = ("causal-lm", "masked-lm", "classification")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")

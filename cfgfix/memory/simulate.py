@@ -218,8 +218,8 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
 
 def _refuse_unsupported(setup: MemorySetup) -> None:
     used = [what for name, what in _UNSUPPORTED.items() if getattr(setup, name)]
-    if setup.optimizer == "adamw-8bit":
-        used.append("8-bit AdamW (bitsandbytes)")
+    if setup.optimizer in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw"):
+        used.append("bitsandbytes' 8-bit or paged AdamW")
     if used:
         raise SimulationUnsupported("the simulator cannot reproduce " + ", ".join(used) + "; use the analytic estimate")
 

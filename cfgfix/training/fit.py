@@ -3,7 +3,8 @@ what is the cheapest ladder of changes that makes it fit while keeping the effec
 
 The ladder, cheapest first (each rung keeps what the ones before it changed):
 mixed precision -> gradient checkpointing -> a smaller micro batch with more accumulation ->
-an 8-bit optimizer -> ZeRO-2 -> optimizer offload -> ZeRO-3 -> parameter offload.
+an 8-bit optimizer -> the paged 8-bit optimizer (bitsandbytes) -> ZeRO-2 -> optimizer offload ->
+ZeRO-3 -> parameter offload.
 A rung that does not apply (already on, one GPU for sharding, an optimizer built in code for
 the 8-bit switch) is skipped. Changes that alter what is trained (LoRA instead of full
 fine-tuning, a quantised base) are never written: CFX702 names them as advice.
@@ -83,6 +84,19 @@ def _eight_bit(current, half, can_switch):
     return None
 
 
+def _paged(current, half, can_switch):
+    """bitsandbytes' paged 8-bit AdamW on top of the 8-bit rung: the states page out to host RAM
+    when the GPU runs short. Only the 8-bit one is proposed: when the GPU is short the states
+    move every step, and paged_adamw_32bit would move four times the bytes (it is read from a
+    project and sized all the same). Not under DeepSpeed or FSDP, which own the optimizer's
+    placement (ZeRO-Offload needs DeepSpeed's CPU Adam)."""
+    if not can_switch or current.zero_stage or current.fsdp or current.deepspeed_half:
+        return None
+    if current.optimizer != "adamw-8bit":
+        return None
+    return {"optimizer": "paged-adamw-8bit"}, replace(current, optimizer="paged-adamw-8bit")
+
+
 def _zero2(current, half, can_switch):
     if current.zero_stage < 2 and not current.fsdp:
         return {"zero_stage": 2}, _deepspeed_engine(replace(current, zero_stage=2))
@@ -117,6 +131,8 @@ _RUNGS = {
               "(a few % to ~20% slower)", False),
     "8bit": ("8-bit AdamW", _eight_bit, "little speed cost; bitsandbytes' block-wise 8-bit states track 32-bit "
              "Adam closely (needs bitsandbytes)", False),
+    "paged": ("paged 8-bit AdamW (bitsandbytes)", _paged, "none while the GPU has room; when it runs short the optimizer "
+              "states page to host RAM and each step waits on PCIe transfers (needs bitsandbytes)", False),
     "zero2": ("DeepSpeed ZeRO-2", _zero2, "gradients and optimizer states sharded across the GPUs; reduce-scatter "
               "traffic (small within one node)", True),
     "offload": ("optimizer offload to CPU", _offload_optimizer, "the optimizer step runs on the CPU: often 1.5-3x "
@@ -131,7 +147,7 @@ _RUNGS = {
 def _order(setup: MemorySetup) -> list[str]:
     """The issue's order, cheapest first; with several GPUs ZeRO-2 moves before the 8-bit
     optimizer: sharding costs little there and, unlike 8-bit states, leaves the numerics alone."""
-    order = ["mixed", "checkpointing", "micro", "micro", "micro", "micro", "micro", "micro", "8bit", "zero2",
+    order = ["mixed", "checkpointing", "micro", "micro", "micro", "micro", "micro", "micro", "8bit", "paged", "zero2",
              "offload", "zero3", "offload_params"]
     if setup.num_gpus > 1:
         order.remove("zero2")

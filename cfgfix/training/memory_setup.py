@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cfgfix.memory.setup import ATTENTIONS, HEADS, OPTIMIZER_IMPLS, MemorySetup
+from cfgfix.memory.setup import ATTENTIONS, HEADS, OPTIMIZER_IMPLS, OPTIMIZERS, MemorySetup
 
 
 @dataclass
@@ -56,7 +56,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     if weights not in ("fp32", "bf16", "fp16"):
         weights = "fp32"
     optimizer = get("optimizer")
-    if optimizer not in ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"):
+    if optimizer not in OPTIMIZERS:
         optimizer = "adamw"
         assumptions.append("optimizer: AdamW (none found)")
     micro = get("micro_batch")

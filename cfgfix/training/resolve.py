@@ -581,7 +581,10 @@ class _Resolver:
             return
         if isinstance(value.value, str) and value.setting == "optimizer":
             lowered = value.value.lower()
-            mapped = ("adamw-8bit" if "8bit" in lowered else "adafactor" if "adafactor" in lowered
+            # paged_adamw_8bit / paged_adamw_32bit / paged_adamw (bitsandbytes' paged optimizers)
+            paged = "paged" in lowered and "adam" in lowered
+            mapped = ("paged-adamw-8bit" if paged and "8bit" in lowered else "paged-adamw" if paged
+                      else "adamw-8bit" if "8bit" in lowered else "adafactor" if "adafactor" in lowered
                       else "sgd" if lowered.startswith("sgd") else "adamw" if "adam" in lowered else value.value)
             self.setup.values["optimizer"] = Value("optimizer", mapped, value.origin, value.span, value.name)
             if "fused" in lowered and mapped == "adamw":  # adamw_torch_fused: no foreach temporaries

@@ -463,6 +463,8 @@ def _optimizer_impl(node: ast.Call, consts) -> str | None:
 
 def _optimizer_kind(name: str, last: str, node: ast.Call) -> str | None:
     lowered = last.lower()
+    if lowered.startswith("paged") and "adam" in lowered:  # bitsandbytes PagedAdamW8bit / PagedAdamW32bit
+        return "paged-adamw-8bit" if "8bit" in lowered else "paged-adamw"
     if "8bit" in lowered:
         return "adamw-8bit"
     if lowered in ("adamw", "adam"):

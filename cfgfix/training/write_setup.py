@@ -29,7 +29,8 @@ HF_NAMES = {
     "fp16": "fp16",
     "optimizer": "optim",
 }
-HF_OPTIMIZERS = {"adamw-8bit": "adamw_bnb_8bit", "adamw": "adamw_torch", "adafactor": "adafactor"}
+HF_OPTIMIZERS = {"adamw-8bit": "adamw_bnb_8bit", "adamw": "adamw_torch", "adafactor": "adafactor",
+                 "paged-adamw-8bit": "paged_adamw_8bit", "paged-adamw": "paged_adamw_32bit"}
 
 
 @dataclass
