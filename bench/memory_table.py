@@ -35,26 +35,46 @@ FAMILY = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma2": "G
           "gpt_neox": "GPT-NeoX", "phi3": "Phi-3", "t5": "T5", "bert": "BERT"}
 
 
-def setup_of(spec: dict, device: str, **changes) -> MemorySetup:
+def setup_of(spec: dict, device: str, version: str | None = None, **changes) -> MemorySetup:
+    """`version`: the transformers release the measurement ran (its default attention, T5's
+    tied head): the GPU machine's for part 1, this machine's for part 2."""
     fields = dict(spec["setup"], **changes)
     if fields.get("lora_targets"):
         fields["lora_targets"] = tuple(fields["lora_targets"])
     impl = {"forloop": "for-loop"}.get(spec["optim_impl"], spec["optim_impl"])
     if device == "cpu":
         impl = "foreach"  # the simulator's step
-    head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification"}.get(spec["head"])
+    head = {"causal": "causal-lm", "mlm": "masked-lm", "seqcls": "classification", "composite": "classification"}.get(spec["head"])
     frozen = ()
     if spec.get("extra"):  # a frozen model moved to the device (issue 13, item 5)
         extra = spec["extra"]
         frozen = (("frozen " + extra["config"]["model_type"], shape_from_config(extra["config"]).params,
                    4 if extra["dtype"] == "fp32" else 2),)
-    return MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl, head=head, frozen=frozen)
+    return MemorySetup(**fields, device=device, attention=spec["attn"], optimizer_impl=impl, head=head, frozen=frozen,
+                       transformers_version=version)
 
 
-def analytic(spec: dict, device: str, **changes):
+def composite_of(spec: dict):
+    """The bench's composite (bench/gpu_memory.py `build_composite`): two BERT towers built with
+    AutoModel, nn.Linear(2h, h) fusion, one nn.TransformerEncoderLayer(h, 8, 4h), nn.Linear(h, 3),
+    sized as the sum of its parts (memory/parts.py), as cfgfix sizes such a class in a project."""
+    from cfgfix.memory.parts import Part, composite_shape, torch_layer_params
+
+    tower = shape_from_config(spec["config"])
+    h = tower.hidden
+    parts = [Part("text", "bert", tower.params, tower), Part("other", "bert", tower.params, tower),
+             Part("fuse", "nn.Linear", torch_layer_params("Linear", [2 * h, h], {})),
+             Part("mixer", "nn.TransformerEncoderLayer",
+                  torch_layer_params("TransformerEncoderLayer", [h, 8], {"dim_feedforward": 4 * h})),
+             Part("head", "nn.Linear", torch_layer_params("Linear", [h, 3], {}))]
+    return composite_shape(parts, "bench composite")
+
+
+def analytic(spec: dict, device: str, version: str | None = None, **changes):
     """(allocated bytes, band low, band high, phase) or None where the estimator has no model."""
     try:
-        result = estimate(setup_of(spec, device, **changes), shape_from_config(spec["config"]))
+        shape = composite_of(spec) if spec["head"] == "composite" else shape_from_config(spec["config"])
+        result = estimate(setup_of(spec, device, version, **changes), shape)
     except (ValueError, TypeError) as err:
         return None, str(err)
     context = result.component("cuda_context").size
@@ -76,8 +96,9 @@ def gpu_table(results: dict) -> list[str]:
         spec = row["spec"]
         family = "composite" if spec["head"] == "composite" else FAMILY.get(spec["config"]["model_type"], "?")
         measured = row["measured"].get("peak_bytes")
-        cuda, _ = analytic(spec, "cuda")
-        cpu, _ = analytic(spec, "cpu")
+        version = results["meta"]["transformers"]
+        cuda, _ = analytic(spec, "cuda", version)
+        cpu, _ = analytic(spec, "cpu", version)
         sim = (row.get("simulated") or {}).get("peak_bytes")
         if spec["attn"]:  # the stored simulation built the family's default attention: not like with like
             sim = None
@@ -93,7 +114,7 @@ CPU_ROWS = ("llama fp32 adamw-foreach", "llama amp-bf16", "llama bf16 lora-r16",
             "bert-cls fp32", "bert-mlm fp32")
 
 
-def cpu_table(results: dict) -> list[str]:
+def cpu_table(results: dict, only=None) -> list[str]:
     import gpu_memory
     import torch
     import transformers
@@ -107,6 +128,8 @@ def cpu_table(results: dict) -> list[str]:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     rows = {r["spec"]["name"]: r for r in results["rows"]}
     for name in CPU_ROWS:
+        if only and name not in only:
+            continue
         spec = dict(rows[name]["spec"])
         spec["setup"] = dict(spec["setup"], micro_batch=1, seq_len=256)
         if "target_len" in spec["setup"]:
@@ -115,11 +138,11 @@ def cpu_table(results: dict) -> list[str]:
         started = time.perf_counter()
         measured = gpu_memory.measure(torch, transformers, spec, "cpu", steps=1)["peak_bytes"]
         seconds = time.perf_counter() - started
-        est, _ = analytic(spec, "cpu")
+        est, _ = analytic(spec, "cpu", transformers.__version__)
         sim = None
         if spec["head"] != "composite" and not spec["extra"]:
             try:
-                sim = simulate(setup_of(spec, "cpu"), spec["config"], steps=1).peak_bytes
+                sim = simulate(setup_of(spec, "cpu", transformers.__version__), spec["config"], steps=1).peak_bytes
             except SimulationUnsupported:
                 sim = None
         lines.append(f"| {name} | {mib(measured)} | {mib(est and est[0])} | {pct(est and est[0], measured)} | "
@@ -131,6 +154,7 @@ def cpu_table(results: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="also run real CPU steps (part 2)")
+    parser.add_argument("--rows", nargs="*", help="part 2: only these setups (about a minute each)")
     args = parser.parse_args()
     results = json.loads((ROOT / "bench" / "gpu_results.json").read_text("utf-8"))
     meta = results["meta"]
@@ -139,7 +163,7 @@ def main() -> None:
            "MiB = 2^20 B; error = (estimate - measured) / measured.", ""]
     out += gpu_table(results)
     if args.cpu:
-        out += [""] + cpu_table(results)
+        out += [""] + cpu_table(results, args.rows)
     print("\n".join(out))
 
 

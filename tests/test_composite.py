@@ -66,6 +66,11 @@ def test_story_is_sized_as_the_sum_of_its_parts():
     assert inputs.shape.params == sum(parts.values())
     assert inputs.shape.family == "qwen2"  # the activation dimensions: the largest backbone's
     assert inputs.setup.head == "classification"
+    # the other backbones keep their own activations: BERT at the run's 512 tokens, the ViT at
+    # its 257 (16 x 16 patches + the class token)
+    assert sorted((part.family, part.tokens) for part, _ in inputs.shape.other_parts) == [("bert", 0), ("clip_vision", 257)]
+    result = __import__("cfgfix.memory.estimator", fromlist=["estimate"]).estimate(inputs.setup, inputs.shape)
+    assert "other backbones bert" in result.component("activations").formula
 
 
 def test_story_matches_a_meta_device_count():

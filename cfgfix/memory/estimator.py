@@ -805,6 +805,26 @@ def _unet_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: i
     return _Activations(saved, largest, 0, largest // 2, copies, formula, (0.5, 1.0))
 
 
+def _with_other_parts(setup: MemorySetup, shape: ModelShape, act: _Activations, notes: _Notes) -> _Activations:
+    """A composite model (memory/parts.py): each other backbone keeps its own activations for
+    backward, with the run's micro batch, the run's sequence length (or its own fixed token
+    count: a ViT's patches), no vocabulary logits (a base model under the user's head), and
+    checkpointing where its `gradient_checkpointing_enable()` was called."""
+    saved, layer_full, copies, parts = act.saved, act.layer_full, act.autocast_copies, []
+    for part, checkpointed in shape.other_parts:
+        part_setup = replace(setup, seq_len=part.tokens or setup.seq_len, head="classification", lora_rank=None,
+                             checkpointing=checkpointed, params=None)
+        part_act = _activations(part_setup, part, _Notes())
+        saved += part_act.saved
+        layer_full = max(layer_full, part_act.layer_full)
+        copies += part_act.autocast_copies
+        parts.append(f"{part.family} {part_act.saved / GIB:.3g} GiB")
+    notes.add(f"composite model: the other backbones' activations added ({', '.join(parts)}); the torch layers "
+              "between the backbones keep activations that are not counted")
+    return replace(act, saved=saved, layer_full=layer_full, autocast_copies=copies,
+                   formula=act.formula + f" + other backbones {', '.join(parts)}")
+
+
 # -- communication buffers ---------------------------------------------------------------------
 
 def _buckets(setup: MemorySetup, states: _States, notes: _Notes) -> tuple[int, str]:
@@ -865,6 +885,8 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         states = replace(states, weights=states.weights + frozen,
                          weights_formula=f"{states.weights_formula} + frozen models {frozen / GIB:.3g} GiB ({listed})")
     act = _activations(setup, shape, notes)
+    if shape.other_parts:
+        act = _with_other_parts(setup, shape, act, notes)
     buckets, bucket_formula = _buckets(setup, states, notes)
     if setup.device == "cuda":
         ctx = CUDA_CONTEXT_BYTES

@@ -141,18 +141,20 @@ TORCH_LAYERS = frozenset({
 }) | PARAMETER_FREE
 
 
-def composite_shape(parts: list[Part], source: str) -> ModelShape:
+def composite_shape(parts: list[Part], source: str, checkpointed: frozenset = frozenset()) -> ModelShape:
     """The shape of a model made of `parts`: its parameter count is their sum; the activation
-    dimensions are those of the largest pretrained part (the backbone whose layers dominate
-    the activations, as for a multimodal catalog entry); the largest single module is the
+    dimensions are those of the largest pretrained part, and the other backbones' activations
+    are added to it (`other_parts`, with whether `checkpointed` names them); the torch layers
+    between them keep activations that are not counted. The largest single module is the
     largest among the parts (ZeRO-3's gathered layer)."""
     sized = [p for p in parts if p.params is not None]
     total = sum(p.params for p in sized)
     backbones = [p for p in sized if p.shape is not None and p.shape.family != "params"]
     largest_module = max([p.shape.largest_module_params for p in backbones] + [p.params for p in sized if p.shape is None] + [0])
-    notes = ("activation dimensions are the largest backbone's; the other parts' activations are not counted",)
+    notes = ("activations: every pretrained backbone's; the torch layers between them are not counted",)
     if backbones:
         main = max(backbones, key=lambda p: p.params)
+        others = tuple((p.shape, p.name in checkpointed) for p in backbones if p is not main and p.shape.family != "unet")
         return replace(main.shape, params=total, largest_module_params=largest_module, source=source,
-                       notes=main.shape.notes + notes)
+                       notes=main.shape.notes + notes, other_parts=others)
     return ModelShape(family="params", params=total, largest_module_params=largest_module, source=source, notes=notes)

@@ -56,6 +56,11 @@ class ModelShape:
     largest_module_params: int = 0  # the largest single module (ZeRO-3's "largest layer", facts C14)
     blocks: tuple[BlockKind, ...] = ()
     unet_levels: tuple[tuple[int, int, int], ...] = ()  # UNet: (channels, downsampling factor, transformer layers)
+    # a fixed number of tokens per sample (a ViT: patches + the class token); 0: the run's sequence length
+    tokens: int = 0
+    # a composite model's other backbones (memory/parts.py): (shape, gradient checkpointing on)
+    # each, whose activations add to this (the largest) backbone's
+    other_parts: tuple = ()
     source: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -434,7 +439,7 @@ def _clip_vision(config: dict, source: str) -> ModelShape:
     return ModelShape(
         family="clip_vision", params=params, layers=layers, encoder_layers=layers, hidden=h, heads=heads, kv_heads=heads,
         head_dim=h // heads, vocab=0, intermediate=inter, gated_mlp=False, mlp_tensors=2, norm="layer", attention="fused",
-        dropout=float(config.get("attention_dropout", 0.0) or 0.0), embedding_params=embed,
+        dropout=float(config.get("attention_dropout", 0.0) or 0.0), embedding_params=embed, tokens=tokens,
         largest_module_params=inter * h, blocks=(BlockKind(layers, per_layer, linears),), source=source,
     )
 

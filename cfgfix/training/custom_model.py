@@ -146,16 +146,17 @@ def size_custom_model(custom: CustomModel, args: list, kwargs: dict, parse, mode
     sized.notes.extend(reader.notes)
     sized.checkpointed = set(reader.checkpointed)
     source = f"{custom.class_name} in {custom.module.name}: sum of its parts"
+    checkpointed = frozenset(reader.checkpointed)
     if overrides.get("params"):
         from cfgfix.memory.shapes import params_only
 
-        base = composite_shape(out, source) if any(p.params for p in out) else params_only(overrides["params"])
+        base = composite_shape(out, source, checkpointed) if any(p.params for p in out) else params_only(overrides["params"])
         from dataclasses import replace
 
         sized.shape = replace(base, params=int(overrides["params"]),
                               source=f"{custom.class_name}: {int(overrides['params']) / 1e9:.3g}B parameters stated in the cfgfix settings (model.params)")
     elif any(p.params for p in out):
-        sized.shape = composite_shape(out, source)
+        sized.shape = composite_shape(out, source, checkpointed)
     return sized
 
 
