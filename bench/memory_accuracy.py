@@ -1,4 +1,4 @@
-"""Estimate vs measured memory on the CPU for a grid of tiny models, and the four user stories.
+"""Estimate vs measured memory on the CPU for a grid of tiny models, and the user stories.
 
     .venv/bin/python bench/memory_accuracy.py [--json out.json]
 
