@@ -238,3 +238,30 @@ def test_fit_gives_trainer_checkpointing_of_a_plain_module_as_advice(tmp_path):
         __import__("os").chdir(cwd)
     assert "advice only: gradient_checkpointing = True (MultimodalEncoder is a plain nn.Module" in result.output
     assert "self.text.gradient_checkpointing_enable()" in result.output
+
+
+def test_hostile_classes_are_sized_or_listed_without_stalling(tmp_path):
+    """A million-layer comprehension is one sum, not a list; huge powers, a zero division,
+    negative or boolean dimensions, self-recursion and indexing are unresolved parts, not errors."""
+    write_project(tmp_path, {
+        "train.py": (
+            "from torch import nn\n\n"
+            "class Weird(nn.Module):\n"
+            "    def __init__(self, cfg, *args, depth=2, **kw):\n"
+            "        super().__init__()\n"
+            "        self.a = nn.Linear(cfg['x'] ** 100, 3)\n"
+            "        self.b = nn.Linear(cfg['x'] / 0, 3)\n"
+            "        self.c = nn.Linear(-5, 3)\n"
+            "        self.d = Weird(cfg)\n"
+            "        self.e = nn.Sequential(*[nn.Linear(4, 4) for _ in range(1_000_000_000)])\n"
+            "        self.f = nn.Linear(2 ** 10, 4)\n"
+            "        self.g = nn.Linear(True, 4)\n"
+            "        self.h = [nn.Linear(2, 2)][5]\n"
+            "        self.i = nn.Conv2d(3, 8, (3, 'x'))\n\n"
+            "model = Weird({'x': 3})\nloss.backward()\n"),
+        "run.sh": "python train.py\n",
+    })
+    sized = _setups(tmp_path)[0].composite
+    parts = {p.name: p.params for p in sized.parts}
+    assert parts["e"] == 1_000_000_000 * 20 and parts["f"] == 1024 * 4 + 4
+    assert all(parts[name] is None for name in ("a", "b", "c", "g", "i"))

@@ -280,7 +280,9 @@ class _Reader:
             if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (left, right)):
                 return UNKNOWN
             ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-                   ast.FloorDiv: lambda a, b: a // b if b else UNKNOWN, ast.Div: lambda a, b: a / b if b else UNKNOWN}
+                   ast.FloorDiv: lambda a, b: a // b if b else UNKNOWN, ast.Div: lambda a, b: a / b if b else UNKNOWN,
+                   # `2 ** 12`: bounded, so `cfg["x"] ** 10 ** 9` cannot stall a check
+                   ast.Pow: lambda a, b: a ** b if isinstance(b, int) and 0 <= b <= 64 and abs(a) <= 2**20 else UNKNOWN}
             op = ops.get(type(node.op))
             return op(left, right) if op else UNKNOWN
         if isinstance(node, ast.Call):
@@ -289,7 +291,10 @@ class _Reader:
             count = _range_count(node.generators[0].iter, lambda n: self.value(n, env, attrs, depth))
             elt = self.value(node.elt, env, attrs, depth)
             if isinstance(elt, _Module) and count is not None:
-                return [elt] * count
+                # one entry standing for all `count` copies: the same sum, and no list of a
+                # million modules for `range(1_000_000)`
+                total = elt.params * count if elt.params is not None else None
+                return [_Module(total, f"{count} x {elt.what}", problem=elt.problem)]
             return UNKNOWN
         if isinstance(node, ast.Starred):
             return self.value(node.value, env, attrs, depth)

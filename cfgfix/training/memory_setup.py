@@ -151,11 +151,17 @@ def _composite(sized, assumptions: list[str]):
     if sized.shape is None:
         return None, f"{sized.class_name} in the script: none of its parts could be sized" + (
             f" ({sized.unresolved[0].problem})" if sized.unresolved else "")
-    parts = ", ".join(f"{p.name} {p.params / 1e9:.3g}B" if p.params >= 1e8 else f"{p.name} {p.params / 1e6:.3g}M"
-                      for p in sized.parts if p.params is not None)
+    parts = ", ".join(f"{p.name} {_count(p.params)}" for p in sized.parts if p.params is not None)
     from dataclasses import replace
 
     return replace(sized.shape, source=f"{sized.shape.source} ({parts})"), None
+
+
+def _count(params: int) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if params >= scale / 10 and scale > 1e3 or params >= scale:
+            return f"{params / scale:.3g}{suffix}"
+    return str(params)
 
 
 def _composite_checkpointing(sized, assumptions: list[str]) -> bool:
