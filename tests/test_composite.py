@@ -265,3 +265,20 @@ def test_hostile_classes_are_sized_or_listed_without_stalling(tmp_path):
     parts = {p.name: p.params for p in sized.parts}
     assert parts["e"] == 1_000_000_000 * 20 and parts["f"] == 1024 * 4 + 4
     assert all(parts[name] is None for name in ("a", "b", "c", "g", "i"))
+
+
+def test_estimate_simulate_compares_with_a_meta_device_count():
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from cfgfix.commands import cli
+
+    cwd = __import__("os").getcwd()
+    __import__("os").chdir(STORY)
+    try:
+        result = CliRunner().invoke(cli, ["estimate", "--simulate", "--output-format", "json"])
+    finally:
+        __import__("os").chdir(cwd)
+    entry = json.loads(result.output)[0]
+    assert entry["meta_count"]["params"] == entry["meta_count"]["static"] == 8_028_339_202
+    assert entry["meta_count"]["error"] == 0.0

@@ -48,6 +48,11 @@ class Sized:
     class_name: str = ""
     origin: str = ""
     checkpointed: set = field(default_factory=set)  # parts whose gradient checkpointing __init__ enables
+    # how the class was built, for `estimate --simulate`'s meta-device count (memory/meta_count.py)
+    module: Path | None = None
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    folders: list = field(default_factory=list)
 
     @property
     def main(self) -> Part | None:
@@ -128,7 +133,8 @@ def size_custom_model(custom: CustomModel, args: list, kwargs: dict, parse, mode
     reader = _Reader(parse, model_folders, custom.module)
     classes = reader.classes(custom.module)
     cls = classes.get(custom.class_name)
-    sized = Sized(class_name=custom.class_name)
+    sized = Sized(class_name=custom.class_name, module=custom.module, args=list(args), kwargs=dict(kwargs),
+                  folders=[str(f) for f in model_folders])
     if cls is None:
         sized.notes.append(f"{custom.class_name}: class not found")
         return sized
@@ -422,6 +428,46 @@ class _Reader:
             return Part(name, str(value), None, None, found.frozen if found else False, problem=str(exc), stated=True)
         return Part(name, f"{value} (stated in the cfgfix settings)", shape.params, shape, found.frozen if found else False,
                     stated=True)
+
+
+def meta_count(sized: Sized, timeout: float = 600) -> dict:
+    """Build the class on the meta device in a subprocess (memory/meta_count.py: it imports the
+    user's module, every from_pretrained built from the catalog or a local config, nothing
+    downloaded): {"params": N, "parts": {...}} or {"error": "..."}."""
+    import subprocess
+    import sys
+
+    try:
+        call = json.dumps({"args": sized.args, "kwargs": sized.kwargs})
+    except (TypeError, ValueError) as exc:
+        return {"error": f"the constructor's arguments are not plain values: {exc}"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "cfgfix.memory.meta_count", str(sized.module), sized.class_name, call,
+                               *sized.folders], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+
+
+def meta_comparison(sized: Sized) -> tuple[str, dict]:
+    """`estimate --simulate` for a composite: the meta-device count next to the static sum."""
+    found = meta_count(sized)
+    if "error" in found:
+        return f"Meta-device count of {sized.class_name}: not run ({found['error']})\n", found
+    static = sum(p.params for p in sized.parts if p.params is not None)
+    counted = found["params"]
+    error = (static - counted) / counted if counted else 0.0
+    lines = [f"Meta-device count of {sized.class_name}: {counted / 1e9:.4g}B parameters built by torch; the static "
+             f"sum of its parts {static / 1e9:.4g}B ({error:+.1%})"]
+    for part in sized.parts:
+        real = found.get("parts", {}).get(part.name)
+        if real is not None and part.params != real:
+            shown = "not sized" if part.params is None else f"{part.params:,}"
+            lines.append(f"  {part.name}: static {shown}, built {real:,}")
+    return "\n".join(lines) + "\n", dict(found, static=static, error=error)
 
 
 def _base_model(cls: str) -> bool:

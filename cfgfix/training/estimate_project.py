@@ -39,7 +39,11 @@ def render_text(rows, display, simulate: bool = False) -> str:
             out.append("   note: the launched script shows no training step (backward(), a Trainer, "
                        "deepspeed.initialize); sized as if it trained")
         out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, decision))
-        if simulate:
+        if simulate and getattr(setup, "composite", None) is not None:
+            from cfgfix.training.custom_model import meta_comparison
+
+            out.append(meta_comparison(setup.composite)[0])
+        elif simulate:
             out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak, inputs.shape))
     if not out:
         return "No training launch found.\n"
@@ -64,7 +68,11 @@ def render_json(rows, display, simulate: bool = False) -> str:
             entry["problem"] = inputs.model_problem
         else:
             entry["estimate"] = json.loads(render_one(result, gpu, decision))
-            if simulate:
+            if simulate and getattr(setup, "composite", None) is not None:
+                from cfgfix.training.custom_model import meta_comparison
+
+                entry["meta_count"] = meta_comparison(setup.composite)[1]
+            elif simulate:
                 entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
         data.append(entry)
     return json.dumps(data, indent=2) + "\n"
