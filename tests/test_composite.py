@@ -4,6 +4,7 @@ arguments, unresolved parts listed, and the user's `[tool.cfgfix.model]` setting
 
 import json
 import shutil
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -141,7 +142,15 @@ def test_frozen_parts_are_said_to_be_counted_as_trained(tmp_path):
         "        hidden = self.text.config.hidden_size\n",
         "        self.vision.requires_grad_(False)\n        hidden = self.text.config.hidden_size\n"))
     inputs = memory_input(_story_setup(root))
-    assert any("frozen parts (vision" in a for a in inputs.assumptions)
+    assert any("frozen parts (vision, 0.303B) keep their weights but no gradients" in a for a in inputs.assumptions)
+    assert inputs.setup.frozen_params == 303_179_776
+    from cfgfix.memory.estimator import estimate
+
+    frozen = estimate(inputs.setup, inputs.shape)
+    trained = estimate(replace(inputs.setup, frozen_params=0), inputs.shape)
+    # fp32 weights under autocast: 4 B of gradient and 8 B of AdamW state fewer per frozen weight
+    assert trained.model_states - frozen.model_states == 12 * 303_179_776
+    assert frozen.trainable_params == inputs.shape.params - 303_179_776
 
 
 def test_unknown_backbone_id_is_a_listed_part(tmp_path):

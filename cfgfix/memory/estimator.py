@@ -120,7 +120,9 @@ class _Notes:
 
 def _trainable(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> int:
     if setup.lora_rank is None:
-        return shape.params
+        if setup.frozen_params:
+            notes.add(f"{setup.frozen_params / 1e9:.3g}B frozen parameters: no gradients or optimizer states for them")
+        return max(shape.params - setup.frozen_params, 0)
     if shape.blocks:
         if setup.lora_targets is None:
             notes.add("LoRA adapts every Linear layer in the blocks (PEFT target_modules='all-linear')")
@@ -215,7 +217,7 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         state_elements = None
 
     if setup.deepspeed_half and not lora:
-        return _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes)
+        return _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes, trainable)
 
     # torch-owned weights (plain, autocast, DDP, FSDP) and (Q)LoRA
     w_bytes = DTYPE_BYTES[setup.weights]
@@ -318,7 +320,7 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
     return _States(weights, grads, grads_persistent, optimizer, 0, gathered, cpu, wf, gf, of, "none: torch keeps no master copy", step_temp)
 
 
-def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes) -> _States:
+def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes, trainable=None) -> _States:
     """DeepSpeed's bf16/fp16 engines keep 16-bit weights and, in the optimizer, fp32 master
     weights, fp32 gradients and fp32 Adam states. Per GPU, with G GPUs (facts C14):
     ZeRO-2: 2Psi + 18Psi/G (2 grads16 + 4 grads32 + 4 params32 + 8 Adam, stage_1_and_2.py
@@ -326,26 +328,28 @@ def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes) -> _
     fp32 part to the CPU, sized Psi*max(4G,16)*1.5 (stage 2) or 16 or 18 Psi*1.5 (stage 3)."""
     stage = setup.zero_stage
     adam_bytes = 8 if state_elements is None else 0
+    # the optimizer holds only parameters that need a gradient (a frozen part keeps its 16-bit weights)
+    tr = psi if trainable is None else trainable
     if setup.optimizer != "adamw":
         notes.add(f"DeepSpeed with {setup.optimizer}: its fp32 states sized like torch's {setup.optimizer}")
         per = _optimizer_bytes_per_param(setup.optimizer, 4)
-        opt_total = state_elements * 4 if per is None else int(psi * per)
+        opt_total = state_elements * 4 if per is None else int(tr * per)
     else:
-        opt_total = psi * adam_bytes
+        opt_total = tr * adam_bytes
     shard = lambda total, from_stage: total // n if stage >= from_stage else total  # noqa: E731
     weights16 = shard(psi * 2, 3)
     # ZeRO-3 reduce-scatters the 16-bit gradients straight into the fp32 partition: only the
     # layer being reduced holds them (inside DeepSpeed's 4L), hence 18 and not 20 bytes / G
-    grads16 = 0 if stage == 3 else shard(psi * 2, 2)
-    grads32 = shard(psi * 4, 1)
-    master = shard(psi * 4, 1)
+    grads16 = 0 if stage == 3 else shard(tr * 2, 2)
+    grads32 = shard(tr * 4, 1)
+    master = shard(tr * 4, 1)
     optimizer = shard(opt_total, 1)
     gathered = 0
     cpu: tuple[Component, ...] = ()
     wf = f"{psi / 1e9:.3g}B x 2 B ({setup.deepspeed_half} engine)" + (f" / {n}" if stage >= 3 else "")
-    gf = ("" if stage == 3 else f"16-bit {psi / 1e9:.3g}B x 2 B{f' / {n}' if stage >= 2 else ''} + ") + f"fp32 {psi / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
-    of = f"{opt_total / psi:g} B x {psi / 1e9:.3g}B{f' / {n}' if stage >= 1 else ''} (fp32 states)"
-    mf = f"fp32 {psi / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
+    gf = ("" if stage == 3 else f"16-bit {tr / 1e9:.3g}B x 2 B{f' / {n}' if stage >= 2 else ''} + ") + f"fp32 {tr / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
+    of = f"{opt_total / max(tr, 1):g} B x {tr / 1e9:.3g}B{f' / {n}' if stage >= 1 else ''} (fp32 states)"
+    mf = f"fp32 {tr / 1e9:.3g}B x 4 B{f' / {n}' if stage >= 1 else ''}"
     if stage == 3:
         gathered = 4 * largest  # DeepSpeed's 4L: the largest layer's 16-bit params and grads
     if setup.offload_optimizer and stage >= 2:

@@ -63,6 +63,9 @@ class MemorySetup:
     # its default attention kernel per family and whether T5 ties its head
     # (memory/transformers_versions.py); None: unknown, the cautious reading
     transformers_version: str | None = None
+    # parameters of the trained model that get no gradient (a composite's frozen backbone:
+    # `self.vision.requires_grad_(False)`): no gradients, no optimizer states, no master copy
+    frozen_params: int = 0
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

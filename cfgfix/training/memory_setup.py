@@ -99,6 +99,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         head=get("head") if get("head") in HEADS else ("classification" if composite is not None else None),
         frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions),
         transformers_version=getattr(training, "transformers_version", None),
+        frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
     )
     return MemoryInput(setup, shape, assumptions, problem)
 
@@ -146,8 +147,8 @@ def _composite(sized, assumptions: list[str]):
     assumptions.extend(sized.notes)
     if sized.frozen_params:
         frozen = ", ".join(p.name for p in sized.parts if p.frozen)
-        assumptions.append(f"{sized.class_name}: frozen parts ({frozen}, {sized.frozen_params / 1e9:.3g}B) counted as trained "
-                           "(gradients and optimizer states): the estimate errs high")
+        assumptions.append(f"{sized.class_name}: frozen parts ({frozen}, {_count(sized.frozen_params)}) keep their weights "
+                           "but no gradients or optimizer states")
     if sized.shape is None:
         return None, f"{sized.class_name} in the script: none of its parts could be sized" + (
             f" ({sized.unresolved[0].problem})" if sized.unresolved else "")
