@@ -5,15 +5,15 @@ sized, and a rung of `fix --fit`), and a plan written into the YAML a
 import os
 
 from click.testing import CliRunner
+from conftest import write_project
+from test_training_setup import _setups
 
 from cfgfix.commands import cli
-from cfgfix.memory.estimator import GIB, estimate
+from cfgfix.memory.estimator import estimate
 from cfgfix.memory.gpus import find_gpu
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import shape_from_catalog
 from cfgfix.training.fit import plan
-from conftest import write_project
-from test_training_setup import _setups
 
 SCRIPT = (
     "import torch\nimport yaml\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n"

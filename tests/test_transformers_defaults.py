@@ -7,14 +7,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from cfgfix.memory.estimator import CUBLAS_HANDLES, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, MIB, attention_kernel, estimate
-from cfgfix.memory.setup import MemorySetup
-from cfgfix.memory.shapes import shape_from_catalog
-from cfgfix.memory.transformers_versions import (ATTENTION_DEFAULTS, default_attention, exact_version,
-                                                 t5_head_tied)
 from conftest import REPO
 from test_training_setup import _setups
+
+from cfgfix.memory.estimator import (
+    CUBLAS_HANDLES,
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    MIB,
+    attention_kernel,
+    estimate,
+)
+from cfgfix.memory.setup import MemorySetup
+from cfgfix.memory.shapes import shape_from_catalog
+from cfgfix.memory.transformers_versions import ATTENTION_DEFAULTS, default_attention, exact_version, t5_head_tied
 
 
 @pytest.mark.parametrize("family,version,kernel", [

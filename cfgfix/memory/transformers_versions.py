@@ -14,6 +14,7 @@ is unknown (None), and the estimator keeps its cautious reading. bench/README.md
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 # (checked version, default kernel) per family, oldest first: "sdpa" or "eager".
 # Source per family: transformers/models/<family>/modeling_<family>.py of each wheel.
@@ -79,7 +80,7 @@ def default_attention(family: str, version: str | None) -> str | None:
         return points[0][1] if points[0][1] == "eager" else None
     if _cmp(version, points[-1][0]) >= 0:
         return points[-1][1]
-    for (lo, lo_kernel), (hi, hi_kernel) in zip(points, points[1:]):
+    for (lo, lo_kernel), (hi, hi_kernel) in pairwise(points):
         if _cmp(version, lo) == 0:
             return lo_kernel
         if _cmp(lo, version) < 0 < _cmp(hi, version):

@@ -443,7 +443,7 @@ def meta_count(sized: Sized, timeout: float = 600) -> dict:
         return {"error": f"the constructor's arguments are not plain values: {exc}"}
     try:
         done = subprocess.run([sys.executable, "-m", "cfgfix.memory.meta_count", str(sized.module), sized.class_name, call,
-                               *sized.folders], capture_output=True, text=True, timeout=timeout)
+                               *sized.folders], capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     try:
@@ -460,8 +460,8 @@ def meta_comparison(sized: Sized) -> tuple[str, dict]:
     static = sum(p.params for p in sized.parts if p.params is not None)
     counted = found["params"]
     error = (static - counted) / counted if counted else 0.0
-    lines = [f"Meta-device count of {sized.class_name}: {counted / 1e9:.4g}B parameters built by torch; the static "
-             f"sum of its parts {static / 1e9:.4g}B ({error:+.1%})"]
+    lines = [(f"Meta-device count of {sized.class_name}: {counted / 1e9:.4g}B parameters built by torch; the static "
+              f"sum of its parts {static / 1e9:.4g}B ({error:+.1%})")]
     for part in sized.parts:
         real = found.get("parts", {}).get(part.name)
         if real is not None and part.params != real:
