@@ -218,8 +218,10 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
 
 def _refuse_unsupported(setup: MemorySetup) -> None:
     used = [what for name, what in _UNSUPPORTED.items() if getattr(setup, name)]
-    if setup.optimizer in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw"):
-        used.append("bitsandbytes' 8-bit or paged AdamW")
+    named = {"adamw-8bit": "8-bit AdamW (bitsandbytes)", "paged-adamw-8bit": "paged 8-bit AdamW (bitsandbytes)",
+             "paged-adamw": "paged AdamW (bitsandbytes)"}
+    if setup.optimizer in named:
+        used.append(named[setup.optimizer])
     if used:
         raise SimulationUnsupported("the simulator cannot reproduce " + ", ".join(used) + "; use the analytic estimate")
 
