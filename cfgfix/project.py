@@ -257,6 +257,8 @@ class DeepSpeedUse:
     related: list[Related] = field(default_factory=list)
     via_accelerate: Path | None = None
     script: Path | None = None  # the training script the launch runs (real path), when found
+    args: tuple = ()  # the launch's script arguments (`(text, span)`), for model-parallel sizes
+    training_config: Path | None = None  # the script's --config file, when found
 
 
 @dataclass
@@ -506,7 +508,10 @@ class ProjectModel:
         uses: dict[Path, list[DeepSpeedUse]] = {}
         script_dirs: dict[Path, list[Path]] = {}
         scripts: dict[int, Path] = {}  # id(launch) -> its training script
+        launch_configs: dict[int, Path | None] = {}  # id(launch) -> its script's --config file
         for launch, launch_file in self.launches:
+            if launch.training_config:
+                launch_configs[id(launch)] = _resolve(launch.training_config, launch_file, self.root)
             script = script_path(launch, launch_file, self.root)
             if script is not None:
                 scripts[id(launch)] = script
@@ -529,7 +534,9 @@ class ProjectModel:
                         world, node = accelerate_world_size(doc) if doc is not None else (None, None)
                         if node is not None:
                             related.append(Related(doc.span(node), f"num_processes {world}"))
-                    uses.setdefault(path, []).append(DeepSpeedUse(world, related, script=script))
+                    uses.setdefault(path, []).append(DeepSpeedUse(
+                        world, related, script=script, args=launch.args,
+                        training_config=_resolve(launch.training_config, launch_file, self.root) if launch.training_config else None))
         links: list[AccelerateLink] = []
         candidates = [p for p, kinds in self.configs.items() if "accelerate" in kinds]
         candidates += [p for p in by_yaml if p not in self.configs]
@@ -567,7 +574,8 @@ class ProjectModel:
                     if world_node is not None:
                         related.append(Related(doc.span(world_node), f"num_processes {world}"))
                     related.append(Related(launch.span, "launched here"))
-                uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path, scripts.get(id(launch))))
+                uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path, scripts.get(id(launch)), launch.args,
+                                                                 launch_configs.get(id(launch))))
         return links, uses
 
 

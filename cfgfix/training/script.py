@@ -131,6 +131,8 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
                 _call_refs(node, last, refs, consts, found, False)
     _model_casts(tree, source, imports, found.values)
     _frozen_models(tree, source, consts, found.values)
+    if not found.argument_calls and not found.trainer:  # the HF Trainer's batch is per_device_train_batch_size
+        _loader_batch(tree, source, imports, consts, conditional, found)
     found.argument_defaults = _argument_defaults(tree, source, consts)
     for call in found.argument_calls:
         for setting, value in from_keywords(call, source, f"TrainingArguments in {origin}", consts).items():
@@ -144,6 +146,48 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     if not found.parses_training_arguments and "HfArgumentParser" in source.text and hf:
         found.parses_training_arguments = "TrainingArguments" in source.text
     return found
+
+
+_EVAL_WORDS = ("val", "eval", "test", "dev")
+
+
+def _loader_batch(tree, source, imports, consts, conditional, found: ScriptSetup) -> None:
+    """The training `DataLoader`'s `batch_size` as the micro batch per process: the only
+    DataLoader of the script, or the only one whose name or dataset says `train` (not
+    `val`/`eval`/`test`). A literal is a value; `batch_size=tcfg["batch_size_per_gpu"]` or
+    `=args.batch_size` is a reference resolved per launch (the config file, the flags).
+    Built under a condition, or with no batch_size: unknown."""
+    names: dict[int, str] = {}
+    loaders = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+            target = node.targets[0]
+            names[id(node.value)] = ast.unparse(target).lower()
+        if isinstance(node, ast.Call) and (imports.qualify(node.func) or "").startswith("torch.utils.data") \
+                and (imports.qualify(node.func) or "").endswith(".DataLoader"):
+            loaders.append(node)
+    if len(loaders) > 1:
+        def says_train(call) -> bool:
+            dataset = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "dataset"), None)
+            words = names.get(id(call), "") + " " + (ast.unparse(dataset).lower() if dataset is not None else "")
+            return "train" in words and not any(w in words for w in _EVAL_WORDS)
+        loaders = [call for call in loaders if says_train(call)]
+    if len(loaders) != 1 or id(loaders[0]) in conditional:
+        return
+    call = loaders[0]
+    value = next((k.value for k in call.keywords if k.arg == "batch_size"), call.args[1] if len(call.args) > 1 else None)
+    if value is None:
+        return  # DataLoader's default of 1 is rarely what a training run means: unknown
+    try:
+        size = literal(value, consts)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        ref = found.refs.ref(value) if found.refs is not None else None
+        if ref is not None:
+            found.pending.append(("micro_batch", "batch_size", ref))
+        return
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        found.values.setdefault("micro_batch", Value("micro_batch", size, f"DataLoader(batch_size=) in {source.path}",
+                                                     source.span_of_node(value), "batch_size"))
 
 
 def _argument_defaults(tree: ast.Module, source, consts) -> dict[str, Value | None]:

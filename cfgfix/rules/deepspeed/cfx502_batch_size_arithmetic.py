@@ -61,6 +61,24 @@ def _pipeline_stages(project, uses) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
+def _model_parallel(project, uses):
+    """The model-parallel sizes the launches state (their flags, their script's --config),
+    when they all agree; None when unknown or they disagree (analysis/model_parallel.py)."""
+    from cfgfix.analysis.model_parallel import ModelParallel, from_sources
+
+    found = []
+    for use in uses:
+        doc = project.read(use.training_config) if use.training_config is not None else None
+        label = project.display(use.training_config) if doc is not None else ""
+        found.append(from_sources(use.args, doc, label))
+    if not found:
+        return ModelParallel()
+    first = found[0]
+    if first.divisor is None or any((f.divisor, f.megatron) != (first.divisor, first.megatron) for f in found):
+        return None
+    return first
+
+
 def _passes_mpu(project, uses) -> bool:
     """A launched script hands `mpu=` to deepspeed.initialize (Megatron-style model
     parallelism): DeepSpeed then takes the data-parallel size from it, not the processes."""
@@ -78,7 +96,12 @@ class BatchSizeArithmetic(ProjectRule):
     `--num_gpus`, `deepspeed --hostfile` (its first `--num_nodes` hosts, `--num_gpus` or
     their slots each), `--include host:0,1`, or the accelerate config's `num_processes`).
     Under pipeline parallelism (`PipelineModule(num_stages=N)` in the launched script) the
-    world size is the data-parallel one, processes / N. When a key is missing, DeepSpeed
+    world size is the data-parallel one, processes / N. Under Megatron's model parallelism
+    (`--tensor-model-parallel-size T`, `--pipeline-model-parallel-size P`,
+    `--context-parallel-size C` on the launch, whose groups Megatron hands to DeepSpeed) or
+    with an `mpu=` passed to `deepspeed.initialize` and the sizes stated in the launch's flags
+    or its script's `--config` (`tensor_parallel_size: 2`), it is processes / (T x P x C).
+    When a key is missing, DeepSpeed
     derives it with floor division and asserts the same product: `train_batch_size` 33 with
     micro 17 on 2 GPUs derives 33 // 17 // 2 = 0 accumulation steps ("has to be greater
     than 0"); such a derived failure is reported too, without a fix. A JSON that a launch
@@ -94,8 +117,11 @@ class BatchSizeArithmetic(ProjectRule):
     use the file disagree about the world size. With `sequence_parallel_size` DeepSpeed
     counts data-parallel ranks only (the processes divided by it, or `data_parallel_size`
     when that is set too), and so does this check; with automatic tensor parallelism
-    (`tensor_parallel.autotp_size` above 1) or an `mpu=` passed to `deepspeed.initialize`
-    the data-parallel size is not known from the files, and nothing is reported.
+    (`tensor_parallel.autotp_size` above 1), an `mpu=` passed to `deepspeed.initialize` whose
+    sizes no launch states, model-parallel sizes that DeepSpeed is not told about (no
+    Megatron flags and no `mpu=`: its own world may be every process), or a size it cannot
+    read (`--tp_size $TP`, an expert-parallel size), the data-parallel size is not known from
+    the files, and nothing is reported. A size of 1 changes nothing.
 
     ## Example
     ```json
@@ -116,7 +142,11 @@ class BatchSizeArithmetic(ProjectRule):
 
     ## References
     - facts.md C12; DeepSpeed `runtime/config.py` (`_batch_assertion`, and the world size in
-      `DeepSpeedConfig.__init__`), `deepspeed/__init__.py` (`initialize`: the device mesh)
+      `DeepSpeedConfig.__init__`: `mpu.get_data_parallel_world_size()` when an mpu is
+      given, else every process / `sequence_parallel_size`), `deepspeed/__init__.py`
+      (`initialize`: the device mesh; a `PipelineModule` brings its own mpu)
+    - Megatron `megatron/core/parallel_state.py` `initialize_model_parallel`: data-parallel
+      size = world / (tensor x pipeline x context model-parallel sizes)
     """
 
     code = "CFX502"
@@ -140,16 +170,26 @@ class BatchSizeArithmetic(ProjectRule):
                                    ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
             numbers = [_count(total), _count(micro), _count(steps)]
             data_parallel = _data_parallel_world(root, world)
-            if data_parallel is None or _passes_mpu(project, uses):
+            parallel = _model_parallel(project, uses)
+            if data_parallel is None or parallel is None:
                 continue  # model/sequence parallel groups this cannot size: no single right number
+            megatron = parallel.megatron and parallel.divisor > 1
+            if _passes_mpu(project, uses) and not (parallel.divisor > 1):
+                continue  # an mpu whose sizes no launch states
+            if parallel.divisor > 1 and not (megatron or _passes_mpu(project, uses)):
+                continue  # sizes DeepSpeed is not told about (no mpu): its own world may be all processes
             stages = _pipeline_stages(project, uses)
-            if stages is None:
-                continue  # a pipeline whose stage count is computed: the data-parallel size is unknown
+            if stages is None or (stages > 1 and parallel.divisor > 1):
+                continue  # a computed stage count, or stages counted twice: the data-parallel size is unknown
             world, processes = data_parallel
             if stages > 1:
                 if world % stages:
                     continue
                 world, processes = world // stages, f"{processes} / {stages} pipeline stages"
+            if parallel.divisor > 1:
+                if world % parallel.divisor or data_parallel[1] != f"{world} processes":
+                    continue  # not a whole number of groups, or sequence parallelism on top: unknown
+                world, processes = world // parallel.divisor, f"{processes} / ({parallel.text})"
             if None in numbers:
                 yield from self._derived(doc, (total, micro, steps), numbers, world, processes, uses)
                 continue
@@ -159,7 +199,7 @@ class BatchSizeArithmetic(ProjectRule):
                 continue
             related = [Related(doc.span(micro), f"micro batch {micro_n}"),
                        Related(doc.span(steps), f"gradient accumulation {steps_n}")]
-            related += [r for use in uses for r in use.related]
+            related += [r for use in uses for r in use.related] + parallel.related
             yield self.finding(
                 doc.span(total),
                 f"train_batch_size {total_n} != train_micro_batch_size_per_gpu {micro_n} x "
@@ -211,6 +251,24 @@ class BatchSizeArithmetic(ProjectRule):
     _ACC = HEAD_ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
                        "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: {n}\n")
     VALID = [
+        Example(_DS.format(total=16, micro=2), "Megatron flags: 2 x 4 x (8 / (2 x 2)) = 16, not 2 x 4 x 8",
+                path="ds.json", files={"train.sh": "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                                                   "--pipeline-model-parallel-size 2 --deepspeed --deepspeed_config ds.json\n"}),
+        Example(_DS.format(total=32, micro=2), "tensor_parallel_size in the script's config with an mpu: 2 x 4 x (8 / 2)",
+                path="ds.json", files={"train.sh": "deepspeed --num_gpus 8 train.py --config cfg.yaml --deepspeed ds.json\n",
+                                       "cfg.yaml": "tensor_parallel_size: 2\n",
+                                       "train.py": "import deepspeed\nengine, *_ = deepspeed.initialize(model=m, mpu=mpu, "
+                                                   "config='ds.json')\n"}),
+        Example(_DS.format(total=32, micro=2), "tensor_parallel_size DeepSpeed is not told about (no mpu, no Megatron "
+                "flags): its world may be every process; unknown", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --config cfg.yaml --deepspeed ds.json\n",
+                       "cfg.yaml": "tensor_parallel_size: 2\n"}),
+        Example(_DS.format(total=16, micro=2), "an expert-parallel size: its effect on the data-parallel size is not read",
+                path="ds.json", files={"train.sh": "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                                                   "--expert-model-parallel-size 4 --deepspeed --deepspeed_config ds.json\n"}),
+        Example(_DS.format(total=16, micro=2), "a tensor-parallel size from a variable: unknown", path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size $TP "
+                                   "--deepspeed --deepspeed_config ds.json\n"}),
         Example(_DS.format(total=32, micro=2), "2 x 4 x 4 processes = 32", path="ds.json",
                 files={"train.sh": "deepspeed --num_gpus 4 train.py --deepspeed ds.json\n"}),
         Example(_DS.format(total=16, micro=2), "no launch uses the file: the world size is unknown", path="ds.json"),
@@ -238,7 +296,17 @@ class BatchSizeArithmetic(ProjectRule):
                        "pretrain.py": "import deepspeed\n\nengine, *_ = deepspeed.initialize(model=model, args=args, "
                                       "mpu=mpu)\n"}),
     ]
+    _MEGATRON = ("deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                 "--pipeline-model-parallel-size 2 --deepspeed --deepspeed_config ds.json\n")
     INVALID = [
+        Example(_DS.format(total=64, micro=2), "Megatron flags: 8 processes / (TP 2 x PP 2) = 2 data-parallel ranks, "
+                "2 x 4 x 2 = 16", path="ds.json", line=2, files={"train.sh": _MEGATRON},
+                fixed=_DS.format(total=16, micro=2)),
+        Example(_DS.format(total=16, micro=2), "sizes of 1 divide nothing (a vLLM engine's own TP of 1 included)",
+                path="ds.json", line=2,
+                files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json --vllm_tensor_parallel_size 1 "
+                                   "--tp_size 1\n"},
+                fixed=_DS.format(total=64, micro=2)),
         Example(_DS.format(total=16, micro=2), "torchrun on 8 GPUs with an HF --deepspeed file", path="ds.json", line=2,
                 files={"train.sh": "torchrun --standalone --nproc_per_node 8 train.py --deepspeed=ds.json\n"},
                 fixed=_DS.format(total=64, micro=2)),

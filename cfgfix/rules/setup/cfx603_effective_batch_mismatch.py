@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import re
-
 from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
 from cfgfix.rules.setup.common import CONFIG_SOURCES, is_int
 
-_PARALLEL = re.compile(r"(tensor|pipeline|context|sequence)_(model_)?parallel|\btp_size\b|\bpp_size\b", re.IGNORECASE)
+def _model_parallel(project, setup):
+    """The launch's model-parallel sizes (its flags and its training config; Megatron-style
+    tensor / pipeline / context parallel): a group of those ranks shares one batch."""
+    from cfgfix.analysis.model_parallel import from_sources
 
-
-def _model_parallel(project, setup) -> bool:
-    """The launch's training config or flags mention model parallelism (Megatron-style
-    tensor / pipeline / context parallel sizes)."""
-    if any(_PARALLEL.search(text) for text, _ in setup.launch.args):
-        return True
     path = setup.files.get("training config")
     doc = project.read(path) if path is not None else None
-    return bool(doc is not None and _PARALLEL.search(doc.source.text))
+    return from_sources(setup.launch.args, doc, project.display(path) if doc is not None else "")
 
 
 @register
@@ -28,7 +23,15 @@ class EffectiveBatchMismatch(ProjectRule):
     one file sets and another file of the same launch silently overrides (a DeepSpeed
     `train_micro_batch_size_per_gpu` against the training config's), or a stated global batch
     (`global_batch_size`, `total_batch_size`, `effective_batch_size`) that is not micro batch ×
-    accumulation × processes.
+    accumulation × data-parallel ranks: the processes, divided by the tensor, pipeline and
+    context parallel sizes the launch's flags or training config state
+    (`tensor_parallel_size: 2`, `--tensor-model-parallel-size 2`), whose ranks share a batch.
+    A model-parallel size it cannot read (a variable, an expert-parallel size) leaves the
+    data-parallel size unknown, and nothing is reported.
+
+    The training `DataLoader(batch_size=...)` of a script with its own loop counts as a
+    per-GPU batch too, literal or read from the script's config (`tcfg["batch_size_per_gpu"]`)
+    or flags.
 
     Differences in gradient accumulation alone are CFX404's; a DeepSpeed value that the HF
     Trainer checks against TrainingArguments is CFX511's.
@@ -59,6 +62,8 @@ class EffectiveBatchMismatch(ProjectRule):
 
     ## References
     - facts.md B10, C12 (batch arithmetic)
+    - Megatron `megatron/core/parallel_state.py` `initialize_model_parallel`: data-parallel
+      size = world / (tensor x pipeline x context model-parallel sizes)
     """
 
     code = "CFX603"
@@ -81,18 +86,26 @@ class EffectiveBatchMismatch(ProjectRule):
         effective = setup.values.get("effective_batch")
         if effective is None or micro.span is None or accum.span is None:
             return []  # a default in the product: the stated total may be what the author meant
-        if _model_parallel(project, setup):
-            return []  # tensor / pipeline parallel ranks share a batch: data-parallel size unknown
+        parallel = _model_parallel(project, setup)
+        if parallel.divisor is None:
+            return []  # model-parallel sizes it cannot read: the data-parallel size is unknown
+        ranks, how = world.value, f"{world.value} processes"
+        if parallel.divisor > 1:
+            if not is_int(ranks) or ranks % parallel.divisor:
+                return []
+            ranks, how = ranks // parallel.divisor, f"{world.value} processes / ({parallel.text})"
+        total = effective.value if parallel.divisor == 1 else micro.value * accum.value * ranks
         out = []
         for source in ("flags",) + CONFIG_SOURCES:
             stated = setup.sources.get(source, {}).get("global_batch")
-            if stated is None or not is_int(stated.value) or stated.value == effective.value:
+            if stated is None or not is_int(stated.value) or stated.value == total:
                 continue
             out.append(self.finding(
                 stated.span,
                 f"{stated.origin} says {stated.value}, but this launch trains with an effective batch of "
-                f"{effective.value} ({micro.value} per GPU x {accum.value} accumulation x {world.value} processes)",
-                related=[Related(v.span, v.origin) for v in (micro, accum, world) if v.span is not None],
+                f"{total} ({micro.value} per GPU x {accum.value} accumulation x {how})",
+                related=[Related(v.span, v.origin) for v in (micro, accum, world) if v.span is not None]
+                + parallel.related,
             ))
         return out
 
@@ -100,8 +113,10 @@ class EffectiveBatchMismatch(ProjectRule):
         deepspeed = setup.sources.get("deepspeed config", {}).get("micro_batch")
         if deepspeed is None or setup.trainer:
             return []  # with the HF Trainer a disagreement raises (CFX511)
-        for source in ("flags",) + CONFIG_SOURCES:
+        for source in ("flags",) + CONFIG_SOURCES + ("script",):
             other = setup.sources.get(source, {}).get("micro_batch")
+            if source == "script" and (other is None or other.name != "batch_size"):
+                continue  # of the script's own values, only its training DataLoader's batch_size
             if other is None or not is_int(other.value) or other.value == deepspeed.value:
                 continue
             return [self.finding(
@@ -112,6 +127,11 @@ class EffectiveBatchMismatch(ProjectRule):
             )]
         return []
 
+    _OWN_LOOP = ("import yaml\nimport deepspeed\nfrom torch.utils.data import DataLoader\n"
+                 "cfg = yaml.safe_load(open('train.yaml'))\ntcfg = cfg['training']\n"
+                 "train_loader = DataLoader(train_set, batch_size=tcfg['batch_size_per_gpu'])\n"
+                 "eval_loader = DataLoader(eval_set, batch_size=32)\n"
+                 "engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config='ds.json')\n")
     _YAML = "per_device_train_batch_size: 4\ngradient_accumulation_steps: {accum}\nglobal_batch_size: 64\nbf16: true\n"
     VALID = [
         Example(_YAML.format(accum=2), "4 x 2 x 8 = 64", path="train.yaml",
@@ -122,8 +142,30 @@ class EffectiveBatchMismatch(ProjectRule):
         Example(_YAML.format(accum=4) + "tensor_model_parallel_size: 2\n",
                 "tensor parallel ranks share a batch: 4 x 4 x 8 / 2 = 64", path="train.yaml",
                 files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
+        Example(_YAML.format(accum=4), "a tensor-parallel size on the command line: 4 x 4 x (8 / 2) = 64",
+                path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml --tensor_parallel_size 2\n"}),
+        Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "gradient_accumulation_steps": 1,\n'
+                '  "zero_optimization": {"stage": 2}\n}\n',
+                "the training DataLoader agrees with DeepSpeed; the eval loader's 32 is not the training batch",
+                path="ds.json",
+                files={"train.sh": "deepspeed --num_gpus 2 train.py --config train.yaml --deepspeed_config ds.json\n",
+                       "train.yaml": "training:\n  batch_size_per_gpu: 4\n", "train.py": _OWN_LOOP}),
+        Example(_YAML.format(accum=2) + "expert_model_parallel_size: 2\n",
+                "an expert-parallel size: its effect is not read, unknown", path="train.yaml",
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
     ]
     INVALID = [
+        Example('{\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 1,\n'
+                '  "zero_optimization": {"stage": 2}\n}\n',
+                "the DeepSpeed micro batch vs the training DataLoader's, read from the script's own config",
+                path="ds.json", line=2,
+                files={"train.sh": "deepspeed --num_gpus 2 train.py --config train.yaml --deepspeed_config ds.json\n",
+                       "train.yaml": "training:\n  batch_size_per_gpu: 4\n", "train.py": _OWN_LOOP}),
+        Example(_YAML.format(accum=2) + "tensor_parallel_size: 2\n",
+                "tensor_parallel_size divides the data-parallel size: 4 x 2 x (8 / 2) = 32, not 64",
+                path="train.yaml", line=3,
+                files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
         Example(_YAML.format(accum=4), "4 x 4 x 8 = 128, not 64", path="train.yaml", line=3,
                 files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
         Example('{\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 2,\n'
