@@ -272,8 +272,9 @@ class Linter:
 
         # APIs that date the code (`dtype=` in from_pretrained: transformers >= 4.56;
         # `Trainer(tokenizer=...)`: < 5) are version evidence (docs/versions.md).
-        versions = versions.with_code_bounds(code_bounds(document.tree, source.text))
         ctx = PythonContext(document, versions, path=sf.path, project=self.modules)
+        # read when a rule first asks a version question (most files ask none)
+        ctx.versions = versions.with_code_bounds(lambda: code_bounds(document.tree, source.text, ctx.imports))
         result = FileResult()
         self._run(rules, ctx, sf, result)
         if self.record_deps and "functions" in ctx.__dict__ and ctx.functions.deps:  # an analysis followed imports

@@ -478,8 +478,16 @@ class Versions:
         # Packages the project installs without a version (`transformers` in requirements.txt,
         # `!pip install transformers`), with where: such an install gets the current release.
         self._unpinned = unpinned or {}
-        # Bounds the code's own idioms set (version_idioms.py): package -> {">=" | "<": (version, why)}.
-        self._code = code or {}
+        # Bounds the code's own idioms set (version_idioms.py): package -> {">=" | "<": (version, why)},
+        # or a function that reads them, called on the first question (most files ask none).
+        self._code_source = code if callable(code) else None
+        self._code_value = None if callable(code) else (code or {})
+
+    @property
+    def _code(self) -> dict:
+        if self._code_value is None:
+            self._code_value = self._code_source() or {}
+        return self._code_value
 
     @classmethod
     def from_project(cls, root: Path) -> Versions:
@@ -512,23 +520,29 @@ class Versions:
                 pins[normalize(pin[0])] = VersionInfo(normalize(pin[0]), pin[1], source, "pin")
             elif pin:
                 unpinned[normalize(pin[0])] = source
-        return Versions(pins, unpinned, self._code)
+        return Versions(pins, unpinned, self._code_source if self._code_value is None else self._code_value)
 
-    def with_code_bounds(self, bounds: dict[str, dict[str, tuple[str, str]]]) -> Versions:
+    def with_code_bounds(self, bounds) -> Versions:
         """These versions with the bounds read from the code: `dtype=` in `from_pretrained`
         exists from transformers 4.56 (">="), `Trainer(tokenizer=...)` only below 5 ("<").
         A pin still wins, narrowed by the bounds where they overlap; an installed copy
-        outside the bounds is not the one the code runs on, so the bounds replace it."""
+        outside the bounds is not the one the code runs on, so the bounds replace it.
+        `bounds` may be a function that returns them: it is called when a rule first asks."""
+        if callable(bounds):
+            return Versions(self._pins, self._unpinned, lambda: self._merged(bounds()))
         if not bounds:
             return self
+        return Versions(self._pins, self._unpinned, self._merged(bounds))
+
+    def _merged(self, bounds) -> dict:
         merged = {name: dict(found) for name, found in self._code.items()}
-        for package, found in bounds.items():
+        for package, found in (bounds or {}).items():
             target = merged.setdefault(normalize(package), {})
             for op, (version, why) in found.items():
                 old = target.get(op)
                 if old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0])):
                     target[op] = (version, why)
-        return Versions(self._pins, self._unpinned, merged)
+        return merged
 
     def _code_info(self, name: str) -> VersionInfo | None:
         found = self._code.get(name)
