@@ -450,3 +450,22 @@ def test_a_choice_stays_small(tmp_path):
     # inner branches past the limit are forgotten (an untracked value); outer ones still reach
     rows = possible(analysis)
     assert rows and all(n <= MAX_OPTIONS for *_, n in rows) and calls(analysis) == []
+
+
+def test_a_fallback_load_in_an_except_handler(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(device):
+            try:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            except ImportError:
+                model = AutoModelForCausalLM.from_pretrained("m")
+            model.to(device)
+            try:
+                model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+            except ImportError:
+                raise SystemExit("accelerate is needed")
+            model.cuda()
+    """})
+    assert possible(analysis) == [(8, "to", "model", None, None, 2), (8, "to", "model", "multi", None, 2)]
+    assert [(line, dm) for line, _, _, _, dm, _ in calls(analysis)] == [(13, "multi")]  # the handler re-raises

@@ -1364,15 +1364,31 @@ class _Walker:
                     self.bind(item.optional_vars, None, env)
             return self.block(stmt.body, env)
         if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            # What follows sees the body (and `else`) completed, or a handler that does
+            # not re-raise having run after part of the body: a fallback load in `except`
+            # and the load it replaces are both possible. A handler starts from `safe`.
             bound = _bound_in(stmt)
             safe = {k: v for k, v in env.items() if k not in bound}
-            self.block(stmt.body, dict(safe))
+            imports = self.resolver.imports
+            paths = []
+            completed = self.block(stmt.body, dict(safe))
+            if not _ends(stmt.body, imports):
+                completed = self.block(stmt.orelse, completed)
+                if not _ends(stmt.orelse, imports):
+                    paths.append(completed)
             self.depth += 1
             for handler in stmt.handlers:
-                self.block(handler.body, dict(safe))
+                after = self.block(handler.body, dict(safe))
+                if not _ends(handler.body, imports):
+                    paths.append(after)
             self.depth -= 1
-            self.block(stmt.orelse, dict(safe))
-            return self.block(stmt.finalbody, dict(safe))
+            joined = dict(safe)
+            if paths:
+                joined = paths[0]
+                for other in paths[1:]:
+                    joined = _join(joined, other, frozenset(), frozenset())
+                joined = _restamp(joined, safe, self.depth)
+            return self.block(stmt.finalbody, joined)
         if isinstance(stmt, ast.Match):
             self.expr(stmt.subject, env)
             bound = _bound_in(stmt)

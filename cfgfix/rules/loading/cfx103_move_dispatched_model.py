@@ -152,6 +152,13 @@ class MoveDispatchedModel(Rule):
             "    model.to(device)\n",
             why="a conditional `device_map` and a move under the opposite condition",
         ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto' if multi else None)\n"
+            "if torch.cuda.is_available():\n"
+            "    model.to('cuda')\n",
+            why="a move under a test cfgfix cannot relate to the branch that dispatched",
+        ),
     ]
     INVALID = [
         Example(
@@ -178,6 +185,16 @@ class MoveDispatchedModel(Rule):
             "model.to(device)\n",
             why="a conditional `device_map` whose dispatched branch reaches the move",
             line=3,
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "try:\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "except ValueError:\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', trust_remote_code=True)\n"
+            "model = model.to('cuda')\n",
+            why="a fallback load in `except`: the dispatched load, when it works, reaches the move",
+            line=6,
         ),
         Example(
             "from peft import get_peft_model\n"
