@@ -10,7 +10,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from cfgfix.analysis.names import dotted
+from cfgfix.analysis.names import dotted, single_assignments
 from cfgfix.core import Applicability, Edit, Fix, Related
 from cfgfix.documents import python_edits
 
@@ -399,6 +399,11 @@ class _Peft:
             self.scopes[key] = _Scope.build(body)
         return self.scopes[key]
 
+    def _consts(self, function) -> dict[str, ast.expr]:
+        """Names bound once in the module or the function (`bnb = BitsAndBytesConfig(...)`)."""
+        module = single_assignments(self.ctx.document.tree.body)
+        return {**module, **single_assignments(function.body)} if function is not None else module
+
     def _check_wrap(self, wrap) -> None:
         call, context = wrap.node, wrap.context
         if context.classdef is not None and context.function is None:
@@ -420,7 +425,7 @@ class _Peft:
         base = dotted(base_arg)
         load_pos = (load.lineno, load.col_offset)
         prior = self._checkpointing_before(function, base, load, wrap_pos)
-        if prior and self.peft_prepares and _quantized(load) is not True:
+        if prior and self.peft_prepares and _quantized(load, self._consts(function)) is not True:
             # PEFT calls `enable_input_require_grads()` as it wraps a model whose checkpointing
             # is already on (unless the model is quantized): the order of the calls matters.
             return
@@ -723,18 +728,23 @@ def _strings(node: ast.expr) -> list[str] | None:
     return None
 
 
-def _quantized(load: ast.Call) -> bool | None:
-    """True: loaded 4/8-bit; False: not; None: a config variable that may or may not quantize."""
+def _quantized(load: ast.Call, consts: dict[str, ast.expr] | None = None) -> bool | None:
+    """True: loaded 4/8-bit; False: not; None: a config variable that may or may not quantize.
+    A name bound once (`bnb_cfg = BitsAndBytesConfig(load_in_8bit=True)`) is read through."""
+    consts = consts or {}
     for kw in load.keywords:
+        value = kw.value
+        if isinstance(value, ast.Name) and value.id in consts:
+            value = consts[value.id]
         if kw.arg in ("load_in_4bit", "load_in_8bit"):
-            if not isinstance(kw.value, ast.Constant):
+            if not isinstance(value, ast.Constant):
                 return None
-            if kw.value.value is True:
+            if value.value is True:
                 return True
         elif kw.arg == "quantization_config":
-            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+            if isinstance(value, ast.Constant) and value.value is None:
                 continue
-            return True if isinstance(kw.value, ast.Call) else None
+            return True if isinstance(value, ast.Call) else None
         elif kw.arg is None:
             return None
     return False

@@ -122,6 +122,16 @@ class ReentrantCheckpointingFrozenInputs(Rule):
 
     VALID = [
         Example(
+            "from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb_cfg = BitsAndBytesConfig(load_in_8bit=True) if args.int8 else None\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=bnb_cfg)\n"
+            "model.gradient_checkpointing_enable()\n"
+            "model = get_peft_model(model, LoraConfig(r=64))\n",
+            why="a config name that may hold None: whether PEFT prepares the inputs is unknown",
+            files=_PINS_V4,
+        ),
+        Example(
             _HEAD + "model.gradient_checkpointing_enable()\n"
             "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n",
             why="checkpointing enabled before get_peft_model: PEFT calls enable_input_require_grads() as it wraps",
@@ -315,6 +325,23 @@ class ReentrantCheckpointingFrozenInputs(Rule):
             "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n"
             "model = get_peft_model(model, LoraConfig(r=16))\n",
+        ),
+        Example(
+            "from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb_cfg = BitsAndBytesConfig(load_in_8bit=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto', quantization_config=bnb_cfg)\n"
+            "model.gradient_checkpointing_enable()\n"
+            "model = get_peft_model(model, LoraConfig(r=64))\n",
+            why="the quantization config through a name bound once: checkpointing first does not help",
+            line=5,
+            files=_PINS_V4,
+            fixed="from peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+            "bnb_cfg = BitsAndBytesConfig(load_in_8bit=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto', quantization_config=bnb_cfg)\n"
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n"
+            "model = get_peft_model(model, LoraConfig(r=64))\n",
         ),
         Example(
             "from peft import LoraConfig, get_peft_model\n"
