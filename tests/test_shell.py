@@ -738,3 +738,19 @@ def test_dockerfile_arg_values_reach_env():
     assert find_launches(doc)[0].world_size == 4
     bare = parse("FROM x\nARG NPROC=4\nCMD torchrun --nproc_per_node $NPROC train.py\n", "dockerfile", "Dockerfile")
     assert find_launches(bare)[0].world_size is None
+
+
+def test_heredoc_script_positions_with_tabs_and_an_unquoted_delimiter():
+    text = "cat > run.sh <<-EOF\n\texport A=$HOME/x\n\ttorchrun --nproc_per_node 2 t.py\n\tEOF\nbash run.sh\n"
+    doc = parse(text)  # parse() checks every word's span against the text
+    assert ["torchrun", "--nproc_per_node", "2", "t.py"] in argvs(doc)
+    (assignment,) = [a for a in doc.assignments if a.name == "A"]
+    assert (assignment.value.text, assignment.span.line, assignment.span.column) == ("$HOME/x", 2, 9)
+
+
+def test_many_heredocs_and_odd_substitutions_do_not_break_the_reader():
+    body = "".join(f"cat > j{i}.sh <<E{i}\necho {i}\nE{i}\n" for i in range(50))
+    doc = parse(body + "X=$(sbatch j7.sh $(echo `date`) )\nY=`bash j9.sh`\nZ='$(bash j3.sh)'\n")
+    echoed = sorted(int(a[1]) for a in argvs(doc) if a[0] == "echo" and len(a) == 2 and a[1].isdigit())
+    # j3 is only named inside single quotes (a literal): only j7 and j9 run
+    assert echoed == [7, 9]

@@ -785,7 +785,8 @@ def _runs_file(doc: ShellDocument, target: str, after: int) -> bool:
     words += [a.value for a in doc.assignments if a.span.start >= after]
     for word in words:
         if "$(" in word.text or "`" in word.text:
-            for match in _SUBSTITUTION.finditer(word.text):
+            live = re.sub(r"'[^']*'", "", word.raw)  # `'$(bash x.sh)'` is a literal string
+            for match in _SUBSTITUTION.finditer(live):
                 inner = match.group(1) if match.group(1) is not None else match.group(2)
                 argvs.append([t.strip("\"'") for t in _ARGUMENT.findall(inner)])
     for argv in argvs:
