@@ -73,14 +73,23 @@ def prepare(paths, select, ignore, extend_select, config_file, no_cache, discove
     return engine, files, settings
 
 
+_TUNED = False  # the collector is tuned once per process
+
+
 def _fewer_collections() -> None:
     """A run allocates hundreds of thousands of AST nodes and analysis records that live
     until their file is done; the cyclic collector's default (a pass every 700 allocations,
     and full passes over everything alive) re-traversed them over and over: ~8% of a
     pre-commit run's CPU. What is loaded so far (modules, settings) is never garbage: it is
-    frozen out of every pass, and passes come every 10,000 allocations."""
+    frozen out of every pass (once per process: a process that runs many commands, such as a
+    test session, would otherwise freeze each run's uncollected garbage for good), and passes
+    come every 10,000 allocations."""
     import gc
 
+    global _TUNED
+    if _TUNED:
+        return
+    _TUNED = True
     gc.freeze()
     if gc.get_threshold()[0] < 10_000:
         gc.set_threshold(10_000, 10, 10)

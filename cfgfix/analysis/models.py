@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from cfgfix.analysis.names import (
@@ -521,7 +522,7 @@ class FunctionTable:
             return None
         params = _positional_params(func, method=cls is not None)
         env = {name: ModelState(ParamLoad(i, name), PARAM_DTYPE) for i, name in enumerate(params)}
-        resolver = _Resolver(self.imports, {**self.consts, **single_assignments(func.body)}, self)
+        resolver = _Resolver(self.imports, _ScopeConsts(self.consts, func.body), self)
         walker = _Walker(ModelAnalysis(self.imports), resolver, {}, cls=cls)
         walker.returns = []
         walker.block(func.body, env)
@@ -574,11 +575,26 @@ class FunctionTable:
         if found is None:
             text = self.text_of(func)
             if text is not None:
-                found = "from_pretrained" in text and _mentions_load(func)
+                found = "from_pretrained" in text and _mentions_load(func, self._load_lines(func))
             else:
                 found = _mentions_load(func)
             self._mentions[id(func)] = found
         return found
+
+    def _load_lines(self, func: ast.AST) -> list[int]:
+        """The lines (decorators included) where the module's text says `from_pretrained`."""
+        import bisect
+
+        text, starts = self.origin.text if self.origin is not None else self.text, self._line_starts
+        first = min([func.lineno] + [d.lineno for d in getattr(func, "decorator_list", ())])
+        last = func.end_lineno or func.lineno
+        end = starts[last] if last < len(starts) else len(text)
+        lines = []
+        pos = text.find("from_pretrained", starts[first - 1], end)
+        while pos >= 0:
+            lines.append(bisect.bisect_right(starts, pos))
+            pos = text.find("from_pretrained", pos + 1, end)
+        return lines
 
     def text_of(self, node: ast.AST) -> str | None:
         text = self.origin.text if self.origin is not None else self.text
@@ -614,10 +630,27 @@ class FunctionTable:
         return keys
 
 
-def _mentions_load(func: ast.AST) -> bool:
+def _mentions_load(func: ast.AST, lines: list[int] | None = None) -> bool:
     """The function loads a model somewhere (`from_pretrained`): only those can return one
-    when no model is passed to them (a wrapper is followed when a model goes in)."""
-    return any(isinstance(n, ast.Attribute) and n.attr == "from_pretrained" for n in walk_scope(func))
+    when no model is passed to them (a wrapper is followed when a model goes in). With
+    `lines` (where the text says `from_pretrained`), the walk skips every subtree whose
+    lines hold none: the attribute is written on one of them (f-strings, whose positions
+    this Python may misreport, are always walked)."""
+    if lines is None:
+        return any(isinstance(n, ast.Attribute) and n.attr == "from_pretrained" for n in walk_scope(func))
+    stack = [(func, False)]
+    while stack:
+        node, whole = stack.pop()
+        if isinstance(node, ast.Attribute) and node.attr == "from_pretrained":
+            return True
+        whole = whole or isinstance(node, ast.JoinedStr)
+        for child in child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue  # walk_scope: not into nested scopes
+            first = getattr(child, "lineno", None)
+            if whole or first is None or _any_between(lines, first, getattr(child, "end_lineno", None) or first):
+                stack.append((child, whole))
+    return False
 
 
 def _line_starts(text: str) -> list[int]:
@@ -912,17 +945,22 @@ class _Survey:
         self.classes: list[ast.ClassDef] = []
         if text is None:
             text = ast.unparse(tree)  # tests that pass only a tree
-        pattern = _LOAD_CALL
-        if loaders:  # calls of functions that may return a model count as loads
-            pattern = re.compile(r"from_pretrained\s*\(|\b(?:" + "|".join(map(re.escape, sorted(loaders))) + r")\s*\(")
         import bisect
 
+        # Loads, and calls of functions that may return a model (they count as loads), one
+        # pattern each, literal first (one alternation starting with `\b` tried every
+        # position of the text); `\b` before a name is checked by hand.
+        patterns = [_LOAD_CALL] + [re.compile(re.escape(name) + r"\s*\(") for name in sorted(loaders)]
         starts = None
         found = set()
-        for m in pattern.finditer(text):
-            if starts is None:
-                starts = _line_starts(text)
-            found.add(bisect.bisect_right(starts, m.start()))
+        for number, pattern in enumerate(patterns):
+            for m in pattern.finditer(text):
+                at = m.start()
+                if number and at and (text[at - 1].isalnum() or text[at - 1] == "_"):
+                    continue  # inside a longer name
+                if starts is None:
+                    starts = _line_starts(text)
+                found.add(bisect.bisect_right(starts, at))
         lines = sorted(found)
         if not lines:
             return
@@ -1098,11 +1136,37 @@ def _analyze_function(func, analysis, resolver, seeds, cls: ast.ClassDef | None 
     """Walk one function body from `seeds` (names of the enclosing scopes, shadowed by the
     function's parameters) and `params` (what its call sites pass); returns what the names
     hold at its end."""
-    local = _Resolver(resolver.imports, {**resolver.consts, **single_assignments(func.body)}, resolver.functions)
+    local = _Resolver(resolver.imports, _ScopeConsts(resolver.consts, func.body), resolver.functions)
     names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
     env = {k: v for k, v in seeds.items() if k.split(".")[0] not in names or k.startswith("self.")}
     env.update(params or {})
     return _Walker(analysis, local, {}, cls=cls).block(func.body, env)
+
+
+class _ScopeConsts(Mapping):
+    """`{**outer, **single_assignments(body)}`, computed on first use: most functions a class
+    analysis walks never resolve a dtype or device argument (they hold no model), and the
+    scope's assignments were a third of the model analysis of a large trainer class."""
+
+    def __init__(self, outer, body: list[ast.stmt]) -> None:
+        self._outer, self._body, self._merged = outer, body, None
+
+    def _all(self) -> dict:
+        if self._merged is None:
+            self._merged = {**self._outer, **single_assignments(self._body)}
+        return self._merged
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._all()
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 class _Resolver:

@@ -83,6 +83,10 @@ class ImportMap:
 
 def dotted(node: ast.AST) -> str | None:
     """`self.model` -> "self.model"; anything that is not a Name/Attribute chain -> None."""
+    if isinstance(node, ast.Name):  # the two usual shapes first: the analyses ask for every name
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value.id + "." + node.attr
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

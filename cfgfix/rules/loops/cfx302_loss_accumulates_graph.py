@@ -55,7 +55,7 @@ def _call_result_accumulated(data: bytes) -> bool:
     which may return a loss whatever it is called."""
     if b".backward(" not in data and b" import " not in data:
         return False
-    accumulated = {m.group(1): m for m in _ACCUMULATE_NAME.finditer(data)}
+    accumulated = _accumulated_names(data)
     if not accumulated:
         return False
     bound = re.compile(
@@ -69,6 +69,25 @@ def _call_result_accumulated(data: bytes) -> bool:
         if in_loop_text(data, start, line.rstrip(b"\r"), _LOSS_BUILDER_DEF):
             return True
     return False
+
+
+def _accumulated_names(data: bytes) -> dict:
+    """`_ACCUMULATE_NAME`'s matches by accumulated name (the last wins), matched only on the
+    lines that hold `+=` (the line-anchored pattern alone tried every line start)."""
+    starts = []
+    pos = data.find(b"+=")
+    while pos >= 0:
+        starts.append(data.rfind(b"\n", 0, pos) + 1)
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        pos = data.find(b"+=", end)
+    accumulated = {}
+    for start in starts:
+        match = _ACCUMULATE_NAME.match(data, start)  # a match never leaves its line
+        if match is not None:
+            accumulated[match.group(1)] = match
+    return accumulated
 
 
 def _loss_word_accumulated(data: bytes) -> bool:
