@@ -292,3 +292,41 @@ def test_estimate_simulate_compares_with_a_meta_device_count():
     entry = json.loads(result.output)[0]
     assert entry["meta_count"]["params"] == entry["meta_count"]["static"] == 8_028_339_202
     assert entry["meta_count"]["error"] == 0.0
+
+
+def test_from_config_parts_as_in_the_bench_composite(tmp_path):
+    """bench/gpu_memory.py's composite pattern: towers built with `AutoModel.from_config` from
+    a config loaded by `AutoConfig.from_pretrained` (here a local folder), sized like the
+    pretrained parts; a config computed at run time is an unresolved part, not a silent zero."""
+    write_project(tmp_path, {
+        "bert/config.json": json.dumps({"model_type": "bert", "hidden_size": 256, "num_hidden_layers": 4,
+                                        "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 512,
+                                        "max_position_embeddings": 512, "type_vocab_size": 2}),
+        "train.py": (
+            "from torch import nn\nfrom transformers import AutoConfig, AutoModel\n\n"
+            "class Composite(nn.Module):\n"
+            "    def __init__(self, path):\n"
+            "        super().__init__()\n"
+            "        cfg = AutoConfig.from_pretrained(path)\n"
+            "        self.text = AutoModel.from_config(cfg)\n"
+            "        self.other = AutoModel.from_config(cfg)\n"
+            "        self.fuse = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size)\n"
+            "        self.mixer = nn.TransformerEncoderLayer(d_model=cfg.hidden_size, nhead=8, dim_feedforward=4 * cfg.hidden_size)\n"
+            "        self.odd = AutoModel.from_config(make_config())\n\n"
+            "model = Composite('./bert')\nloss.backward()\n"),
+        "run.sh": "python train.py\n",
+    })
+    sized = _setups(tmp_path)[0].composite
+    parts = {p.name: p.params for p in sized.parts}
+    from cfgfix.memory.shapes import shape_from_config
+
+    tower = shape_from_config(json.loads((tmp_path / "bert" / "config.json").read_text())).params
+    assert parts["text"] == parts["other"] == tower
+    assert parts["fuse"] == 2 * 256 * 256 + 256
+    assert parts["odd"] is None and "not known statically" in next(p.problem for p in sized.parts if p.name == "odd")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        config = transformers.AutoConfig.for_model(**json.loads((tmp_path / "bert" / "config.json").read_text()))
+        built = transformers.AutoModel.from_config(config)
+    assert sum(p.numel() for p in built.parameters()) == tower

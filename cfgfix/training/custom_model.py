@@ -311,6 +311,8 @@ class _Reader:
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         if name == "from_pretrained" and isinstance(func, ast.Attribute):
             return self.pretrained(node, env, attrs, depth)
+        if name in ("from_config", "_from_config") and isinstance(func, ast.Attribute):
+            return self.from_config(node, env, attrs, depth)
         if name == "get" and isinstance(func, ast.Attribute) and node.args:
             base = self.value(func.value, env, attrs, depth)
             key = self.value(node.args[0], env, attrs, depth)
@@ -363,6 +365,32 @@ class _Reader:
         if unknown:
             return _Module(None, text, problem=unknown[0].problem)
         return _Module(sum(m.params for m in modules), text)
+
+    def from_config(self, node: ast.Call, env, attrs, depth):
+        """`AutoModel.from_config(AutoConfig.from_pretrained(id))`, `BertModel.from_config(cfg)`:
+        the architecture of that config with fresh weights, sized like a pretrained part."""
+        from cfgfix.memory import shapes
+
+        receiver = ast.unparse(node.func.value)
+        config = self.value(node.args[0], env, attrs, depth) if node.args else UNKNOWN
+        if not isinstance(config, dict):
+            return _Module(None, f"{receiver}.from_config(...)",
+                           problem=f"{receiver}.from_config({ast.unparse(node.args[0]) if node.args else ''}): the config is not known statically")
+        try:
+            shape = shapes.shape_from_config(config, source=f"{receiver}.from_config")
+        except (shapes.ShapeError, KeyError, TypeError, ValueError) as exc:
+            builder = shapes._PART_BUILDERS.get(config.get("model_type"))
+            try:
+                shape = builder(config, f"{receiver}.from_config") if builder else None
+            except (KeyError, TypeError, ValueError):
+                shape = None
+            if shape is None:
+                return _Module(None, f"{receiver}.from_config(...)", config=config, problem=f"{receiver}.from_config: {exc}")
+        base = _base_model(receiver.rsplit(".", 1)[-1])
+        if base and shape.head_params:
+            shape = shapes.with_head(shape, "classification")
+        return _Module(shape.params, f"{config.get('model_type', '?')} config ({receiver}.from_config{', no LM head' if base else ''})",
+                       shape, config)
 
     def pretrained(self, node: ast.Call, env, attrs, depth):
         from cfgfix.memory import shapes
@@ -495,7 +523,8 @@ def _looks_like_module(node) -> bool:
         return False
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    return bool(name) and (name[:1].isupper() or name.startswith(("build", "make", "create", "get_")))
+    return bool(name) and (name[:1].isupper() or name.startswith(("build", "make", "create", "get_"))
+                           or name in ("from_pretrained", "from_config"))
 
 
 def _short(value) -> str:
