@@ -21,6 +21,8 @@ class HalfPrecisionAdam(Rule):
     `.to(torch.float16)`, `from_pretrained(..., torch_dtype=torch.float16)`) with the default
     `eps=1e-8`, or any `eps` below float16's smallest normal number (6.1e-05), when nothing
     keeps float32 master weights.
+    The weights are followed through a trainer class's methods (a model loaded in `__init__`,
+    the optimizer built in another method).
 
     ## Why is this bad?
     torch Adam keeps its moment estimates in the parameter's dtype, here float16. The second
@@ -185,6 +187,20 @@ class HalfPrecisionAdam(Rule):
             "model(**batch).loss.backward()\noptimizer.step()\n",
             why="bfloat16 has float32's range: eps and v do not underflow (that is CFX205)",
         ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "class Runner:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)\n"
+            "    def to_fp32(self):\n"
+            "        self.model.float()\n"
+            "    def configure_optimizers(self):\n"
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)\n"
+            "    def step(self, batch):\n"
+            "        self.model(**batch).loss.backward()\n"
+            "        self.optimizer.step()\n",
+            why="another method of the class casts the model back to float32",
+        ),
     ]
     INVALID = [
         Example(
@@ -223,6 +239,19 @@ class HalfPrecisionAdam(Rule):
             "        self.opt.step()\n",
             why="`self.net` within one method; `params=`; eps=1e-6 survives in float16 but blows up the step",
             line=6,
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "class Runner:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16).cuda()\n"
+            "    def configure_optimizers(self):\n"
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)\n"
+            "    def step(self, batch):\n"
+            "        self.model(**batch).loss.backward()\n"
+            "        self.optimizer.step()\n",
+            why="a trainer class: loaded in `__init__`, the optimizer built in another method",
+            line=7,
         ),
     ]
 
