@@ -1048,9 +1048,9 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     if init is not None:
         end = _analyze_function(init, analysis, resolver, module_seeds, cls, params=init_params)
         for key, state in end.items():
-            if key.startswith("self.") and key.count(".") == 1 and isinstance(state, (ModelState, Choice)):
-                if all(method is init for method, _ in assigned.get(key, [])):
-                    after_init[key] = _loosen(state)
+            if key.startswith("self.") and key.count(".") == 1 and isinstance(state, (ModelState, Choice)) \
+                    and all(method is init for method, _ in assigned.get(key, [])):
+                after_init[key] = _loosen(state)
     # Each attribute's values are evaluated once for the whole class, not once per method.
     attribute_states = {
         key: (_class_attribute_state(analysis, resolver, cls, key, [value for _, value in places])

@@ -640,10 +640,10 @@ class _Builder:
             while last + 1 < len(toks) and not _ends_command(toks[last + 1]):
                 last += 1
             argv, target = _simple_command(toks[first:last + 1], self.source.text)
-            if _reads_script(argv):
-                self.heredocs.append((start, end, None))
-            elif argv and argv[0].rsplit("/", 1)[-1] == "cat" and last + 2 < len(toks) \
-                    and toks[last + 1].text == "|" and _reads_script(_simple_command(_command_at(toks, last + 2), self.source.text)[0]):
+            piped = argv and argv[0].rsplit("/", 1)[-1] == "cat" and last + 2 < len(toks) \
+                and toks[last + 1].text == "|" \
+                and _reads_script(_simple_command(_command_at(toks, last + 2), self.source.text)[0])
+            if _reads_script(argv) or piped:  # `sbatch <<EOF`, `cat <<EOF | sbatch`
                 self.heredocs.append((start, end, None))
             elif argv and argv[0].rsplit("/", 1)[-1] in ("cat", "tee"):
                 if argv[0].endswith("tee"):  # tee writes its file arguments (and stdout)
@@ -772,7 +772,7 @@ def _normal_target(text: str) -> str:
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", r"$\1", text).removeprefix("./")
 
 
-_SUBSTITUTION = re.compile(r"\$\((.*)\)|`(.*)`", re.S)
+_SUBSTITUTION = re.compile(r"\$\((.*)\)|`(.*)`", re.DOTALL)
 _ARGUMENT = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s;&|<>()]+")
 
 
@@ -797,9 +797,9 @@ def _runs_file(doc: ShellDocument, target: str, after: int) -> bool:
         if _normal_target(argv[0]) == target:
             return True
         name = argv[0].rsplit("/", 1)[-1]
-        if name in _SCRIPT_READERS | _SHELLS | _SOURCING | {"srun"}:
-            if any(_normal_target(w) == target for w in argv[1:]):
-                return True
+        if name in _SCRIPT_READERS | _SHELLS | _SOURCING | {"srun"} \
+                and any(_normal_target(w) == target for w in argv[1:]):
+            return True
     return False
 
 

@@ -79,21 +79,23 @@ def _kwargs_without_reentrant(ctx) -> dict[int, str]:
             kwargs = func.args.kwarg.arg
             uses, changed = [], False
             for node in walk_scope(func):
-                if isinstance(node, ast.Name) and node.id == kwargs:
-                    if isinstance(node.ctx, ast.Load):
-                        uses.append(node)
-                    elif node is not func:
-                        changed = True
-                elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.value, ast.Name) \
-                        and node.value.id == kwargs and (
-                            not isinstance(node.ctx, ast.Load) or isinstance(node, ast.Attribute)
-                            and node.attr in ("update", "setdefault", "__setitem__", "pop", "clear")):
-                    changed = True
-                elif isinstance(node, (ast.Global, ast.Nonlocal)) and kwargs in node.names:
+                if isinstance(node, ast.Name) and node.id == kwargs and isinstance(node.ctx, ast.Load):
+                    uses.append(node)
+                elif _changes(node, kwargs):
                     changed = True
             if not changed:
                 found.update((id(use), func.name) for use in uses)
     return found
+
+
+def _changes(node: ast.AST, name: str) -> bool:
+    """`kwargs = ...`, `del kwargs`, `kwargs[k] = v`, `kwargs.update(...)`, `global kwargs`."""
+    if isinstance(node, ast.Name):
+        return node.id == name  # a store or a delete (loads are uses)
+    if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.value, ast.Name) and node.value.id == name:
+        return not isinstance(node.ctx, ast.Load) or (
+            isinstance(node, ast.Attribute) and node.attr in ("update", "setdefault", "__setitem__", "pop", "clear"))
+    return isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names
 
 
 @register
