@@ -121,6 +121,33 @@ def test_unresolved_part_is_listed_and_a_stated_size_fills_it(tmp_path):
     assert inputs.shape.params == before + 50_000_000
 
 
+@pytest.mark.parametrize("edit", [
+    lambda c: c.pop("num_hidden_layers"),  # a truncated or hand-edited config.json
+    lambda c: c.update(num_hidden_layers="24"),
+    lambda c: c.update(num_attention_heads=0),
+])
+def test_a_broken_part_config_is_an_unresolved_part_not_a_crash(tmp_path, edit):
+    root = _copy(tmp_path)
+    path = root / "models" / "vision_tower" / "config.json"
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    _, _, result = lint_project(root)
+    assert not result.errors  # no rule stopped on it
+    cfx701 = [f for f in result.findings if f.code == "CFX701"]
+    assert cfx701 and "8.03B" not in cfx701[0].message  # sized without the tower
+
+
+def test_a_config_json_missing_a_dimension_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128}))
+    done = subprocess.run([sys.executable, "-m", "cfgfix", "estimate", "--model", str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "no 'vocab_size' in the config" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_stated_whole_model_count_wins(tmp_path):
     root = _copy(tmp_path)
     (root / "cfgfix.toml").write_text('gpu = "RTX A6000"\n[model]\nparams = 8.5e9\n')

@@ -160,7 +160,24 @@ def shape_from_config(config: dict, source: str = "config.json") -> ModelShape:
     builder = _BUILDERS.get(model_type)
     if builder is None:
         raise ShapeError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(_BUILDERS))}, UNet2DConditionModel)")
-    return builder(config, source)
+    return _build(builder, config, source)
+
+
+def part_shape_from_config(config: dict, source: str = "config.json") -> ModelShape | None:
+    """A family sized only as a part of a composite model (a CLIP vision tower), or None."""
+    builder = _PART_BUILDERS.get(config.get("model_type"))
+    return _build(builder, config, source) if builder is not None else None
+
+
+def _build(builder, config: dict, source: str) -> ModelShape:
+    """A builder's shape; a config.json with a missing or mistyped dimension (a user's edit,
+    a truncated download) is a ShapeError naming it, never a crash of the rules that size it."""
+    try:
+        return builder(config, source)
+    except KeyError as exc:
+        raise ShapeError(f"{source}: no {exc.args[0]!r} in the config") from exc
+    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as exc:
+        raise ShapeError(f"{source}: a dimension is not a positive number ({exc})") from exc
 
 
 def _gelu_tensors(act: str) -> int:
@@ -563,7 +580,7 @@ def resolve_part_shape(model: str) -> ModelShape:
             config = json.loads(config_path.read_text("utf-8")) if os.path.isfile(config_path) else None
         except (OSError, ValueError):
             config = None
-        builder = _PART_BUILDERS.get(config.get("model_type")) if isinstance(config, dict) else None
-        if builder is None:
+        shape = part_shape_from_config(config, str(config_path)) if isinstance(config, dict) else None
+        if shape is None:
             raise
-        return builder(config, str(config_path))
+        return shape

@@ -378,11 +378,10 @@ class _Reader:
                            problem=f"{receiver}.from_config({ast.unparse(node.args[0]) if node.args else ''}): the config is not known statically")
         try:
             shape = shapes.shape_from_config(config, source=f"{receiver}.from_config")
-        except (shapes.ShapeError, KeyError, TypeError, ValueError) as exc:
-            builder = shapes._PART_BUILDERS.get(config.get("model_type"))
+        except shapes.ShapeError as exc:
             try:
-                shape = builder(config, f"{receiver}.from_config") if builder else None
-            except (KeyError, TypeError, ValueError):
+                shape = shapes.part_shape_from_config(config, f"{receiver}.from_config")
+            except shapes.ShapeError:
                 shape = None
             if shape is None:
                 return _Module(None, f"{receiver}.from_config(...)", config=config, problem=f"{receiver}.from_config: {exc}")
