@@ -17,6 +17,7 @@ from cfgfix.analysis.checkpointing import (
     use_reentrant_of,
 )
 from cfgfix.analysis.names import LEAVES, child_nodes, dotted, iter_statements, walk_scope
+from cfgfix.analysis.version_guards import version_guards
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -137,7 +138,10 @@ class CheckpointWithoutUseReentrant(Rule):
     Calls with `**kwargs` that may carry `use_reentrant` and kwargs dicts held in
     variables are left alone (a function's own `**kwargs` cannot carry it when
     `use_reentrant` is one of the function's named parameters and the dict is not filled); on torch < 1.11 (`checkpoint`) or < 2.0
-    (`checkpoint_sequential`), which have no such parameter, nothing is flagged.
+    (`checkpoint_sequential`), which have no such parameter, nothing is flagged, and neither is
+    a call that only such a torch reaches: the `else` of `if is_torch_version(">=", "1.11.0"):`
+    (or of `version.parse(torch.__version__) >= ...`, `is_torch_greater_or_equal(...)`), the
+    shared analysis's version guards (`analysis/version_guards.py`).
 
     ## Versions
     `torch.utils.checkpoint.checkpoint` without `use_reentrant` is flagged unless the
@@ -210,6 +214,26 @@ class CheckpointWithoutUseReentrant(Rule):
             files={"requirements.txt": "torch==1.10.2\n"},
         ),
         Example(
+            "import torch\n"
+            "from diffusers.utils import is_torch_version\n"
+            "def forward(self, x):\n"
+            "    if is_torch_version('>=', '1.11.0'):\n"
+            "        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)\n"
+            "    else:\n"
+            "        return torch.utils.checkpoint.checkpoint(self.block, x)\n",
+            why="the else branch of a torch-version test runs only on torch < 1.11, which has no use_reentrant",
+        ),
+        Example(
+            "import torch\n"
+            "from packaging import version\n"
+            "from torch.utils.checkpoint import checkpoint\n"
+            "def forward(self, x):\n"
+            "    if version.parse(torch.__version__) < version.parse('1.11'):\n"
+            "        return checkpoint(self.block, x)\n"
+            "    return checkpoint(self.block, x, use_reentrant=False)\n",
+            why="a parsed `torch.__version__` compared with an older release",
+        ),
+        Example(
             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)\n",
             why="a kwargs dict held in a variable",
         ),
@@ -276,6 +300,24 @@ class CheckpointWithoutUseReentrant(Rule):
             "    return checkpoint(func, *args, use_reentrant=False, **kwargs)\n",
         ),
         Example(
+            "import torch\n"
+            "from diffusers.utils import is_torch_version\n"
+            "def forward(self, x):\n"
+            "    if is_torch_version('>=', '2.0'):\n"
+            "        return self.fast(x)\n"
+            "    else:\n"
+            "        return torch.utils.checkpoint.checkpoint(self.block, x)\n",
+            why="the else of a torch >= 2.0 test still runs on torch 1.11-1.13, which has use_reentrant",
+            line=7,
+            fixed="import torch\n"
+            "from diffusers.utils import is_torch_version\n"
+            "def forward(self, x):\n"
+            "    if is_torch_version('>=', '2.0'):\n"
+            "        return self.fast(x)\n"
+            "    else:\n"
+            "        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)\n",
+        ),
+        Example(
             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'preserve_rng_state': False})\n",
             why="a kwargs dict without use_reentrant reaches torch's checkpoint as it is",
             line=1,
@@ -299,12 +341,16 @@ class CheckpointWithoutUseReentrant(Rule):
         if may_break_peft(src.text):  # what CFX306 reports, CFX307 leaves alone
             flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
         calls = _named_calls(ctx)
+        guards = version_guards(ctx)
         for name, call in calls:
             if name not in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
                 continue
             sequential = name == TORCH_SEQUENTIAL
-            if torch.below("2.0" if sequential else "1.11") is True:
+            since = "2.0" if sequential else "1.11"
+            if torch.below(since) is True:
                 continue  # no such parameter yet
+            if guards is not None and guards.runs_only_below(call, "torch", since):
+                continue  # the branch of a torch-version test that only older torch takes
             if any(k.arg == "use_reentrant" for k in call.keywords):
                 continue
             spread = [k for k in call.keywords if k.arg is None]
