@@ -25,7 +25,8 @@ class RedundantDtypeCast(Rule):
     Flags a cast of a model to the dtype its weights already have: a model loaded with
     `from_pretrained(..., torch_dtype=torch.bfloat16)` (or `dtype=`, or `"bfloat16"`) and then
     `.to(torch.bfloat16)`, `.to(dtype=torch.bfloat16)`, `.bfloat16()`, `.half()` after a
-    float16 load, or `.float()` after a float32 load.
+    float16 load, or `.float()` after a float32 load. A transformers load without a dtype is
+    a float32 load on transformers 4.x (see Versions), so `.float()` after it is flagged too.
 
     ## Why is this bad?
     It does nothing to the weights. `nn.Module.to()` converts parameters in place and
@@ -63,7 +64,18 @@ class RedundantDtypeCast(Rule):
     when anything between the load and the cast may have changed the dtype (a branch, a
     loop, the model passed to another function).
 
+    ## Versions
+    A load that names its dtype is judged on every version. A transformers load without a
+    dtype has the version's default: float32 on transformers 4.x (facts A2: "If not
+    specified - the model will get loaded in `torch.float`"), the checkpoint's own dtype
+    (`"auto"`) from 5.0. So `.float()` (or `.to(torch.float32)`) after such a load is flagged
+    only when the project's transformers is known to be below 5 (a pin, the installed copy,
+    or an API the code uses that 5 removed); with no evidence cfgfix assumes the current
+    release and stays silent, as CFX102 does. A module that calls `torch.set_default_dtype`
+    changes that default, and such loads are not judged.
+
     ## References
+    - facts A2: transformers 4.46-4.57 load float32 when no dtype is passed; 5.x loads "auto".
     - facts A1: `Module._apply` swaps `param.data` in place and returns `self`
       (torch/nn/modules/module.py); `Tensor.to` returns `self` when nothing changes.
     - PyTorch docs, `torch.nn.Module.to`: "This method modifies the module in-place."
@@ -148,8 +160,42 @@ class RedundantDtypeCast(Rule):
             "model.to(torch.bfloat16)\n",
             why="an import rebinds the name",
         ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m').float()\n",
+            why="no dtype and no transformers version known: the current 5.x loads the checkpoint's dtype, "
+            "so `.float()` may be a real cast",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m').float()\n",
+            why="transformers 5 loads the checkpoint's own dtype (\"auto\") when none is given",
+            files={"requirements.txt": "transformers==5.0.0\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m').half()\n",
+            why="a real cast from the float32 default (CFX102's question, not this rule's)",
+            files={"requirements.txt": "transformers==4.46.3\n"},
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModel\n"
+            "torch.set_default_dtype(torch.float16)\n"
+            "model = AutoModel.from_pretrained('m').float()\n",
+            why="the module changed torch's default dtype, which a load without a dtype uses",
+            files={"requirements.txt": "transformers==4.46.3\n"},
+        ),
     ]
     INVALID = [
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('THUDM/chatglm-6b', trust_remote_code=True).float()\n",
+            why="no dtype on transformers 4.x is already float32",
+            line=2,
+            files={"requirements.txt": "transformers==4.27.1\n"},
+            fixed="from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('THUDM/chatglm-6b', trust_remote_code=True)\n",
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
             "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16)\n"
@@ -214,12 +260,16 @@ class RedundantDtypeCast(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
+        transformers = ctx.versions.get("transformers")
         for mc in ctx.models.calls:
             state = mc.state
-            if mc.target_dtype is None or state.dtype != mc.target_dtype:
-                continue
-            if state.load.library != "transformers" or state.load.quant_keywords:
+            if mc.target_dtype is None or state.load.library != "transformers" or state.load.quant_keywords:
                 continue  # diffusers keeps float32 modules under any dtype; quantized: CFX104
+            dtype = state.dtype
+            if dtype == "default" and transformers.below("5") is True:
+                dtype = "float32"  # transformers 4.x loads float32 when no dtype is given
+            if dtype != mc.target_dtype:
+                continue
             if mc.moves_device is False:
                 edits = drop_call_edits(src, mc)
                 description = f"Remove the no-op `{call_text(src, mc)}`"
@@ -229,7 +279,11 @@ class RedundantDtypeCast(Rule):
             else:
                 edits = None
                 description = ""
-            if state.cast_by is None:
+            if state.dtype == "default":
+                origin = (f"loaded without a dtype on {state.load.where}, which transformers "
+                          f"{transformers.describe()} loads in float32")
+                related = [load_related(src, state.load, "loaded in float32 here (no dtype)")]
+            elif state.cast_by is None:
                 origin = f"loaded with `{load_text(src, state.load, state.load.dtype_keyword)}` on {state.load.where}"
                 related = [load_related(src, state.load, f"loaded in {state.dtype} here")]
             else:
@@ -240,9 +294,9 @@ class RedundantDtypeCast(Rule):
             applicability = Applicability.UNSAFE
             yield self.finding(
                 src.span_of_node(mc.call),
-                f"{name_of(src, mc)} already holds {state.dtype} weights ({origin}): "
+                f"{name_of(src, mc)} already holds {dtype} weights ({origin}): "
                 f"`{call_text(src, mc)}` returns the same module and copies no weight that is "
-                f"already {state.dtype}, so it neither costs nor saves memory. It only converts the "
+                f"already {dtype}, so it neither costs nor saves memory. It only converts the "
                 "float32 buffers the load kept (such as rotary `inv_freq`) and any module transformers "
                 "keeps in float32 on purpose.",
                 fix=Fix(tuple(edits), description, applicability) if edits else None,
