@@ -676,8 +676,16 @@ class CudaOrder:
         return (isinstance(owner, ast.If) and self.parents.get(id(owner), (None,))[0] is None
                 and bool(_MAIN_GUARD.fullmatch(self.source.node_text(owner.test).strip())))
 
-    def spawns(self) -> bool:
-        return bool(self.index.calls_named(*SPAWNS))
+    def spawns(self, before: int | None = None) -> bool:
+        """A child process may be started after line `before` (the first setting): a
+        process started by module-level code that ended before it (a notebook's `pip show`
+        cell) cannot receive the value, so only those are ignored."""
+        for site in self.index.calls_named(*SPAWNS):
+            ran_before = (before is not None and site.context.function is None and site.context.classdef is None
+                          and not site.context.loops and (site.node.end_lineno or 0) < before)
+            if not ran_before:
+                return True
+        return False
 
     # -- the question
     def first_use_before(self, target: ast.stmt) -> CudaUse | None:
@@ -737,6 +745,13 @@ class CudaOrder:
             use = self._in_expr(stmt.test, stmt)
             if use is None and main_guard and _MAIN_GUARD.fullmatch(self.source.node_text(stmt.test).strip()):
                 use = self._in_block(stmt.body)  # the script's entry point: runs when launched
+            gpu_branch = self._gpu_branch(stmt)
+            if use is None and gpu_branch is not None:
+                # `if torch.cuda.is_available():` is taken on every GPU run, the runs an
+                # allocator setting is for (as "cuda" if is_available() else "cpu" is CUDA)
+                inner = self._in_block(gpu_branch)
+                if inner is not None:
+                    use = CudaUse(inner.call, f"{inner.what} (under `{self._short(stmt.test)}`, taken on a GPU)", inner.via)
             return use
         if isinstance(stmt, (ast.While,)):
             return self._in_expr(stmt.test, stmt)
@@ -753,6 +768,17 @@ class CudaOrder:
                 use = self._in_expr(child, stmt)
                 if use:
                     return use
+        return None
+
+    def _gpu_branch(self, stmt: ast.If) -> list[ast.stmt] | None:
+        """The block of `if torch.cuda.is_available():` (or the `else` of `if not ...:`) that
+        a GPU run takes; None for any other test."""
+        test, body = stmt.test, stmt.body
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, body = test.operand, stmt.orelse
+        if isinstance(test, ast.Call) and not test.args and not test.keywords \
+                and self.imports.qualify(test.func) == "torch.cuda.is_available":
+            return body
         return None
 
     def _in_expr(self, expr: ast.expr, stmt: ast.stmt) -> CudaUse | None:

@@ -43,8 +43,11 @@ class AllocConfAfterCudaInit(Rule):
 
     cfgfix only reports uses that certainly ran before the assignment: a use inside an
     `if`, a loop body, a `try` body or a lambda, or a device it cannot resolve, is not
-    counted. A file that also starts child processes (`subprocess`, `mp.spawn`) is left
-    alone, since the value may be meant for them.
+    counted. One test is an exception: the block of `if torch.cuda.is_available():` (or the
+    `else` of `if not torch.cuda.is_available():`) runs on every GPU run, and the allocator
+    setting matters only on those, so a use there counts. A file that also starts child
+    processes (`subprocess`, `mp.spawn`) is left alone, since the value may be meant for them (a process started by module-level code
+    that ended before the first assignment, such as a notebook's `pip` cell, cannot be).
 
     ## Example
     ```python
@@ -125,6 +128,20 @@ class AllocConfAfterCudaInit(Rule):
         ),
         Example(
             "import os\nimport torch\n"
+            "if torch.cuda.is_available() and args.gpu:\n"
+            "    print(torch.cuda.get_device_name(0))\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
+            why="a GPU run may still skip the branch (`and args.gpu`)",
+        ),
+        Example(
+            "import os\nimport torch\n"
+            "if not torch.cuda.is_available():\n"
+            "    print(torch.cuda.get_device_name(0))\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
+            why="the branch a GPU run does not take",
+        ),
+        Example(
+            "import os\nimport torch\n"
             "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
             "x = torch.zeros(4).to(device)\n"
             "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
@@ -136,6 +153,16 @@ class AllocConfAfterCudaInit(Rule):
             "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n"
             "subprocess.run(['torchrun', '--nproc_per_node', '2', 'train.py'], check=True)\n",
             why="a launcher that sets the value for the child processes it starts",
+        ),
+        Example(
+            "import os\nimport subprocess\nimport torch\n"
+            "subprocess.run(['nvidia-smi'], check=False)\n"
+            "print(torch.cuda.get_device_name(0))\n"
+            "def launch():\n"
+            "    subprocess.run(['torchrun', 'train.py'], check=True)\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n"
+            "launch()\n",
+            why="a function that starts a child process may run after the setting",
         ),
         Example(
             "import os\nimport torch\n"
@@ -153,6 +180,31 @@ class AllocConfAfterCudaInit(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import os\nimport subprocess\nimport sys\nimport torch\n"
+            "subprocess.run([sys.executable, '-m', 'pip', 'show', 'peft'], check=False)\n"
+            "print(torch.cuda.get_device_name(0))\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
+            why="a child process that ran and ended before the setting cannot be what it is for",
+            line=7,
+            fixed="import os\nimport subprocess\nimport sys\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n\n"
+            "import torch\n"
+            "subprocess.run([sys.executable, '-m', 'pip', 'show', 'peft'], check=False)\n"
+            "print(torch.cuda.get_device_name(0))\n",
+        ),
+        Example(
+            "import os\nimport torch\n"
+            "if torch.cuda.is_available():\n"
+            "    print(torch.cuda.get_device_name(0))\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
+            why="the `torch.cuda.is_available()` branch runs on every GPU run, where the setting matters",
+            line=5,
+            fixed="import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n\n"
+            "import torch\n"
+            "if torch.cuda.is_available():\n"
+            "    print(torch.cuda.get_device_name(0))\n",
+        ),
         Example(
             "import math\nimport os\n\nimport torch\nfrom accelerate import Accelerator\n\n\n"
             "def main():\n"
@@ -227,8 +279,8 @@ class AllocConfAfterCudaInit(Rule):
         if not settings:
             return
         order = CudaOrder(ctx)
-        if order.spawns():
-            return
+        if order.spawns(before=min(setting.stmt.lineno for setting in settings)):
+            return  # the value may be meant for a child process started after it
         src = ctx.source
         seen: set[int] = set()
         for setting in settings:
