@@ -32,7 +32,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.analysis.names import ImportMap, dotted, walk
 
 # What a file must contain for the walk to be worth it.
 TOKENS = ("__version__", "_version(", "greater_or_equal", "_than_", "_less_than")
@@ -96,7 +96,7 @@ class VersionGuards:
     def _record(self, node: ast.AST, held: tuple[Bound, ...]) -> None:
         if not held:
             return
-        for sub in ast.walk(node):
+        for sub in walk(node):
             self._bounds[id(sub)] = held
 
     def _block(self, body: list[ast.stmt], held: tuple[Bound, ...]) -> None:
@@ -141,7 +141,7 @@ class VersionGuards:
 
     def _expressions(self, stmt: ast.stmt, held: tuple[Bound, ...]) -> None:
         """`a if <guard> else b` inside a statement: each side under its bound."""
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.IfExp):
                 inner = self._bounds.get(id(node), held)
                 for side, truth in ((node.body, True), (node.orelse, False)):
@@ -212,7 +212,7 @@ class VersionGuards:
 
 
 def _is_version_of(node: ast.expr, imports: ImportMap) -> str | None:
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Attribute) and sub.attr == "__version__":
             qualified = imports.qualify(sub.value)
             if qualified:
@@ -248,6 +248,6 @@ def version_guards(ctx) -> VersionGuards | None:
     if "version-guards" not in ctx.notes:
         text = ctx.source.text
         ctx.notes["version-guards"] = (
-            VersionGuards(ctx.document.tree) if any(token in text for token in TOKENS) else None
+            VersionGuards(ctx.document.tree, getattr(ctx, "imports", None)) if any(token in text for token in TOKENS) else None
         )
     return ctx.notes["version-guards"]
