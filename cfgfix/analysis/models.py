@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from cfgfix.analysis.keyword_dicts import spread_keywords
 from cfgfix.analysis.names import (
     DTYPE_ALIASES, ImportMap, child_nodes, dotted, iter_statements, single_assignments, walk, walk_scope, walk_statements,
 )
@@ -820,6 +821,20 @@ def _same_key(a: str, b: str) -> bool:
     return (a.startswith("*.") or b.startswith("*.")) and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1]
 
 
+def _if_sides(node: ast.IfExp, depth: int = 0) -> list[tuple[ast.expr, frozenset]]:
+    """Each value of `a if t else (b if u else c)` with the facts under which it is taken
+    (a nested conditional in either side is split further, a few levels deep)."""
+    yes, no = _facts(node.test)
+    out = []
+    for expr, when in ((node.body, yes), (node.orelse, no)):
+        if isinstance(expr, ast.IfExp) and depth < 3:
+            out.extend((inner, when | also) for inner, also in _if_sides(expr, depth + 1)
+                       if not any(_contradicts(f, g) for f in when for g in also))
+        else:
+            out.append((expr, when))
+    return out
+
+
 def _contradicts(f: tuple, g: tuple) -> bool:
     """Two facts that cannot both hold (`flag` true and false, `t == "a"` and `t == "b"`)."""
     if not _same_key(f[0], g[0]):
@@ -1259,7 +1274,7 @@ class _Resolver:
         empty list when nothing is conditional."""
         if load.hidden_kwargs or load.pipeline:
             return []
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        keywords = {k.arg: k.value for k in self.call_keywords(call) if k.arg}
         quant = [k for k in ("load_in_4bit", "load_in_8bit", "quantization_config") if k in keywords]
         axes: list[list[tuple[dict, frozenset]]] = []
         if len(quant) == 1 and load.quantized is None:
@@ -1278,16 +1293,18 @@ class _Resolver:
                         sides.append((plain, when))
                     elif (bits := self.quantization({name: expr})) is not None:
                         sides.append(({"quantized": bits}, when))
+                    elif expr is value.body and dotted(expr) is not None and dotted(expr) == dotted(value.test):
+                        # `cfg if cfg else None`: where the test holds, a config is passed
+                        sides.append(({"quantized": "config"}, when))
                 if len(sides) == 2:
                     axes.append(sides)
         device_map = self.deref(keywords["device_map"]) if "device_map" in keywords else None
         if isinstance(device_map, ast.IfExp):
-            yes, no = _facts(device_map.test)
             offload = load.device_map.offload if load.device_map is not None else False
             axes.append([
                 ({"device_map": None if isinstance(expr, ast.Constant) and expr.value is None
                   else self.device_map(expr, offload)}, when)
-                for expr, when in ((device_map.body, yes), (device_map.orelse, no))
+                for expr, when in _if_sides(device_map)
             ])
         if not axes:
             return []
@@ -1300,6 +1317,24 @@ class _Resolver:
             ]
         return [(replace(load, **changes), when) for changes, when in variants]
 
+    def call_keywords(self, call: ast.Call) -> list[ast.keyword]:
+        """The call's keywords, with each `**name` of a keyword dict the scope builds and
+        fills (`kw = dict(...)`; `kw["device_map"] = "auto"`) replaced by what it holds at
+        the call (analysis/keyword_dicts.py); a `**` that cannot be followed stays."""
+        if all(k.arg is not None for k in call.keywords):
+            return call.keywords
+        tree = self.functions.tree if self.functions is not None else None
+        out: list[ast.keyword] = []
+        for keyword in call.keywords:
+            spread = None
+            if keyword.arg is None and isinstance(keyword.value, ast.Name) and tree is not None:
+                spread = spread_keywords(tree, keyword.value.id, call)
+            if spread is None:
+                out.append(keyword)
+            else:
+                out.extend(k for k in spread if all(k.arg != w.arg for w in call.keywords))
+        return out
+
     def load(self, call: ast.Call) -> ModelLoad | None:
         func = call.func
         if not (isinstance(func, ast.Attribute) and func.attr == "from_pretrained"):
@@ -1308,10 +1343,11 @@ class _Resolver:
         class_name = owner.split(".")[-1] if owner else ""
         if not _MODEL_CLASS.match(class_name):
             return None
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
-        hidden = any(k.arg is None for k in call.keywords)
+        call_keywords = self.call_keywords(call)
+        keywords = {k.arg: k.value for k in call_keywords if k.arg}
+        hidden = any(k.arg is None for k in call_keywords)
         pipeline = bool(_PIPELINE.search(class_name))
-        dtype_kw = next((k for k in call.keywords if k.arg in ("dtype", "torch_dtype")), None)
+        dtype_kw = next((k for k in call_keywords if k.arg in ("dtype", "torch_dtype")), None)
         if dtype_kw is not None:
             dtype = self.dtype(dtype_kw.value) or "?"
         else:

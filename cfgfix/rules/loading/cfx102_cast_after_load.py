@@ -225,6 +225,8 @@ class CastAfterLoad(Rule):
         if load.source is not None:
             return None  # the load is in another module: one fix edits one file
         dtype_text = dtype_source_text(ctx.models, mc.target_dtype)
+        if load.dtype_keyword is not None and load.dtype_keyword not in load.call.keywords:
+            return None  # the dtype sits in a keyword dict (`kw["torch_dtype"] = ...`) other calls may share
         if load.dtype_keyword is not None:
             load_edit = python_edits.replace_node(src, load.dtype_keyword.value, dtype_text)
             keyword = load.dtype_keyword.arg

@@ -23,7 +23,10 @@ class MoveDispatchedModel(Rule):
     """## What it does
     Flags `.to(device)` or `.cuda()` on a model loaded with a `device_map` that can spread it
     over several devices: `"auto"`, `"balanced"`, `"balanced_low_0"`, `"sequential"`, or an
-    explicit map naming more than one device.
+    explicit map naming more than one device. The `device_map` may be written in the call or
+    put into a keyword dict that the call spreads (`kw = dict(...)`, `kw["device_map"] =
+    "auto"`, `kw.update(device_map="auto")`, then `from_pretrained(name, **kw)`), also under
+    a test that the move shares.
 
     ## Why is this bad?
     accelerate already placed every module and attached hooks that move activations between
@@ -70,6 +73,27 @@ class MoveDispatchedModel(Rule):
     triggers = (LOAD_OR_LOADER_TRIGGERS, (b".to(", b".cuda("))
 
     VALID = [
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(name):\n"
+            "    kw = dict(trust_remote_code=True)\n"
+            "    kw['device_map'] = 'auto'\n"
+            "    patch(kw)\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **kw)\n"
+            "    model.to('cuda')\n",
+            why="the dict is handed to a function that may change it: its `device_map` is unknown",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(name, multi_gpu):\n"
+            "    kw = {}\n"
+            "    if multi_gpu:\n"
+            "        kw['device_map'] = 'auto'\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **kw)\n"
+            "    if not multi_gpu:\n"
+            "        model.to('cuda')\n",
+            why="the dict holds `device_map` only where the move does not run",
+        ),
         Example(
             "from models.build import build_model\n"
             "model = build_model('m')\n"
@@ -161,6 +185,47 @@ class MoveDispatchedModel(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(name):\n"
+            "    load_kwargs = dict(trust_remote_code=True)\n"
+            "    load_kwargs['device_map'] = 'auto'\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **load_kwargs)\n"
+            "    model.to('cuda')\n",
+            why="`device_map` set in a keyword dict the load spreads",
+            line=6,
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "def load(name):\n"
+            "    load_kwargs = dict(trust_remote_code=True)\n"
+            "    load_kwargs['device_map'] = 'auto'\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **load_kwargs)\n",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "def load(name, use_cuda):\n"
+            "    kw = {'low_cpu_mem_usage': True}\n"
+            "    if use_cuda:\n"
+            "        kw.update(device_map='auto')\n"
+            "    else:\n"
+            "        kw['device_map'] = None\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **kw)\n"
+            "    if use_cuda:\n"
+            "        model = model.to('cuda')\n"
+            "    return model\n",
+            why="set under the same test as the move (`update` and a subscript)",
+            line=10,
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "def load(name, use_cuda):\n"
+            "    kw = {'low_cpu_mem_usage': True}\n"
+            "    if use_cuda:\n"
+            "        kw.update(device_map='auto')\n"
+            "    else:\n"
+            "        kw['device_map'] = None\n"
+            "    model = AutoModelForCausalLM.from_pretrained(name, **kw)\n"
+            "    if use_cuda:\n"
+            "        pass\n"
+            "    return model\n",
+        ),
         Example(
             "from peft import PeftModel\n"
             "from transformers import AutoModel, AutoModelForCausalLM\n"

@@ -188,15 +188,15 @@ class DeviceMapInDistributedTraining(Rule):
             if not model_is_trained(ctx.index, load.call):
                 continue  # loaded to merge adapters or to generate: accelerate never prepares it
             device_map = load.device_map
-            keyword = next(k for k in load.call.keywords if k.arg == "device_map")
+            keyword = next((k for k in load.call.keywords if k.arg == "device_map"), None)
             yield self.finding(
-                src.span_of_node(keyword),
+                src.span_of_node(keyword if keyword is not None else device_map.node),
                 f"`device_map={src.node_text(device_map.node)}` spreads the model over every GPU of "
                 "each process, but this script is launched with more than one process: "
                 "`accelerator.prepare` (and the HF Trainer) raise `ValueError: You can't train a "
                 "model that has been loaded with device_map='auto' in any distributed mode.` Load "
                 "one whole model per process instead.",
-                fix=self._fix(ctx, keyword),
+                fix=self._fix(ctx, keyword) if keyword is not None else None,  # set in a kwargs dict
             )
 
     def _fix(self, ctx, keyword) -> Fix:
