@@ -1215,6 +1215,10 @@ class _Resolver:
         name = dotted(node)
         if name and "device" in name.split(".")[-1].lower():
             return True  # `device`, `self.device`, `args.device`, whatever it was bound to
+        if name and _RANK_NAME.fullmatch(name.split(".")[-1].lower()):
+            return True  # `.to(rank)` in an `mp.spawn` worker, `.to(args.local_rank)`: a GPU index
+        if isinstance(node, ast.Call) and self.imports.qualify(node.func) in ("int", "torch.cuda.current_device"):
+            return True  # `.to(int(os.environ["LOCAL_RANK"]))`: an index, never a dtype
         node = self.deref(node)
         if isinstance(node, ast.IfExp):  # the GPU idiom: "cuda" if torch.cuda.is_available() else "cpu"
             return self.is_device(node.body) or self.is_device(node.orelse)
@@ -1690,7 +1694,8 @@ class _Walker:
         owner, node, is_method = found
         if owner is table and not is_method:
             self._record(table, node, positional, named)
-        self.escape(call, env, node if is_method else None)
+        keep = _read_only_arguments(call, node) if not is_method else frozenset()
+        self.escape(call, env, node if is_method else None, keep=keep)
         if isinstance(node, ast.ClassDef):
             return None
         summary = owner.summary(node, self.cls if is_method else None)
@@ -1705,7 +1710,7 @@ class _Walker:
             bound.update({k: v for k, v in named.items() if k in params})
             table.bindings.record(node, bound)
 
-    def escape(self, call: ast.Call, env: dict, method=None) -> None:
+    def escape(self, call: ast.Call, env: dict, method=None, keep: frozenset = frozenset()) -> None:
         """A model handed to a function may be cast there, in place: its dtype becomes
         unknown, but it is still the same load (a callee cannot rebind the caller's name,
         and a cast or a move keeps `device_map` and quantization). A method of this class
@@ -1718,6 +1723,8 @@ class _Walker:
                 for key in keys:
                     _forget(env, key)
         for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if id(arg) in keep:
+                continue  # bound to a parameter the callee only reads (`print_model_size(model)`)
             value = arg.value if isinstance(arg, ast.Starred) else arg
             key = dotted(value)
             if key == "self":
@@ -1810,6 +1817,78 @@ class _Walker:
                 unknown = True
         moves = True if device else (None if unknown else False)
         return target, unknown, moves, dtype_arg
+
+
+# What a function may do with a model parameter and still leave its weights as they were:
+# read these attributes (`model.parameters()`, `model.config`), or pass it to these builtins.
+_READ_ATTRS = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
+    "children", "named_children", "state_dict", "config", "dtype", "device", "num_parameters",
+    "get_memory_footprint", "training", "name_or_path", "__class__",
+})
+_READ_BUILTINS = frozenset({"print", "len", "type", "isinstance", "str", "repr", "id", "hasattr"})
+_WRITE_METHODS = frozenset(CAST_METHODS) | {"to", "cuda", "cpu", "type", "apply", "load_state_dict", "train", "eval"}
+
+
+def _reads_only(func: ast.AST, name: str) -> bool:
+    """`func` only reads its parameter `name`: every use is a read of an attribute in
+    `_READ_ATTRS` or an argument of a builtin in `_READ_BUILTINS`, the name is never rebound,
+    and the body changes nothing in place (no attribute or item stores, no in-place
+    `x_()` methods, no casts or moves) -- `sum(p.numel() for p in model.parameters())`."""
+    memo = getattr(func, "_cfgfix_reads_only", None)
+    if memo is None:
+        memo = func._cfgfix_reads_only = {}  # type: ignore[attr-defined]
+    if name in memo:
+        return memo[name]
+    allowed: set[int] = set()
+    ok = True
+    for node in walk(func):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
+            ok = False
+        elif isinstance(node, (ast.AugAssign, ast.Global, ast.Nonlocal)):
+            ok = False
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr.endswith("_") and not node.func.attr.startswith("_")
+                or node.func.attr in _WRITE_METHODS):
+            ok = False
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name \
+                and node.attr in _READ_ATTRS:
+            allowed.add(id(node.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _READ_BUILTINS:
+            allowed.update(id(a) for a in node.args if isinstance(a, ast.Name))
+        if not ok:
+            break
+    if ok:
+        for node in walk(func):
+            if isinstance(node, ast.Name) and node.id == name and (
+                    not isinstance(node.ctx, ast.Load) or id(node) not in allowed):
+                ok = False
+                break
+    memo[name] = ok
+    return ok
+
+
+def _read_only_arguments(call: ast.Call, func: ast.AST) -> frozenset:
+    """ids of the call's arguments that bind a parameter the plain function only reads."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset()
+    args = func.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    named = {a.arg for a in [*args.args, *args.kwonlyargs]}
+    keep = set()
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if index < len(positional) and _reads_only(func, positional[index]):
+            keep.add(id(arg))
+    for keyword in call.keywords:
+        if keyword.arg in named and _reads_only(func, keyword.arg):
+            keep.add(id(keyword.value))
+    return frozenset(keep)
+
+
+# Names that hold a GPU index (a process's rank, `mp.spawn`'s first argument), never a dtype.
+_RANK_NAME = re.compile(r"(local_|global_)?rank(_id)?|gpu(_id|_index|_idx)?|local_gpu|device_idx|cuda_id")
 
 
 def _forget(env: dict, key: str) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from cfgfix.analysis.models import _Resolver
 from cfgfix.analysis.names import dotted
-from cfgfix.analysis.parameters import PARAM_METHODS, SAME_PARAMETERS, ParamSource, parameter_flow
+from cfgfix.analysis.parameters import PARAM_METHODS, SAME_PARAMETERS, ParamSource, keeps_dtype, parameter_flow
 
 TORCH_ADAM = {
     "torch.optim.Adam": "Adam",
@@ -177,7 +177,7 @@ class _Builder:
                 if other.method in ("apply", "add_adapter", "load_adapter"):
                     return f"`{key}.{other.method}()` on line {other.node.lineno} may change its parameters"
                 continue
-            if other.name in SAME_PARAMETERS or not _mentions(other.node, key):
+            if other.name in SAME_PARAMETERS or keeps_dtype(other.name, other.node) or not _mentions(other.node, key):
                 continue
             callee = (_last_name(other.name) or "").lower()
             local = self._local_functions(other)

@@ -14,6 +14,8 @@ model walker plus:
   model as holding float16 Parameters in that part (`HALF_PART`); a cast of a part to
   another dtype makes a float16 model's dtype unknown;
 - `torch.compile(model)` and `DistributedDataParallel(model)` keep the same Parameters;
+  `FullyShardedDataParallel(model)` without a `mixed_precision` policy keeps their dtype
+  (its flat Parameters take the module's dtype);
 - an optimizer construction is a value (`OptimizerValue`) bound like any other: it
   records the modules whose own Parameters reach it (`builds`), through names bound
   once, lists, `filter()`, `itertools.chain()`, param groups and comprehensions that pass
@@ -60,6 +62,20 @@ _ACCELERATOR_KEEPS = {
     "save_state", "save_model", "save", "get_state_dict", "register_for_checkpointing", "trigger_sync_in_backward",
 }
 # Calls that return a module holding the very same Parameters.
+# FSDP (1) flattens the module's Parameters into flat ones of the same dtype; its
+# `mixed_precision` policy only changes the compute copies, but with one the user chose
+# a precision plan, so only FSDP without it is followed as keeping the dtype.
+FSDP_CLASSES = {
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+}
+
+
+def keeps_dtype(name: str | None, call: ast.Call) -> bool:
+    """FSDP wrapping without a `mixed_precision` policy (nor `**kwargs` that may hold one)."""
+    return name in FSDP_CLASSES and not any(k.arg in ("mixed_precision", None) for k in call.keywords)
+
+
 SAME_PARAMETERS = {
     "torch.compile",
     "torch.nn.parallel.DistributedDataParallel",
@@ -291,12 +307,12 @@ class _ParamWalker(_Walker):
                         env[name] = replace(value, detached=value.detached | gone)
         super().bind(target, state, env)
 
-    def escape(self, call: ast.Call, env: dict, method=None) -> None:
+    def escape(self, call: ast.Call, env: dict, method=None, keep: frozenset = frozenset()) -> None:
         """An optimizer handed to other code (a scheduler, `accelerator.prepare`) still holds
         the same Parameters."""
         passed = {dotted(a.value if isinstance(a, ast.Starred) else a) for a in [*call.args, *(k.value for k in call.keywords)]}
         kept = {k: v for k, v in env.items() if isinstance(v, OptimizerValue) and k in passed}
-        super().escape(call, env, method)
+        super().escape(call, env, method, keep)
         if method is None:
             for key, value in kept.items():
                 env.setdefault(key, value)
@@ -319,7 +335,7 @@ class _ParamWalker(_Walker):
         if OPTIMIZER.search(name):
             self.args(call, env, escape=False)
             return OptimizerValue(self._build(call, name))
-        if name in SAME_PARAMETERS and call.args:
+        if (name in SAME_PARAMETERS or keeps_dtype(name, call)) and call.args:
             key = dotted(call.args[0])
             if key is not None and isinstance(env.get(key), ModelState):
                 state = env[key]

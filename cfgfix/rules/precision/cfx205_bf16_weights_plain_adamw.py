@@ -44,8 +44,9 @@ class Bf16WeightsPlainAdamw(Rule):
     No automatic fix: both remedies change memory use and numerics, and which one fits is
     the user's call. cfgfix stays silent when the optimizer is not torch's (optimi, bitsandbytes,
     AnyPrecisionAdamW), when the optimizer or model goes to `accelerator.prepare`,
-    `deepspeed.initialize`, a `*Trainer`, FSDP or PEFT (they may keep float32 master
-    weights or train float32 adapters), when the model is quantized, cast again, frozen, or
+    `deepspeed.initialize`, a `*Trainer`, FSDP with a `mixed_precision` policy or PEFT (they
+    may keep float32 master weights or train float32 adapters; FSDP without a policy keeps
+    the module's dtype in its flat Parameters, so it is followed), when the model is quantized, cast again, frozen, or
     its parameters edited in a loop, and when its dtype is not certain (a transformers 5
     load without `dtype` is CFX206).
 
@@ -64,6 +65,38 @@ class Bf16WeightsPlainAdamw(Rule):
     trigger_check = staticmethod(builds_torch_adam)
 
     VALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "def freeze_embeddings(model):\n"
+            "    for p in model.get_input_embeddings().parameters():\n"
+            "        p.requires_grad = False\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "freeze_embeddings(model)\n"
+            "opt = torch.optim.AdamW(model.parameters())\n"
+            "model(**batch).loss.backward()\n"
+            "opt.step()\n",
+            why="a helper of the file that changes the model in place: what it leaves is unknown",
+        ),
+        Example(
+            "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "def train(rank):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16).to(rank)\n"
+            "    model = FSDP(model, mixed_precision=policy)\n"
+            "    opt = torch.optim.AdamW(model.parameters())\n"
+            "    model(**batch).loss.backward()\n"
+            "    opt.step()\n",
+            why="FSDP with a mixed-precision policy: the user chose a precision plan",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "def train(target):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16).to(target)\n"
+            "    opt = torch.optim.AdamW(model.parameters())\n"
+            "    model(**batch).loss.backward()\n"
+            "    opt.step()\n",
+            why="`.to(target)` may be a dtype: the weights' dtype is unknown",
+        ),
         Example(
             "import torch\nfrom optimi import AdamW\nfrom transformers import AutoModelForSeq2SeqLM\n"
             "model = AutoModelForSeq2SeqLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
@@ -155,6 +188,34 @@ class Bf16WeightsPlainAdamw(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "def print_model_size(model, name):\n"
+            "    total = sum(p.numel() for p in model.parameters())\n"
+            "    print(f'{name}: {total / 1e6:.1f}M parameters')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "print_model_size(model, 'm')\n"
+            "opt = torch.optim.AdamW(model.parameters())\n"
+            "model(**batch).loss.backward()\n"
+            "opt.step()\n",
+            why="a helper of the file that only reads the model (its parameters' sizes) keeps its dtype",
+            line=8,
+        ),
+        Example(
+            "import torch\nimport torch.multiprocessing as mp\n"
+            "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+            "from transformers import BloomForCausalLM\n"
+            "def train(rank, world_size):\n"
+            "    model = BloomForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+            "    model = model.to(rank)\n"
+            "    model = FSDP(model, device_id=rank)\n"
+            "    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
+            "    model(**batch).loss.backward()\n"
+            "    opt.step()\n"
+            "mp.spawn(train, args=(2,), nprocs=2)\n",
+            why="`.to(rank)` moves to a GPU index; FSDP without a mixed-precision policy keeps bfloat16 flat weights",
+            line=9,
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
             "model = AutoModelForSeq2SeqLM.from_pretrained(\n"
