@@ -260,13 +260,15 @@ class RedundantDtypeCast(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
-        transformers = ctx.versions.get("transformers")
+        transformers = None  # asked only for a load without a dtype (reading versions costs)
         for mc in ctx.models.calls:
             state = mc.state
             if mc.target_dtype is None or state.load.library != "transformers" or state.load.quant_keywords:
                 continue  # diffusers keeps float32 modules under any dtype; quantized: CFX104
             dtype = state.dtype
-            if dtype == "default" and transformers.below("5") is True:
+            if dtype == "default" and mc.target_dtype == "float32":
+                transformers = transformers or ctx.versions.get("transformers")
+            if dtype == "default" and transformers is not None and transformers.below("5") is True:
                 dtype = "float32"  # transformers 4.x loads float32 when no dtype is given
             if dtype != mc.target_dtype:
                 continue
