@@ -132,10 +132,10 @@ class _Scope:
                         understood.add(id(keyword.value))
                         if keyword.value.id in self.builds:
                             self.spread_calls.append(node)
-            elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load):
-                understood.add(id(node.value))
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in _READS:
-                understood.add(id(node.value))
+            elif isinstance(node.value if isinstance(node, (ast.Subscript, ast.Attribute)) else None, ast.Name) and (
+                    isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                    or isinstance(node, ast.Attribute) and node.attr in _READS):
+                understood.add(id(node.value))  # a read: `kw["a"]`, `kw.get("a")`
             elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
                 for side in node.comparators:
                     if isinstance(side, ast.Name):
