@@ -770,9 +770,9 @@ class CudaOrder:
                     return use
         return None
 
-    def _gpu_branch(self, stmt: ast.If) -> list[ast.stmt] | None:
-        """The block of `if torch.cuda.is_available():` (or the `else` of `if not ...:`) that
-        a GPU run takes; None for any other test."""
+    def _gpu_branch(self, stmt: ast.If | ast.IfExp):
+        """The side of `if torch.cuda.is_available():` (or of `x if torch.cuda.is_available()
+        else y`; the `else` of `not ...`) that a GPU run takes; None for any other test."""
         test, body = stmt.test, stmt.body
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test, body = test.operand, stmt.orelse
@@ -839,12 +839,18 @@ class CudaOrder:
                 return value
         return node
 
-    def _is_cuda(self, node: ast.expr, stmt: ast.stmt) -> bool:
+    def _is_cuda(self, node: ast.expr, stmt: ast.stmt, depth: int = 0) -> bool:
         node = self._resolve(node, stmt)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return bool(_CUDA_DEVICE.fullmatch(node.value))
+        if isinstance(node, ast.IfExp) and depth < 3:
+            # "cuda" if torch.cuda.is_available() else "cpu": CUDA on every GPU run
+            side = self._gpu_branch(node)
+            return side is not None and self._is_cuda(side, stmt, depth + 1)
         if isinstance(node, ast.Call) and self.imports.qualify(node.func) == "torch.device" and node.args:
             first = node.args[0]
+            if isinstance(first, ast.IfExp) and depth < 3:
+                return self._is_cuda(first, stmt, depth + 1)
             return isinstance(first, ast.Constant) and isinstance(first.value, str) and bool(
                 _CUDA_DEVICE.fullmatch(first.value)
             )

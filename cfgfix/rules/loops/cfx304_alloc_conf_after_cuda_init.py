@@ -45,7 +45,8 @@ class AllocConfAfterCudaInit(Rule):
     `if`, a loop body, a `try` body or a lambda, or a device it cannot resolve, is not
     counted. One test is an exception: the block of `if torch.cuda.is_available():` (or the
     `else` of `if not torch.cuda.is_available():`) runs on every GPU run, and the allocator
-    setting matters only on those, so a use there counts. A file that also starts child
+    setting matters only on those, so a use there counts, and so does a device
+    `"cuda" if torch.cuda.is_available() else "cpu"` (or `torch.device(...)` of it). A file that also starts child
     processes (`subprocess`, `mp.spawn`) is left alone, since the value may be meant for them (a process started by module-level code
     that ended before the first assignment, such as a notebook's `pip` cell, cannot be).
 
@@ -142,10 +143,10 @@ class AllocConfAfterCudaInit(Rule):
         ),
         Example(
             "import os\nimport torch\n"
-            "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "device = torch.device('cuda' if args.gpu else 'cpu')\n"
             "x = torch.zeros(4).to(device)\n"
             "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
-            why="a device cfgfix cannot resolve to CUDA",
+            why="a device cfgfix cannot resolve to CUDA (a GPU run may still pick the CPU)",
         ),
         Example(
             "import os\nimport subprocess\nimport torch\n"
@@ -180,6 +181,18 @@ class AllocConfAfterCudaInit(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import os\nimport torch\n"
+            "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "x = torch.zeros(4).to(device)\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n",
+            why="the GPU idiom is CUDA on every GPU run, the runs the setting is for",
+            line=5,
+            fixed="import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n\n"
+            "import torch\n"
+            "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+            "x = torch.zeros(4).to(device)\n",
+        ),
         Example(
             "import os\nimport subprocess\nimport sys\nimport torch\n"
             "subprocess.run([sys.executable, '-m', 'pip', 'show', 'peft'], check=False)\n"
