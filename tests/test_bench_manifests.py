@@ -17,7 +17,11 @@ import pytest
 from cfgfix.rules.base import all_rules
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = [ROOT / "bench" / "recall" / "manifest.jsonl", ROOT / "bench" / "heldout" / "manifest.jsonl"]
+MANIFESTS = [
+    ROOT / "bench" / "recall" / "manifest.jsonl",
+    ROOT / "bench" / "heldout" / "manifest.jsonl",
+    ROOT / "bench" / "heldout2" / "manifest.jsonl",
+]
 
 
 def _run_module():
@@ -54,8 +58,10 @@ def test_manifest_is_well_formed(manifest):
 
 
 def test_heldout_set_shares_no_repository_with_the_tuning_set():
-    recall, heldout = (_records(path) for path in MANIFESTS)
-    assert not {r["repo"] for r in recall} & {r["repo"] for r in heldout}
+    recall, heldout, heldout2 = ({r["repo"] for r in _records(path)} for path in MANIFESTS)
+    assert not recall & heldout
+    # The second held-out set was chosen after the first one had been read while fixing rules.
+    assert not heldout2 & (recall | heldout)
 
 
 def _finding(code: str, row: int, cell: int | None = None) -> dict:
