@@ -82,6 +82,11 @@ class ModelLoad:
     # from `models/build.py`): its display path, and its SourceText for related spans.
     path: str | None = None
     source: object = field(default=None, compare=False, repr=False)
+    # `trust_remote_code` passed and not literally False: the hub's own modeling code builds
+    # the layers, often in a dtype of its choosing (ChatGLM-6B `params_dtype=torch.half`,
+    # ChatGLM2/3 and GLM-4 `dtype=config.torch_dtype`, Qwen-1 picks bf16/fp16 itself), so
+    # transformers' default dtype for a load without one says nothing about the weights.
+    remote_code: bool = False
 
     @property
     def line(self) -> int:
@@ -1370,11 +1375,25 @@ class _Resolver:
         if library is None and self.functions is not None:
             library = self.functions.class_library(func.value)  # the project's own model class
         origin = self.functions.origin if self.functions is not None else None
+        remote = keywords.get("trust_remote_code")
         return ModelLoad(
             call, class_name, dtype, dtype_kw, device_map, quantized, hidden, pipeline,
             library, quant_keywords,
             origin.display if origin is not None else None, origin.source_text() if origin is not None else None,
+            remote_code=remote is not None and not (isinstance(remote, ast.Constant) and not remote.value)
+            and not _native_model_id(call),
         )
+
+
+# Hub ids of families transformers implements itself: their checkpoints carry no `auto_map`,
+# so `trust_remote_code=True` changes nothing and transformers' own loading rules hold.
+_NATIVE_FAMILY = re.compile(
+    r"(?i)(?:^|/)(?:qwen(?:1\.5|2|2\.5|3)|(?:meta-)?llama|mistral|mixtral|gemma|gpt2|t5|flan-t5|bert|roberta|opt-|bloom)")
+
+
+def _native_model_id(call: ast.Call) -> bool:
+    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "pretrained_model_name_or_path"), None)
+    return isinstance(first, ast.Constant) and isinstance(first.value, str) and bool(_NATIVE_FAMILY.search(first.value))
 
 
 class _Walker:
@@ -1584,7 +1603,8 @@ class _Walker:
             self.args(call, env)
             if not any(known.call is call for known in self.analysis.loads):
                 self.analysis.loads.append(load)
-            default = "default" if not self.resolver.default_dtype_changed() else None
+            # no dtype: the version's default, unless torch's default or the model's own code decides
+            default = "default" if not (load.remote_code or self.resolver.default_dtype_changed()) else None
             dtype = load.dtype if load.dtype in DTYPE_ALIASES.values() else (default if load.dtype is None else None)
             variants = self.resolver.load_variants(call, load)
             if variants:  # `load_in_8bit=flag`, `device_map="auto" if multi else None`

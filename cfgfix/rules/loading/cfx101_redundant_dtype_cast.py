@@ -26,7 +26,11 @@ class RedundantDtypeCast(Rule):
     `from_pretrained(..., torch_dtype=torch.bfloat16)` (or `dtype=`, or `"bfloat16"`) and then
     `.to(torch.bfloat16)`, `.to(dtype=torch.bfloat16)`, `.bfloat16()`, `.half()` after a
     float16 load, or `.float()` after a float32 load. A transformers load without a dtype is
-    a float32 load on transformers 4.x (see Versions), so `.float()` after it is flagged too.
+    a float32 load on transformers 4.x (see Versions), so `.float()` after it is flagged too,
+    unless the load runs the hub's own modeling code (`trust_remote_code=True` on a model
+    transformers does not implement itself): that code often builds its layers in a dtype of
+    its choosing (ChatGLM-6B `params_dtype=torch.half`; ChatGLM2/3 and GLM-4
+    `dtype=config.torch_dtype`), so the weights' dtype is not known.
 
     ## Why is this bad?
     It does nothing to the weights. `nn.Module.to()` converts parameters in place and
@@ -185,16 +189,23 @@ class RedundantDtypeCast(Rule):
             why="the module changed torch's default dtype, which a load without a dtype uses",
             files={"requirements.txt": "transformers==4.46.3\n"},
         ),
-    ]
-    INVALID = [
         Example(
             "from transformers import AutoModel\n"
             "model = AutoModel.from_pretrained('THUDM/chatglm-6b', trust_remote_code=True).float()\n",
+            why="the hub's own modeling code builds the layers (ChatGLM: `params_dtype=torch.half`): "
+            "no dtype says nothing about the weights, and `.float()` is the real cast a CPU run needs",
+            files={"requirements.txt": "transformers==4.27.1\n"},
+        ),
+    ]
+    INVALID = [
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained(args.model_path).float()\n",
             why="no dtype on transformers 4.x is already float32",
             line=2,
             files={"requirements.txt": "transformers==4.27.1\n"},
-            fixed="from transformers import AutoModel\n"
-            "model = AutoModel.from_pretrained('THUDM/chatglm-6b', trust_remote_code=True)\n",
+            fixed="from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained(args.model_path)\n",
         ),
         Example(
             "import torch\nfrom transformers import AutoModelForSeq2SeqLM\n"

@@ -25,7 +25,10 @@ class CastAfterLoad(Rule):
     """## What it does
     Flags a model loaded in float32 and then cast to float16 or bfloat16: an explicit
     `torch_dtype=torch.float32` (or `dtype=`), or no dtype at all on transformers < 5, where
-    `from_pretrained` loads float32 by default.
+    `from_pretrained` loads float32 by default. A load without a dtype that runs the hub's own
+    modeling code (`trust_remote_code=True`, for a model transformers does not implement itself)
+    is left alone: ChatGLM's code builds its layers in float16 whatever the default, so its
+    `.half()` copies nothing.
 
     ## Why is this bad?
     The whole float32 model is materialised first: 4 bytes per parameter, twice what the
@@ -131,6 +134,13 @@ class CastAfterLoad(Rule):
             "model.half()\n",
             why="another library's loader, with its own default dtype",
             files={"requirements.txt": "transformers==4.46.3\n"},
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('THUDM/chatglm-6b', trust_remote_code=True).half().cuda()\n",
+            why="ChatGLM's own modeling code builds its layers in float16 (`params_dtype=torch.half`): "
+            "nothing float32 is materialised",
+            files={"requirements.txt": "transformers==4.27.1\n"},
         ),
     ]
     INVALID = [
