@@ -58,10 +58,7 @@ def _call_result_accumulated(data: bytes) -> bool:
     accumulated = _accumulated_names(data)
     if not accumulated:
         return False
-    bound = re.compile(
-        rb"\b(" + b"|".join(re.escape(n) for n in accumulated) + rb")[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_]\w*\("
-    )
-    for name in {m.group(1) for m in bound.finditer(data)}:
+    for name in _bound_from_call(data, list(accumulated)):
         match = accumulated[name]
         start = data.rfind(b"\n", 0, match.start()) + 1
         end = data.find(b"\n", match.end())
@@ -69,6 +66,37 @@ def _call_result_accumulated(data: bytes) -> bool:
         if in_loop_text(data, start, line.rstrip(b"\r"), _LOSS_BUILDER_DEF):
             return True
     return False
+
+
+# What follows a name bound from a call: `cost = f(`, `cost, n = f(`.
+_BOUND_TAIL = re.compile(rb"[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_]\w*\(")
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _bound_from_call(data: bytes, names: list[bytes]) -> set[bytes]:
+    """The names `re.finditer(rb"\b(n1|n2|...)" + _BOUND_TAIL)` finds, literal first: a
+    pattern that begins with `\b` and an alternation made `re` try every position of the file
+    (~0.3 s of CPU on the bench corpus). Same leftmost, first-alternative, non-overlapping
+    matches: at each start, the names in their order; the next match starts after this one."""
+    starts: dict[int, list[int]] = {}
+    for order, name in enumerate(names):
+        pos = data.find(name)
+        while pos >= 0:
+            if pos == 0 or data[pos - 1] not in _WORD_BYTES:  # `\b` before a word character
+                starts.setdefault(pos, []).append(order)
+            pos = data.find(name, pos + 1)
+    found: set[bytes] = set()
+    resume = 0
+    for pos in sorted(starts):
+        if pos < resume:
+            continue
+        for order in starts[pos]:  # appended in name order
+            match = _BOUND_TAIL.match(data, pos + len(names[order]))
+            if match is not None:
+                found.add(names[order])
+                resume = match.end()
+                break
+    return found
 
 
 def _accumulated_names(data: bytes) -> dict:
