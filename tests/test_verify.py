@@ -190,6 +190,24 @@ def test_a_hang_times_out_with_the_stuck_stack(tmp_path_factory, monkeypatch):
     assert "timed out" in doc["verdict"]["reason"]
 
 
+def test_stacks_are_read_only_once_dumped_in_full(tmp_path):
+    """faulthandler writes a dump in many small writes: a stack file is complete only when it
+    ends a line and has stopped growing (a truncated stack was read under load)."""
+    stack = tmp_path / "stack-7.txt"
+    stack.write_text("")
+    states = [runner._stack_states(tmp_path, [7, 8])]  # 8: no Python harness, no file
+    for text in ("Current thread 0x1 (most recent call first):\n  File \"x.py\", line 3 in ",
+                 "Current thread 0x1 (most recent call first):\n  File \"x.py\", line 3 in f\n",
+                 "Current thread 0x1 (most recent call first):\n  File \"x.py\", line 3 in f\n"):
+        stack.write_text(text)
+        states.append(runner._stack_states(tmp_path, [7, 8]))
+    assert list(states[-1]) == ["7"]
+    written = [runner._stacks_written(before, after) for before, after in zip([None, *states], states)]
+    # empty; a line cut off; a whole line, but grown since the last poll; unchanged: complete
+    assert written == [False, False, False, True]
+    assert not runner._stacks_written(None, {})  # no Python process of the launch
+
+
 def _verify_fixless(folder: Path, *args: str):
     """Scripts with nothing to fix are compared with themselves through git revisions."""
     _git_init(folder)

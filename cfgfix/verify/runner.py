@@ -23,7 +23,8 @@ from pathlib import Path
 HARNESS = Path(__file__).with_name("harness") / "sitecustomize.py"
 LIVE_BYTES = Path(__file__).resolve().parents[1] / "memory" / "live_bytes.py"
 POLL_S = 0.2
-STACK_WAIT_S = 1.0  # time given to the harness to write its stacks after SIGUSR1
+STACK_WAIT_S = 2.0  # the most time given to the harness to write its stacks after SIGUSR1
+STACK_SETTLE_S = 0.1  # a stack file unchanged this long (and ending a line) is complete
 
 
 @dataclass
@@ -146,8 +147,13 @@ def _stop(proc, reports: Path, quick: bool = False) -> None:
     if not quick:
         _signal_all(pids, signal.SIGUSR1)
         deadline = time.monotonic() + STACK_WAIT_S
-        while time.monotonic() < deadline and not _stacks_written(reports, pids):
-            time.sleep(0.05)
+        previous = None
+        while time.monotonic() < deadline:
+            current = _stack_states(reports, pids)
+            if _stacks_written(previous, current):
+                break
+            previous = current
+            time.sleep(STACK_SETTLE_S)
     _kill_group(proc.pid)
     _signal_all([proc.pid, *_descendants(proc.pid)], signal.SIGKILL)
 
@@ -159,10 +165,31 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _stacks_written(reports: Path, pids: list[int]) -> bool:
-    stacks = [reports / f"stack-{pid}.txt" for pid in pids]
-    known = [s for s in stacks if s.exists()]
-    return bool(known) and all(s.stat().st_size > 0 for s in known)
+def _stack_states(reports: Path, pids: list[int]) -> dict[str, tuple[int, bool]]:
+    """(size, ends with a newline) of each stack file the launch's processes opened (the
+    harness opens one per Python process at start-up, empty until SIGUSR1)."""
+    states = {}
+    for pid in pids:
+        try:
+            with open(reports / f"stack-{pid}.txt", "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                last = b""
+                if size:
+                    f.seek(size - 1)
+                    last = f.read(1)
+        except OSError:
+            continue
+        states[str(pid)] = (size, last == b"\n")
+    return states
+
+
+def _stacks_written(previous: dict | None, current: dict) -> bool:
+    """Every stack dumped in full: each file non-empty, ending a line, and the same as one
+    poll ago. faulthandler writes a dump in many small writes; a loaded machine can pause the
+    process between them, and a file read (or a process killed) at the first byte held a
+    truncated stack."""
+    return (bool(current) and current == previous
+            and all(size > 0 and whole_line for size, whole_line in current.values()))
 
 
 def _signal_all(pids: list[int], sig) -> None:
