@@ -178,6 +178,70 @@ def test_a_method_that_may_rebind_the_model_forgets_it(tmp_path):
     assert calls(analysis) == []
 
 
+def test_a_method_of_another_attribute_keeps_the_model(tmp_path):
+    # `self.criterion.cuda()`, `self.scheduler.step()`, `self.logger.info()`: objects that
+    # cannot hold the model (nothing whole of it, nor `self`, went into them).
+    analysis = analyze(tmp_path, {"train.py": """
+        import logging
+        import torch
+        from transformers import AutoModel
+
+        class Trainer:
+            def __init__(self, name, model_name):
+                self.model = AutoModel.from_pretrained(model_name, device_map="auto")
+                self.criterion = torch.nn.CrossEntropyLoss()
+                self.optimizer = torch.optim.AdamW(self.model.parameters())
+                self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, 10)
+                self.logger = logging.getLogger(name)
+                self.tokenizer = AutoTokenizer.from_pretrained(model_name)
+                self.criterion.cuda()
+                self.scheduler.step()
+                self.logger.info("loaded")
+                self.tokenizer.save_pretrained("out")
+                self.model.cuda()
+    """})
+    assert [c[:3] for c in calls(analysis)] == [(18, "cuda", "self.model")]
+
+
+def test_a_method_of_an_attribute_that_may_hold_the_model_forgets_it(tmp_path):
+    # Near misses: the object was given `self`, the model whole, an alias of it, a bound
+    # method of it, or is a property / never assigned here: its methods may change the model.
+    for setup in (
+        "self.helper = Reloader(self)",
+        "self.helper = Wrapper(self.model)",
+        "self.helper = Wrapper(model)",
+        "self.helper = functools.partial(self.model.half)",
+        "self.helper = Hooks(lambda: self.model)",
+        "pass",  # inherited or set from outside: unknown
+    ):
+        analysis = analyze(tmp_path, {"train.py": f"""
+            from transformers import AutoModel
+
+            class Trainer:
+                def __init__(self, name):
+                    model = AutoModel.from_pretrained(name, device_map="auto")
+                    self.model = model
+                    {setup}
+                    self.helper.run()
+                    self.model.cuda()
+        """})
+        assert calls(analysis) == [], setup
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModel
+
+        class Trainer:
+            def __init__(self, name):
+                self.model = AutoModel.from_pretrained(name, device_map="auto")
+                self.helper.run()
+                self.model.cuda()
+
+            @property
+            def helper(self):
+                return self.model
+    """})
+    assert calls(analysis) == []
+
+
 def test_call_sites_bind_parameters(tmp_path):
     analysis = analyze(tmp_path, {"train.py": """
         from transformers import AutoModel

@@ -1647,7 +1647,10 @@ class _Walker:
             elif key == "self" and self.cls is not None and self.resolver.functions is not None:
                 return self.local_call(call, env)
             elif key is not None and key.startswith("self.") and key.count(".") == 1:
-                _forget(env, "self.")  # self.helper() may rebind any self.x
+                # A method of another object (`self.criterion.cuda()`, `self.logger.info()`)
+                # cannot rebind `self.model`, nor cast it, unless that object may hold it.
+                if _may_hold_tracked(self.cls, key, env, self.resolver.functions):
+                    _forget(env, "self.")
             elif key is not None and self.resolver.functions is not None and key in self.resolver.imports.aliases \
                     and "." not in key and self.resolver.functions.lookup(func, self.cls) is not None:
                 return self.local_call(call, env)  # `utils.load_model(...)` of a project module
@@ -1909,6 +1912,112 @@ def _read_only_arguments(call: ast.Call, func: ast.AST) -> frozenset:
 
 # Names that hold a GPU index (a process's rank, `mp.spawn`'s first argument), never a dtype.
 _RANK_NAME = re.compile(r"(local_|global_)?rank(_id)?|gpu(_id|_index|_idx)?|local_gpu|device_idx|cuda_id")
+
+
+def _may_hold_tracked(cls: ast.ClassDef | None, key: str, env: dict, table) -> bool:
+    """Whether the untracked `self.other` (`key`) may refer to `self` or to a value the walk
+    tracks, so that a method called on it may rebind or cast `self.model`. It may not only
+    when the class (or a base class of this module) assigns `key`, is not given it another
+    way (a property or method of that name, a `for`/`with` target), and no assigned value
+    mentions, as a whole object, `self` (`Handler(self)`), a tracked key or a part of one
+    (`EMA(self.model)`, `partial(self.model.half)`), a function (a lambda may touch
+    anything), or a local name that the same method binds to or from a tracked key
+    (`self.model = model; self.ema = EMA(model)`). Using a tracked value's attributes keeps
+    the object apart (`AdamW(self.model.parameters())`). Assumed: a base class from another
+    module does not also assign `key` with such a value."""
+    if cls is None:
+        return True
+    tracked = [k for k in env if k.startswith("self.")]
+    if not tracked:
+        return False
+    attr = key.split(".", 1)[1]
+    found = False
+    for owner in _same_module_classes(cls, table.classes if table is not None else {}):
+        for node in owner.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr:
+                return True  # a property or method: anything may come back
+        for method in owner.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            aliases = _tracked_aliases(method, tracked)
+            for node in ast.walk(method):
+                if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if not any(dotted(t) == key for target in targets for t in ast.walk(target)):
+                        continue
+                    found = True
+                    if node.value is None or _whole_objects(node.value, tracked, aliases):
+                        return True
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.withitem, ast.AugAssign)):
+                    target = node.optional_vars if isinstance(node, ast.withitem) else node.target
+                    if target is not None and any(dotted(t) == key for t in ast.walk(target)):
+                        return True
+    return not found
+
+
+def _same_module_classes(cls: ast.ClassDef, module: Mapping, depth: int = 0) -> list[ast.ClassDef]:
+    """The class and the base classes it names that its module defines (found by name)."""
+    found = [cls]
+    for base in cls.bases:
+        if depth < 4 and isinstance(base, ast.Name) and isinstance(module.get(base.id), ast.ClassDef) \
+                and module[base.id] is not cls:
+            found.extend(c for c in _same_module_classes(module[base.id], module, depth + 1) if c not in found)
+    return found
+
+
+def _whole_objects(value: ast.AST, tracked: list[str], aliases: set[str]) -> bool:
+    """`value` mentions `self`, a tracked key (or part of one), an alias of one, or a function."""
+    parts = set()
+    for node in ast.walk(value):
+        if isinstance(node, (ast.Lambda, ast.NamedExpr)):
+            return True
+        if isinstance(node, ast.Attribute):
+            parts.add(id(node.value))
+        elif isinstance(node, ast.Call):
+            parts.add(id(node.func))
+    for node in ast.walk(value):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in parts:
+            continue
+        name = dotted(node)
+        if name is None:
+            continue
+        if name == "self" or name in aliases or _is_tracked(node, tracked):
+            return True
+    return False
+
+
+def _is_tracked(node: ast.AST, tracked: list[str]) -> bool:
+    name = dotted(node)
+    return name is not None and any(name == k or name.startswith(k + ".") for k in tracked)
+
+
+def _whole_names(value: ast.AST) -> set[str]:
+    """Local names `value` uses as whole objects, not as a load's arguments (a checkpoint
+    name given to `from_pretrained` is not the model it returns)."""
+    skip = set()
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute):
+            skip.add(id(node.value))
+        elif isinstance(node, ast.Call):
+            skip.add(id(node.func))
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("from_pretrained", "from_config"):
+                skip.update(id(n) for arg in [*node.args, *(k.value for k in node.keywords)] for n in ast.walk(arg))
+    return {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id != "self" and id(n) not in skip}
+
+
+def _tracked_aliases(method: ast.AST, tracked: list[str]) -> set[str]:
+    """Local names `method` binds to or from a tracked key, whole (`self.model = model`,
+    `model = self.model`, `self.model = wrap(model)`)."""
+    names: set[str] = set()
+    for node in ast.walk(method):
+        if not isinstance(node, ast.Assign):
+            continue
+        targets = [t for target in node.targets for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))]
+        if any(_is_tracked(t, tracked) for t in targets):
+            names.update(_whole_names(node.value))
+        if _whole_objects(node.value, tracked, set()):
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
 
 
 def _forget(env: dict, key: str) -> None:

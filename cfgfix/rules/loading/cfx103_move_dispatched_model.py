@@ -75,6 +75,16 @@ class MoveDispatchedModel(Rule):
     VALID = [
         Example(
             "from transformers import AutoModelForCausalLM\n"
+            "class Trainer:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+            "        self.hooks = Hooks(self)\n"
+            "        self.hooks.reload()\n"
+            "        self.model.cuda()\n",
+            why="`self.hooks` was given `self`: its method may rebind `self.model`",
+        ),
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
             "def load(name):\n"
             "    kw = dict(trust_remote_code=True)\n"
             "    kw['device_map'] = 'auto'\n"
@@ -308,6 +318,26 @@ class MoveDispatchedModel(Rule):
             "        self.model = self.model.to(dtype=torch.bfloat16)\n"
             "    def train(self):\n"
             "        pass\n",
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "class Trainer:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+            "        self.criterion = torch.nn.CrossEntropyLoss()\n"
+            "        self.criterion.cuda()\n"
+            "        self.model.cuda()\n",
+            why="a method of another attribute (`self.criterion.cuda()`) cannot change `self.model`: "
+            "nothing of the model went into it",
+            line=8,
+            fixed="import torch\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "class Trainer:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n"
+            "        self.criterion = torch.nn.CrossEntropyLoss()\n"
+            "        self.criterion.cuda()\n",
         ),
         Example(
             "from transformers import AutoModel\n"
