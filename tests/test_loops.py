@@ -225,6 +225,64 @@ def test_cfx301_a_loop_else_is_not_inside_the_loop(tmp_path):
     assert _check(tmp_path, code, ["CFX301"])[2] == []
 
 
+_HELPER_CALLED_PER_STEP = (
+    "import torch\n"
+    "def helper(model, batch):\n"
+    "{body}"
+    "def train(model, loader, optimizer):\n"
+    "    for batch in loader:\n"
+    "        model(**batch).loss.backward()\n"
+    "        optimizer.step()\n"
+    "        helper(model, batch)\n"
+)
+
+
+@pytest.mark.parametrize("body", [
+    # a loop over a spelled-out collection runs per step, like the helper around it
+    "    for key in ('chosen', 'rejected'):\n        model(**batch[key])\n        torch.cuda.empty_cache()\n",
+    "    for key in ['chosen', 'rejected']:\n        model(**batch[key])\n    torch.cuda.empty_cache()\n",
+    "    pairs = {'c': batch['c'], 'r': batch['r']}\n    for name, x in pairs.items():\n        model(**x)\n"
+    "    torch.cuda.empty_cache()\n",
+    "    for i, key in enumerate(('a', 'b')):\n        model(**batch[key])\n    torch.cuda.empty_cache()\n",
+    "    for key, x in {'a': 1, 'b': 2}.items():\n        model(**batch)\n        torch.cuda.empty_cache()\n",
+])
+def test_cfx301_a_helper_with_a_loop_over_a_spelled_out_collection_is_per_step(tmp_path, body):
+    findings = _check(tmp_path, _HELPER_CALLED_PER_STEP.format(body=body), ["CFX301"])[2]
+    assert [f.code for f in findings] == ["CFX301"]
+
+
+@pytest.mark.parametrize("body", [
+    # near misses: a pass over data, or a collection that the code builds or changes, is a phase
+    "    for x in batch:\n        model(**x)\n    torch.cuda.empty_cache()\n",
+    "    for i in range(10):\n        model(**batch)\n    torch.cuda.empty_cache()\n",
+    "    for name, p in model.state_dict().items():\n        p.cpu()\n    torch.cuda.empty_cache()\n",
+    "    keys = ['a']\n    keys.append(batch)\n    for key in keys:\n        model(**key)\n"
+    "    torch.cuda.empty_cache()\n",
+    "    keys = ['a']\n    keys = load_keys()\n    for key in keys:\n        model(**key)\n"
+    "    torch.cuda.empty_cache()\n",
+    "    for key in (*batch, 'a'):\n        model(**key)\n    torch.cuda.empty_cache()\n",
+    "    for key in ('a', 'b'):\n        for x in loader:\n            model(**x)\n    torch.cuda.empty_cache()\n",
+])
+def test_cfx301_a_helper_with_a_pass_over_data_stays_a_phase(tmp_path, body):
+    assert _check(tmp_path, _HELPER_CALLED_PER_STEP.format(body=body), ["CFX301"])[2] == []
+
+
+def test_cfx301_a_spelled_out_loop_inside_the_step_loop(tmp_path):
+    code = (
+        "import torch\n"
+        "for batch in loader:\n"
+        "    model(**batch).loss.backward()\n"
+        "    optimizer.step()\n"
+        "    for key in ('chosen', 'rejected'):\n"
+        "        log(batch[key])\n"
+        "        torch.cuda.empty_cache()\n"
+    )
+    findings = _check(tmp_path, code, ["CFX301"])[2]
+    assert [f.code for f in findings] == ["CFX301"]
+    # at module level, a spelled-out loop alone is no step loop
+    assert _check(tmp_path, "import torch\nfor k in ('a', 'b'):\n    torch.cuda.empty_cache()\n", ["CFX301"])[2] == []
+
+
 def test_statements_in_loops_stop_at_functions():
     import ast
 

@@ -892,3 +892,73 @@ def _body_nodes(func: ast.AST, stop: tuple = ()):
             continue
         yield node
         stack.extend(child_nodes(node))
+
+
+_LITERALS = (ast.Tuple, ast.List, ast.Set)
+_ORDERING = frozenset({"enumerate", "zip", "sorted", "reversed"})
+_DICT_VIEWS = frozenset({"items", "keys", "values"})
+_DICT_READS = _DICT_VIEWS | {"get", "copy"}
+
+
+def over_spelled_out_collection(loop: ast.stmt, scope: ast.AST | None) -> bool:
+    """A `for` over a collection the code spells out: a literal tuple, list or set (`for key
+    in ("chosen", "rejected"):`), `enumerate`/`zip`/`sorted`/`reversed` of such, a dict
+    literal or its `.items()`/`.keys()`/`.values()`, or a name `scope` binds only to such a
+    literal (`pairs = {"a": x, "b": y}`) and never changes in place. It runs a few times
+    where it stands -- per step inside a step -- not a pass over data (a loader, a dataset,
+    `range(epochs)`), which is a phase."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    return _spelled_out(loop.iter, scope)
+
+
+def _spelled_out(node: ast.AST, scope: ast.AST | None) -> bool:
+    if isinstance(node, _LITERALS):
+        return not any(isinstance(e, ast.Starred) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return None not in node.keys
+    if isinstance(node, ast.Call) and not node.keywords:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _ORDERING and node.args:
+            return all(_spelled_out(a, scope) for a in node.args)
+        if isinstance(func, ast.Attribute) and func.attr in _DICT_VIEWS and not node.args:
+            return _spelled_out(func.value, scope) and not isinstance(func.value, _LITERALS)
+        return False
+    if isinstance(node, ast.Name) and scope is not None:
+        return _bound_to_literal(node.id, scope)
+    return False
+
+
+def _bound_to_literal(name: str, scope: ast.AST) -> bool:
+    """Every binding of `name` in `scope` is a literal collection (or `dict(k=v, ...)`), and
+    nothing changes it in place (no item stores, no `append`/`update`, no other use as a
+    loop or `with` target)."""
+    bound = False
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == name for target in node.targets for t in ast.walk(target)):
+                if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and _literal_value(node.value)):
+                    return False
+                bound = True
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr, ast.withitem)):
+            target = node.optional_vars if isinstance(node, ast.withitem) else node.target
+            if target is not None and any(isinstance(t, ast.Name) and t.id == name for t in ast.walk(target)):
+                return False
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.value, ast.Name) \
+                and node.value.id == name:
+            if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+                return False
+            if isinstance(node, ast.Attribute) and node.attr not in _DICT_READS:
+                return False
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return False
+    return bound
+
+
+def _literal_value(node: ast.AST) -> bool:
+    if isinstance(node, _LITERALS):
+        return not any(isinstance(e, ast.Starred) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return None not in node.keys
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"
+            and not node.args and all(k.arg for k in node.keywords))

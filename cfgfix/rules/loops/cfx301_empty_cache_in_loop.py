@@ -7,7 +7,14 @@ import re
 from typing import Iterable
 
 from cfgfix.analysis.loop_text import header_span, in_loop_text
-from cfgfix.analysis.loops import MODEL_LOADS, identifiers, last_part, loop_analysis, module_like
+from cfgfix.analysis.loops import (
+    MODEL_LOADS,
+    identifiers,
+    last_part,
+    loop_analysis,
+    module_like,
+    over_spelled_out_collection,
+)
 from cfgfix.analysis.names import dotted, iter_statements
 from cfgfix.analysis.steps import step_functions
 from cfgfix.analysis.structure import Loop
@@ -46,6 +53,9 @@ class EmptyCacheInLoop(Rule):
     Also in code a framework runs once per step, whose loop lives in the library: a
     `TrainerCallback`'s `on_step_end`/`on_substep_end`, a `Trainer` subclass's
     `training_step`/`compute_loss`, a Lightning `training_step`/`on_train_batch_end`.
+    And in a helper that a step loop calls every iteration, also inside a loop of the
+    helper's own over a collection the code spells out (`for key in ("chosen",
+    "rejected"):`, the `.items()` of a dict literal): that loop runs a few times per step.
 
     ## Why is this bad?
     It never lowers the peak. `empty_cache()` only hands back cached blocks that no tensor
@@ -77,7 +87,8 @@ class EmptyCacheInLoop(Rule):
     Call it at phase boundaries, where another process or library needs memory that this
     one will not use again: after training, between two models, after evaluation. cfgfix
     stays silent there: outside step loops, in loops over models or checkpoints, in an
-    `except` handler (out-of-memory recovery), in a branch that also evaluates or saves,
+    `except` handler (out-of-memory recovery), in a helper with a pass over data of its own
+    (a loader, a dataset, `range(n)`), in a branch that also evaluates or saves,
     in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks, and
     behind an explicit option that can be off (`if args.empty_cache_steps and ...`).
 
@@ -106,6 +117,19 @@ class EmptyCacheInLoop(Rule):
     )
 
     VALID = [
+        Example(
+            "import torch\n"
+            "def evaluate(model, eval_loader):\n"
+            "    for batch in eval_loader:\n"
+            "        model(**batch)\n"
+            "    torch.cuda.empty_cache()\n"
+            "for step, batch in enumerate(loader):\n"
+            "    model(**batch).loss.backward()\n"
+            "    optimizer.step()\n"
+            "    if step % 500 == 0:\n"
+            "        evaluate(model, eval_loader)\n",
+            why="a helper with a pass over data of its own is a phase: evaluation, then free",
+        ),
         Example(
             "import torch\nfrom transformers import TrainerCallback\n"
             "class Cleanup(TrainerCallback):\n"
@@ -194,6 +218,31 @@ class EmptyCacheInLoop(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "def forward_pair(model, batch):\n"
+            "    logits = {}\n"
+            "    for key in ('chosen', 'rejected'):\n"
+            "        logits[key] = model(**batch[key]).logits\n"
+            "        torch.cuda.empty_cache()\n"
+            "    return logits\n"
+            "for batch in loader:\n"
+            "    loss = dpo_loss(forward_pair(model, batch))\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
+            why="a helper's loop over a spelled-out pair runs twice per step, not a phase",
+            line=6,
+            fixed="import torch\n"
+            "def forward_pair(model, batch):\n"
+            "    logits = {}\n"
+            "    for key in ('chosen', 'rejected'):\n"
+            "        logits[key] = model(**batch[key]).logits\n"
+            "    return logits\n"
+            "for batch in loader:\n"
+            "    loss = dpo_loss(forward_pair(model, batch))\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
+        ),
         Example(
             "import torch\nfrom transformers import TrainerCallback\n"
             "class ClearCache(TrainerCallback):\n"
@@ -335,13 +384,19 @@ class EmptyCacheInLoop(Rule):
         src = ctx.source
         for site in ctx.index.calls_named(*EMPTY_CACHE):
             context = site.context
-            if context.loops:
-                loop = context.loops[-1]
+            scope = context.function or ctx.document.tree
+            # A loop over a spelled-out collection (`for key in ("chosen", "rejected"):`)
+            # runs where it stands: the loop around it decides how often.
+            loops = [loop for loop in context.loops if not over_spelled_out_collection(loop, scope)]
+            if loops:
+                loop = loops[-1]
                 kind = analysis.is_step_loop(loop)
                 if kind is None:
                     continue
                 where, related = f"the {kind} loop on line {loop.lineno}", Related(header_span(src, loop), f"the {kind} loop")
                 top = loop
+            elif context.function is None:
+                continue
             else:  # a framework's per-step hook, or a helper a step loop calls
                 if hooks is None:
                     hooks = step_functions(ctx.document.tree, ctx.imports)
@@ -368,7 +423,7 @@ class EmptyCacheInLoop(Rule):
                 continue  # `if step == 0 and epoch == 0`: once, not per step
             if branches and self._phase_boundary(ctx, analysis, branches[0], context.stmt):
                 continue
-            how_often = "in a branch of" if branches else ("every iteration of" if context.loops else "in")
+            how_often = "in a branch of" if branches else ("every iteration of" if loops else "in")
             yield self.finding(
                 src.span_of_node(site.node),
                 f"`{src.node_text(site.node)}` runs {how_often} {where}: it "
@@ -384,8 +439,9 @@ class EmptyCacheInLoop(Rule):
     def _phase_boundary(ctx, analysis, branch: ast.If, stmt: ast.stmt) -> bool:
         """The branch holding the call also evaluates, saves, generates or runs a loop."""
         body = branch.body if _inside(branch.body, stmt) else branch.orelse
+        scope = ctx.index.context_of_stmt(branch).function or ctx.document.tree
         for node in body:
-            if any(isinstance(sub, Loop) for sub in ast.walk(node)):
+            if any(isinstance(sub, Loop) and not over_spelled_out_collection(sub, scope) for sub in ast.walk(node)):
                 return True
             for site in ctx.index.calls_within(node):
                 name = last_part(site.name or dotted(site.node.func) or "")
@@ -474,9 +530,11 @@ def _helper_called_in_loop(data: bytes, word: bytes) -> bool:
 
 def _runs_a_phase(ctx, analysis, function) -> bool:
     """A helper with a loop of its own, or one that loads or deletes a model, is a whole
-    phase (evaluate a checkpoint, then free it): its `empty_cache()` is a boundary."""
+    phase (evaluate a checkpoint, then free it): its `empty_cache()` is a boundary. A loop
+    over a spelled-out collection (`for key in ("chosen", "rejected"):`) is not a phase:
+    it runs a few times, per step when the helper runs per step."""
     for node in ast.walk(function):
-        if isinstance(node, Loop):
+        if isinstance(node, Loop) and not over_spelled_out_collection(node, function):
             return True
         if isinstance(node, ast.Delete) and any(module_like(dotted(t)) for t in node.targets):
             return True
