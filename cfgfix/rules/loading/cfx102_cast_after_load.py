@@ -61,6 +61,11 @@ class CastAfterLoad(Rule):
     fix writes `dtype=` when the project pins transformers >= 4.56 and `torch_dtype=`
     otherwise.
 
+    When only some paths reach the cast with the float32 load (`if args.quantize: model =
+    model.quantize(4)` before it), cfgfix reports it without a fix: loading in the target
+    dtype would also change what the other paths start from. A cast under a test entered
+    after the paths split is not reported.
+
     ## Versions
     An explicit float32 load is flagged on every version. A load without a dtype is flagged
     only when the project's transformers is known to be below 5 (a pin, or the installed
@@ -84,6 +89,15 @@ class CastAfterLoad(Rule):
     triggers = (LOAD_OR_LOADER_TRIGGERS, MOVE_TRIGGERS)
 
     VALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float32)\n"
+            "if args.quantize:\n"
+            "    model = model.quantize(4)\n"
+            "if args.half:\n"
+            "    model = model.half()\n",
+            why="the cast sits under a test entered after the paths split: which path reaches it is unknown",
+        ),
         Example(
             "from transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('m')\n"
@@ -144,6 +158,16 @@ class CastAfterLoad(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float32)\n"
+            "if args.quantize:\n"
+            "    model = model.quantize(4)\n"
+            "model = model.to(torch.bfloat16)\n",
+            why="an unknown method on one path: on the other, the float32 load reaches the cast (no fix: "
+            "the load's dtype is what the quantizing path starts from)",
+            line=6,
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained(\n"
@@ -207,19 +231,10 @@ class CastAfterLoad(Rule):
         src = ctx.source
         transformers = ctx.versions.get("transformers")
         for mc in ctx.models.calls:
-            state, load = mc.state, mc.state.load
-            if mc.target_dtype not in ("float16", "bfloat16") or state.cast_by is not None:
+            why = _float32_load(src, mc, transformers)
+            if why is None:
                 continue
-            if load.library is None or load.quant_keywords:
-                continue  # other loaders have other defaults; quantized loads pick their own dtype
-            if state.dtype == "float32":
-                why = f"`{load_text(src, load, load.dtype_keyword)}`"
-            elif state.dtype == "default" and load.library == "diffusers":
-                why = "no dtype: diffusers loads float32 by default"
-            elif state.dtype == "default" and transformers.below("5") is True:
-                why = f"no dtype, and transformers {transformers.specifier} loads float32 by default"
-            else:
-                continue
+            load = mc.state.load
             yield self.finding(
                 src.span_of_node(mc.call),
                 f"{name_of(src, mc)} is loaded in float32 ({load.where}: {why}) and then cast "
@@ -228,6 +243,24 @@ class CastAfterLoad(Rule):
                 "to `from_pretrained` instead.",
                 fix=self._fix(ctx, mc, transformers),
                 related=[load_related(src, load, "loaded in float32 here")],
+            )
+        # A name that holds one of several values (`if args.quantize: model =
+        # model.quantize(4)`): speak when the float32 load reaches the cast on some path.
+        # No fix: the load's dtype would change what the other paths start from.
+        reported: set[int] = {id(mc.call) for mc in ctx.models.calls}
+        for mc in sorted(ctx.models.possible_calls, key=lambda c: (c.call.lineno, c.state.load.line)):
+            why = _float32_load(src, mc, transformers) if id(mc.call) not in reported else None
+            if why is None:
+                continue
+            reported.add(id(mc.call))
+            load = mc.state.load
+            yield self.finding(
+                src.span_of_node(mc.call),
+                f"{name_of(src, mc)} may hold the model loaded in float32 ({load.where}: {why}): it is one "
+                f"of {mc.alternatives} values that reach this call on different paths; on that path "
+                f"`{call_text(src, mc)}` casts it to {mc.target_dtype} after the whole float32 model was "
+                f"materialised, twice the memory of {mc.target_dtype} weights. Load with the dtype on that path.",
+                related=[load_related(src, load, "loaded in float32 here, on one path")],
             )
 
     def _fix(self, ctx, mc, transformers) -> Fix | None:
@@ -255,3 +288,19 @@ class CastAfterLoad(Rule):
         # unsafe: float32 buffers (rotary inv_freq) and kept-fp32 modules stay float32 when the
         # dtype is chosen at load time, where the cast converted them
         return Fix((load_edit, *cast_edits), f"Load with `{keyword}={dtype_text}` and drop the cast", Applicability.UNSAFE)
+
+
+def _float32_load(src, mc, transformers) -> str | None:
+    """Why the model reaching this half-precision cast was loaded in float32, or None."""
+    state, load = mc.state, mc.state.load
+    if mc.target_dtype not in ("float16", "bfloat16") or state.cast_by is not None:
+        return None
+    if load.library is None or load.quant_keywords:
+        return None  # other loaders have other defaults; quantized loads pick their own dtype
+    if state.dtype == "float32":
+        return f"`{load_text(src, load, load.dtype_keyword)}`"
+    if state.dtype == "default" and load.library == "diffusers":
+        return "no dtype: diffusers loads float32 by default"
+    if state.dtype == "default" and transformers.below("5") is True:
+        return f"no dtype, and transformers {transformers.specifier} loads float32 by default"
+    return None
