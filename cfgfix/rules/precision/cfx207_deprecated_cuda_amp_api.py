@@ -7,6 +7,7 @@ import re
 from typing import Iterable
 
 from cfgfix.analysis.amp import AUTOCAST_CUDA, LEGACY_PARAMS, SCALER_CUDA, bind, parent_of, scope_resolver
+from cfgfix.analysis.feature_checks import fallback_import_names, fallback_nodes
 from cfgfix.core import Applicability, Edit, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -25,7 +26,9 @@ class DeprecatedCudaAmpApi(Rule):
     `torch.amp.autocast('cuda', args...)` instead." They are thin subclasses of the
     device-generic `torch.amp` classes, which are the supported spelling.
 
-    cfgfix reports this only on torch 2.4 or newer (see Versions).
+    cfgfix reports this only on torch 2.4 or newer (see Versions), and not in a fallback
+    that runs only where the new API is missing (`if hasattr(torch.amp, "GradScaler"): …
+    else: torch.cuda.amp.GradScaler()`).
 
     ## Example
     ```python
@@ -109,6 +112,25 @@ class DeprecatedCudaAmpApi(Rule):
             "with torch.cpu.amp.autocast():\n"
             "    out = model(x)\n",
             why="`torch.cpu.amp` is not this rule's",
+            files=_PIN,
+        ),
+        Example(
+            "import torch\n"
+            "if hasattr(torch.amp, 'GradScaler'):\n"
+            "    scaler = torch.amp.GradScaler('cuda')\n"
+            "else:\n"
+            "    scaler = torch.cuda.amp.GradScaler()\n",
+            why="a fallback that runs only where `torch.amp.GradScaler` is missing",
+            files=_PIN,
+        ),
+        Example(
+            "try:\n"
+            "    from torch.amp import autocast\n"
+            "except ImportError:\n"
+            "    from torch.cuda.amp import autocast\n"
+            "with autocast():\n"
+            "    out = model(x)\n",
+            why="an import fallback: where the new import works, the old one never runs",
             files=_PIN,
         ),
     ]
@@ -207,8 +229,16 @@ class DeprecatedCudaAmpApi(Rule):
         # On an assumed version the new spelling may not exist yet (torch.amp.GradScaler is
         # unverified before 2.3): the fix is then the user's call.
         applicability = Applicability.UNSAFE if torch_version.evidence == "assumed" else Applicability.SAFE
+        # `if hasattr(torch.amp, "GradScaler"): ... else: <old spelling>`: the old spelling runs
+        # only where the new API is missing, where it is not deprecated
+        features = ("torch.amp.GradScaler", "torch.amp.autocast", "torch.amp")
+        fallbacks = fallback_nodes(ctx.document.tree, features)
+        fallback_names = fallback_import_names(ctx.document.tree, features) if fallbacks else set()
         for site in sites:
             call = site.node
+            func = call.func.func if isinstance(call.func, ast.Call) else call.func
+            if id(call) in fallbacks or isinstance(func, ast.Name) and func.id in fallback_names:
+                continue
             scaler = site.name in SCALER_CUDA
             new_name = "GradScaler" if scaler else "autocast"
             old_text = site.name.replace(".autocast_mode.", ".").replace(".grad_scaler.", ".")
