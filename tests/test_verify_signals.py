@@ -47,7 +47,10 @@ def test_a_signal_stops_the_launch_group_and_cleans_up(tmp_path, sig):
     env.pop("GITHUB_EVENT_NAME", None)
     proc = subprocess.Popen([str(BIN / "cfgfix"), "verify", "--before", "HEAD", "--after", "HEAD", "--timeout", "120",
                              "--", sys.executable, "train.py"], cwd=project, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            # a shell's background job (`make test &`) inherits SIGINT ignored, and
+                            # Python keeps an inherited SIG_IGN: give cfgfix a terminal's default
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while not pids_file.exists() and time.monotonic() < deadline and proc.poll() is None:
