@@ -5,6 +5,7 @@ here: each setup is re-estimated from its stored config and compared with the st
 Also the resolution of the attention kernel and the optimizer implementation from a project,
 and `estimate --device cpu`."""
 
+import importlib.util
 import json
 from dataclasses import replace
 
@@ -33,20 +34,15 @@ def _setup(spec: dict, **changes) -> MemorySetup:
                                transformers_version=version), **changes)
 
 
-def composite_of(spec: dict):
-    """The bench's composite (bench/gpu_memory.py `build_composite`): two BERT towers built with
-    AutoModel, nn.Linear(2h, h) fusion, one nn.TransformerEncoderLayer(h, 8, 4h), nn.Linear(h, 3),
-    sized as the sum of its parts (memory/parts.py), as cfgfix sizes such a class in a project."""
-    from cfgfix.memory.parts import Part, composite_shape, torch_layer_params
+def _bench_module(name: str):
+    """A module of bench/ (the bench and these tests describe the stored setups one way)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    tower = shape_from_config(spec["config"])
-    h = tower.hidden
-    parts = [Part("text", "bert", tower.params, tower), Part("other", "bert", tower.params, tower),
-             Part("fuse", "nn.Linear", torch_layer_params("Linear", [2 * h, h], {})),
-             Part("mixer", "nn.TransformerEncoderLayer",
-                  torch_layer_params("TransformerEncoderLayer", [h, 8], {"dim_feedforward": 4 * h})),
-             Part("head", "nn.Linear", torch_layer_params("Linear", [h, 3], {}))]
-    return composite_shape(parts, "bench composite")
+
+composite_of = _bench_module("memory_table").composite_of
 
 
 def _shape(spec: dict):

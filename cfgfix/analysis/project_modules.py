@@ -49,7 +49,7 @@ class ProjectModules:
         self.root = Path(os.path.abspath(root)) if root is not None else None
         self._root = str(self.root) if self.root is not None else None
         self._root_prefix = self._root.rstrip(os.sep) + os.sep if self._root is not None else None
-        self._parsed: dict[str, tuple[tuple[int, int], ParsedModule | None]] = {}
+        self._parsed: dict[str, tuple[tuple[int, int], object]] = {}  # key -> (size+mtime, bytes or ParsedModule)
         self._resolved: dict[tuple[str, str, int], Path | None] = {}
         self._files: dict[str, bool] = {}  # is_file, asked once per candidate path
 
@@ -106,10 +106,17 @@ class ProjectModules:
         parsed (the file's own run reports that), or when its text has none of `needs` (a
         module with no `from_pretrained` cannot hold a loader: not worth a parse)."""
         if needs:
-            text = self.raw(path)
-            if text is None or not any(word in text for word in needs):
+            data = self.raw(path)
+            if data is None or not any(word in data for word in needs):
                 return None
-        key = str(path)
+        return self._stamped(str(path), path, lambda: _parsed_module(path, self.raw(path)))
+
+    def raw(self, path: Path) -> bytes | None:
+        return self._stamped("raw:" + str(path), path, lambda: _read_bytes(path))
+
+    def _stamped(self, key: str, path: Path, build):
+        """`build()`'s value for `path`, kept while the file's size and mtime stay the same;
+        None for a file that is gone or over MAX_MODULE_BYTES."""
         try:
             info = path.stat()
         except OSError:
@@ -118,39 +125,30 @@ class ProjectModules:
         cached = self._parsed.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        module = None
-        if info.st_size <= MAX_MODULE_BYTES:
-            try:
-                data = path.read_bytes()
-                text = data.decode("utf-8-sig")
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    tree = ast.parse(text, filename=key)
-                module = ParsedModule(path, _display(path), text, tree)
-            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
-                module = None
-        self._parsed[key] = (stamp, module)
-        return module
+        value = build() if info.st_size <= MAX_MODULE_BYTES else None
+        self._parsed[key] = (stamp, value)
+        return value
 
 
-    def raw(self, path: Path) -> bytes | None:
-        key = "raw:" + str(path)
-        try:
-            info = path.stat()
-        except OSError:
-            return None
-        stamp = (info.st_size, info.st_mtime_ns)
-        cached = self._parsed.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]  # type: ignore[return-value]
-        data = None
-        if info.st_size <= MAX_MODULE_BYTES:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                data = None
-        self._parsed[key] = (stamp, data)  # type: ignore[assignment]
-        return data
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _parsed_module(path: Path, data: bytes | None) -> ParsedModule | None:
+    """The module's tree (the bytes come from the raw cache: a module is read once)."""
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8-sig")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, filename=str(path))
+    except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return ParsedModule(path, _display(path), text, tree)
 
 
 def _display(path: Path) -> str:
