@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from cfgfix.analysis.names import iter_statements, walk, walk_scope
+from cfgfix.analysis.names import walk_scope, walk_statements
 
 # Keys whose absence means the same as `None` (so "set only under a test" is `x if test else None`).
 NONE_WHEN_ABSENT = frozenset({"device_map", "quantization_config", "max_memory", "offload_folder"})
@@ -45,26 +45,49 @@ def _build_items(value: ast.expr) -> list[tuple[str, ast.expr]] | None:
     return None
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _own_statements(body: list[ast.stmt]):
+    """The statements of a scope's own code, nested blocks included; nested functions and
+    classes are other scopes, so neither they nor their bodies are visited."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES):
+            continue
+        yield node
+        for name in _BLOCKS:
+            stack.extend(reversed(getattr(node, name, None) or ()))
+
+
 class _Scope:
     """One function (or the module): the dicts it builds and how it fills them."""
 
     def __init__(self, scope: ast.AST) -> None:
         self.builds: dict[str, tuple[ast.stmt, list]] = {}  # name -> (its assignment, initial items)
-        bound: dict[str, int] = {}
-        for node in walk_scope(scope):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                bound[node.id] = bound.get(node.id, 0) + 1
-        for stmt in iter_statements(getattr(scope, "body", [])):
+        candidates = []
+        for stmt in _own_statements(getattr(scope, "body", [])):
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                name = stmt.targets[0].id
                 items = _build_items(stmt.value)
-                if items is not None and bound.get(name) == 1:
+                if items is not None:
+                    candidates.append((stmt.targets[0].id, stmt, items))
+        nodes: list[ast.AST] = []
+        if candidates:  # a scope that builds no dict costs no walk of its expressions
+            nodes = list(walk_scope(scope))  # walked once, read three times
+            bound: dict[str, int] = {}
+            for node in nodes:
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    bound[node.id] = bound.get(node.id, 0) + 1
+            for name, stmt, items in candidates:
+                if bound.get(name) == 1:
                     self.builds[name] = (stmt, items)
         # name -> [(statement, key, value, conditions)] in source order; None: not followed
         self.fills: dict[str, list | None] = {name: [] for name in self.builds}
         if self.builds:
             self._walk(getattr(scope, "body", []), (), False)
-            self._check_uses(scope)
+            self._check_uses(nodes)
 
     def _walk(self, body: list[ast.stmt], conditions: tuple, looped: bool) -> None:
         for stmt in body:
@@ -116,8 +139,8 @@ class _Scope:
             return
         self.fills[target].extend((stmt, key, value, conditions) for key, value in pairs)
 
-    def _check_uses(self, scope: ast.AST) -> None:
-        """Forget a dict whose name is used in any way not understood."""
+    def _check_uses(self, nodes: list[ast.AST]) -> None:
+        """Forget a dict whose name is used in any way not understood (`nodes`: the scope's own)."""
         understood: set[int] = set()
         for name, (stmt, _) in self.builds.items():
             understood.add(id(stmt.targets[0]))
@@ -125,7 +148,7 @@ class _Scope:
                 target = fill[0].targets[0].value if isinstance(fill[0], ast.Assign) else fill[0].value.func.value
                 understood.add(id(target))
         self.spread_calls: list[ast.Call] = []
-        for node in walk_scope(scope):
+        for node in nodes:
             if isinstance(node, ast.Call):
                 for keyword in node.keywords:
                     if keyword.arg is None and isinstance(keyword.value, ast.Name):
@@ -140,7 +163,7 @@ class _Scope:
                 for side in node.comparators:
                     if isinstance(side, ast.Name):
                         understood.add(id(side))
-        for node in walk_scope(scope):
+        for node in nodes:
             if isinstance(node, ast.Name) and node.id in self.fills and id(node) not in understood:
                 self.fills[node.id] = None
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
@@ -149,18 +172,27 @@ class _Scope:
                         self.fills[name] = None
 
 
-def _scope_index(tree: ast.Module) -> dict[int, _Scope]:
-    """id(a call that spreads a built dict) -> the scope that builds it; memoised on the tree."""
-    index = getattr(tree, "_cfgfix_keyword_dicts", None)
-    if index is None:
-        index = {}
-        scopes = [tree] + [n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        for scope in scopes:
-            found = _Scope(scope)
-            for call in getattr(found, "spread_calls", ()):
-                index[id(call)] = found
-        tree._cfgfix_keyword_dicts = index  # type: ignore[attr-defined]
-    return index
+def _scope_of(tree: ast.Module, call: ast.Call) -> _Scope | None:
+    """The scope (module or function) whose own code spreads a dict into `call`, analysed on
+    first use and memoised on the tree. Only the functions around a spreading call are
+    analysed: building every scope of a trainer module was a seventh of a pre-commit run's
+    CPU (issue 15)."""
+    memo = getattr(tree, "_cfgfix_keyword_dicts", None)
+    if memo is None:
+        # every function's span, from statements only (no expression is visited)
+        spans = [(node.body[0].lineno, node.end_lineno or node.lineno, node) for node in walk_statements(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        memo = tree._cfgfix_keyword_dicts = (spans, {})  # type: ignore[attr-defined]
+    spans, scopes = memo
+    # the innermost function whose body holds the call; a call in a decorator or a default
+    # belongs to the scope around the `def`, one in a lambda or class body to no scope's own
+    # code (never found, as it never was)
+    around = [node for start, end, node in spans if start <= call.lineno <= end]
+    scope = max(around, key=lambda node: node.body[0].lineno) if around else tree
+    found = scopes.get(id(scope))
+    if found is None:
+        found = scopes[id(scope)] = _Scope(scope)
+    return found if any(spread is call for spread in getattr(found, "spread_calls", ())) else None
 
 
 def _condition(conditions: tuple) -> ast.expr:
@@ -171,7 +203,7 @@ def _condition(conditions: tuple) -> ast.expr:
 def spread_keywords(tree: ast.Module, name: str, call: ast.Call) -> list[ast.keyword] | None:
     """The keywords `**name` passes at `call` when `name` is a dict its scope builds and
     fills in ways followed here; None otherwise."""
-    found = _scope_index(tree).get(id(call)) if isinstance(tree, ast.Module) else None
+    found = _scope_of(tree, call) if isinstance(tree, ast.Module) else None
     if found is None or name not in found.builds:
         return None
     fills = found.fills.get(name)

@@ -242,7 +242,7 @@ def analyze_models(
     done: dict[int, dict] = {}
     for node in classes:
         if node in survey.load_scopes or survey.uses(node, seeded):
-            _analyze_class(node, analysis, resolver, module_seeds)
+            _analyze_class(node, analysis, resolver, module_seeds, survey=survey)
             done[id(node)] = {}
     for func, seeds in _functions_outside_classes(tree, module_seeds):
         if func in survey.load_scopes or survey.uses(func, seeded):
@@ -260,7 +260,7 @@ def analyze_models(
             break
         for node, params in pending:
             if isinstance(node, ast.ClassDef):
-                _analyze_class(node, analysis, resolver, module_seeds, init_params=params)
+                _analyze_class(node, analysis, resolver, module_seeds, init_params=params, survey=survey)
             else:
                 _analyze_function(node, analysis, resolver, module_seeds, params=params)
     analysis.deps = sorted(functions.deps)
@@ -963,6 +963,8 @@ class _Survey:
     def __init__(self, tree: ast.Module, text: str | None, loaders: set[str] = frozenset()) -> None:
         self.load_scopes: set[ast.AST] = set()
         self.classes: list[ast.ClassDef] = []
+        self._text: str | None = text  # the real lines (an unparsed tree has other line numbers)
+        self._starts: list[int] | None = None
         if text is None:
             text = ast.unparse(tree)  # tests that pass only a tree
         import bisect
@@ -1004,6 +1006,29 @@ class _Survey:
                         stack.extend((c, inner) for c in child.body)
         self._tree = tree
 
+    def may_hold_model(self, method: ast.AST, module_seeds: dict, seeds: dict) -> bool:
+        """Whether walking a method can record anything: it holds a load (or a loader's
+        call), names a module-level model, or mentions an attribute that holds one. The
+        same gate as for functions outside classes; most methods of a large trainer class
+        pass none of it (two fifths of its model analysis, issue 15). An attribute is
+        tested by its name as a word in the method's lines, so `getattr(self, "model")`
+        and `self.model` alike keep the method."""
+        if method in self.load_scopes or self.uses(method, {key.split(".")[0] for key in module_seeds}):
+            return True
+        attributes = {key.split(".", 1)[1].split(".")[0] for key in seeds if key not in module_seeds and "." in key}
+        return bool(attributes) and self._mentions(method, attributes)
+
+    def _mentions(self, scope: ast.AST, words: set[str]) -> bool:
+        if self._text is None:
+            return True
+        if self._starts is None:
+            self._starts = _line_starts(self._text)
+        first = self._starts[scope.lineno - 1]
+        last = (scope.end_lineno or scope.lineno)
+        end = self._starts[last] if last < len(self._starts) else len(self._text)
+        pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b")
+        return pattern.search(self._text, first, end) is not None
+
     def uses(self, scope: ast.AST, names: set[str]) -> bool:
         """Whether a scope mentions one of `names` (walked only when asked)."""
         if not names:
@@ -1041,7 +1066,8 @@ def _functions_outside_classes(tree: ast.Module, seeds: dict):
             stack.extend(holder.body)
 
 
-def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_params: dict | None = None) -> None:
+def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_params: dict | None = None,
+                   survey: _Survey | None = None) -> None:
     methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     # `self.x` assigned once in the whole class from a load: other methods see that load,
     # with an unknown dtype (another method may have cast it in place).
@@ -1091,6 +1117,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
                 # family): if every assignment is a load no rule can tell apart, this method
                 # sees that load, with an unknown dtype (another method may have cast it).
                 seeds[key] = state
+        if survey is not None and not survey.may_hold_model(method, module_seeds, seeds):
+            continue  # no load, no tracked attribute, no module-level model: nothing to record
         _analyze_function(method, analysis, resolver, seeds, cls)
         for node in nested[id(method)]:  # nested functions inside methods
             _analyze_function(node, analysis, resolver, seeds, cls)
