@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         _collect_less()
         options = _check_options(args[1:])
         if options is not None and _utf8(sys.stdout) and _utf8(sys.stderr):
-            _run_check(options)
+            _run_check(options, fast_exit=argv is None)
     from cfgfix.commands import cli
 
     cli.main(args=args, prog_name="cfgfix")
@@ -83,15 +83,20 @@ def _check_options(args: list[str]) -> dict | None:
     return options
 
 
-def _run_check(options: dict) -> None:
+def _run_check(options: dict, fast_exit: bool = False) -> None:
     """Run `check` as click's standalone mode would: Ctrl-C prints "Aborted!" and exits 1, a
-    closed pipe exits 1 quietly."""
+    closed pipe exits 1 quietly. With `fast_exit` (the process's own entry point, never a
+    caller in the same process), the process ends without tearing the interpreter down."""
     import errno
 
     try:
         from cfgfix.checking import check
 
         check(**options)
+    except SystemExit as done:
+        if fast_exit:
+            _exit_without_teardown(done.code)
+        raise
     except (EOFError, KeyboardInterrupt):
         sys.stderr.write("\nAborted!\n")
         sys.stderr.flush()
@@ -102,6 +107,28 @@ def _run_check(options: dict) -> None:
         sys.stdout = _Quiet(sys.stdout)
         sys.stderr = _Quiet(sys.stderr)
         raise SystemExit(1) from None
+
+
+def _exit_without_teardown(code) -> None:
+    """End the process once the report is written, as mypy's fast exit does: freeing every
+    syntax tree and analysis object one by one at interpreter exit was an eighth of a
+    pre-commit run's CPU (37 of 303 ms on five trainer files, issue 15); the OS takes the
+    memory back at once. `check` holds no temporary file, pool or open output by then (the
+    worker pool and the cache are closed by their `with` blocks), so nothing is lost."""
+    import errno
+    import os
+
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, (int, type(None))):
+        sys.stderr.write(f"{code}\n")
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        status = 1
+    os._exit(status)
 
 
 class _Quiet:

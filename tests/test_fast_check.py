@@ -84,3 +84,37 @@ def test_options_as_click_reads_them():
     assert options["quiet"] is True and options["no_cache"] is False
     assert options["paths"] == (Path("a.py"), Path("--weird.py"))
     assert _check_options(["--select="])["select"] == ""
+
+
+@pytest.mark.parametrize("args", [["check", "--no-cache", "--output-format", "json"], ["check", "--no-cache", "no-such-file.py"]])
+def test_the_entry_point_ends_without_teardown_and_loses_nothing(args):
+    """`python -m cfgfix check` ends with os._exit once the report is out (cli.py): the
+    same bytes and exit status as the click command line, through a pipe."""
+    entry = subprocess.run([sys.executable, "-m", "cfgfix", *args], capture_output=True, text=True, cwd=FIXTURE,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"})
+    slow = _run(CLICK, args, FIXTURE)
+    assert (entry.returncode, entry.stdout) == (slow.returncode, slow.stdout)
+    assert entry.stderr + "click loaded: True\n" == slow.stderr
+
+
+def test_the_entry_point_writes_its_cache_before_it_ends(tmp_path):
+    (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda().half().half()\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1", "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    first = subprocess.run([sys.executable, "-m", "cfgfix", "check", "train.py"], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)
+    cached = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "train.py"]
+    assert cached, "the run left no cache"
+    again = subprocess.run([sys.executable, "-m", "cfgfix", "check", "train.py"], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)
+    assert (again.returncode, again.stdout) == (first.returncode, first.stdout)
+
+
+def test_the_entry_point_exits_quietly_into_a_closed_pipe():
+    reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    writer = subprocess.run([sys.executable, "-m", "cfgfix", "check", "--no-cache", "--output-format", "json"],
+                            stdout=reader.stdin, stderr=subprocess.PIPE, text=True, cwd=FIXTURE,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"})
+    reader.stdin.close()
+    reader.wait()
+    assert "Traceback" not in writer.stderr
+    assert writer.returncode in (0, 1)
