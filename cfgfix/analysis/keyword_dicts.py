@@ -63,13 +63,15 @@ def _own_statements(body: list[ast.stmt]):
 
 
 class _Scope:
-    """One function (or the module): the dicts it builds and how it fills them."""
+    """One function (or the module): how it builds and fills the dict `name` (only the name
+    a call spreads is followed: a large `__init__` builds many dicts no call spreads)."""
 
-    def __init__(self, scope: ast.AST) -> None:
+    def __init__(self, scope: ast.AST, name: str) -> None:
         self.builds: dict[str, tuple[ast.stmt, list]] = {}  # name -> (its assignment, initial items)
         candidates = []
         for stmt in _own_statements(getattr(scope, "body", [])):
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                    and stmt.targets[0].id == name:
                 items = _build_items(stmt.value)
                 if items is not None:
                     candidates.append((stmt.targets[0].id, stmt, items))
@@ -172,7 +174,7 @@ class _Scope:
                         self.fills[name] = None
 
 
-def _scope_of(tree: ast.Module, call: ast.Call) -> _Scope | None:
+def _scope_of(tree: ast.Module, call: ast.Call, name: str) -> _Scope | None:
     """The scope (module or function) whose own code spreads a dict into `call`, analysed on
     first use and memoised on the tree. Only the functions around a spreading call are
     analysed: building every scope of a trainer module was a seventh of a pre-commit run's
@@ -189,9 +191,9 @@ def _scope_of(tree: ast.Module, call: ast.Call) -> _Scope | None:
     # code (never found, as it never was)
     around = [node for start, end, node in spans if start <= call.lineno <= end]
     scope = max(around, key=lambda node: node.body[0].lineno) if around else tree
-    found = scopes.get(id(scope))
+    found = scopes.get((id(scope), name))
     if found is None:
-        found = scopes[id(scope)] = _Scope(scope)
+        found = scopes[(id(scope), name)] = _Scope(scope, name)
     return found if any(spread is call for spread in getattr(found, "spread_calls", ())) else None
 
 
@@ -203,7 +205,7 @@ def _condition(conditions: tuple) -> ast.expr:
 def spread_keywords(tree: ast.Module, name: str, call: ast.Call) -> list[ast.keyword] | None:
     """The keywords `**name` passes at `call` when `name` is a dict its scope builds and
     fills in ways followed here; None otherwise."""
-    found = _scope_of(tree, call) if isinstance(tree, ast.Module) else None
+    found = _scope_of(tree, call, name) if isinstance(tree, ast.Module) else None
     if found is None or name not in found.builds:
         return None
     fills = found.fills.get(name)
