@@ -126,6 +126,15 @@ def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
 
     def visit(stmts: list[ast.stmt]) -> None:
         for stmt in stmts:
+            if isinstance(stmt, _NESTED_SCOPES):
+                # another scope: its assignments bind its own names, except under `global`
+                # or `nonlocal` (found from statements alone, no expression walked)
+                for inner in iter_statements(stmt.body):
+                    if isinstance(inner, (ast.Global, ast.Nonlocal)):
+                        for name in inner.names:
+                            bump(name, None)
+                            bump(name, None)
+                continue
             for node in _walk_scope_branches(stmt):
                 if isinstance(node, ast.Assign):
                     for target in node.targets:
