@@ -533,3 +533,29 @@ def test_a_fallback_load_in_an_except_handler(tmp_path):
     """})
     assert possible(analysis) == [(8, "to", "model", None, None, 2), (8, "to", "model", "multi", None, 2)]
     assert [(line, dm) for line, _, _, _, dm, _ in calls(analysis)] == [(13, "multi")]  # the handler re-raises
+
+
+def test_a_name_bound_in_another_function_does_not_resolve_a_parameter(tmp_path):
+    """`dtype` bound in `defaults()` is not the `dtype` parameter of `train()`: the cast's
+    dtype is unknown there, so CFX101 is silent; bound once at module level, it resolves."""
+    from conftest import lint_project, write_project
+
+    body = """
+        def defaults():
+            dtype = torch.bfloat16
+            return dtype
+
+
+        def train(dtype):
+            model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16)
+            model = model.to(dtype)
+            return model
+    """
+    head = "import torch\nfrom transformers import AutoModelForCausalLM\n"
+    write_project(tmp_path / "a", {"train.py": head + textwrap.dedent(body)})
+    assert [f.code for f in lint_project(tmp_path / "a", select=["CFX101"])[2].findings] == []
+    module_level = head + "dtype = torch.bfloat16\n" + textwrap.dedent(body).replace("def train(dtype):", "def train():")
+    write_project(tmp_path / "b", {"train.py": module_level})
+    found = lint_project(tmp_path / "b", select=["CFX101"])[2].findings
+    cast_line = module_level.splitlines().index("    model = model.to(dtype)") + 1
+    assert [(f.code, f.span.line) for f in found] == [("CFX101", cast_line)]
