@@ -31,10 +31,23 @@ SILENT = {
     + "from transformers import AutoModelForCausalLM\n"
     "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
     "model.add_adapter(lora_config)\noptimizer = torch.optim.AdamW(model.parameters())\n" + LOOP,
-    "a PEFT model cast afterwards (adapter dtype unclear to cfgfix)": HEAD
+    "a half-precision base wrapped by PEFT afterwards (peft >= 0.12 makes float32 adapters)": HEAD
     + "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
-    "model = AutoModelForCausalLM.from_pretrained('m')\nmodel = get_peft_model(model, cfg)\nmodel.half()\n"
+    "model = AutoModelForCausalLM.from_pretrained('m')\nmodel.half()\nmodel = get_peft_model(model, cfg)\n"
     "optimizer = torch.optim.Adam(model.parameters())\n" + LOOP,
+    "a cast after the PEFT wrap only on one branch": HEAD
+    + "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('m')\nmodel = get_peft_model(model, cfg)\n"
+    "if args.bf16:\n    model.to(torch.bfloat16)\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\n" + LOOP,
+    "saved adapters loaded frozen (no is_trainable=True), then cast": HEAD
+    + "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('m')\nmodel = PeftModel.from_pretrained(model, 'out')\n"
+    "model.to(torch.bfloat16)\noptimizer = torch.optim.AdamW(model.parameters())\n" + LOOP,
+    "the optimizer built before the PEFT wrap": HEAD
+    + "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\nmodel = get_peft_model(model, cfg)\n" + LOOP,
     "a frozen model": HEAD
     + "model = Net().half()\nmodel.requires_grad_(False)\noptimizer = torch.optim.Adam(model.parameters())\n" + LOOP,
     "a module constant eps that float16 represents": HEAD
@@ -117,3 +130,27 @@ def test_a_loop_that_only_reads_parameters_does_not_silence(tmp_path):
         "optimizer = torch.optim.AdamW(model.parameters())\n" + LOOP
     )
     assert [c[:2] for c in _codes(tmp_path, code)] == [("CFX205", 6)]
+
+
+def test_a_cast_of_the_peft_model_after_wrapping_casts_the_adapters(tmp_path):
+    # peft 0.21.2: `.half()` / `.to(torch.bfloat16)` on the PeftModel makes the LoRA weights
+    # float16 / bfloat16 too, so the optimizer updates half-precision trainable weights.
+    head = HEAD + "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+    half = head + (
+        "model = AutoModelForCausalLM.from_pretrained('m')\nmodel = get_peft_model(model, cfg)\nmodel.half()\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n" + LOOP
+    )
+    assert [c[:2] for c in _codes(tmp_path, half)] == [("CFX203", 7)]
+    bf16 = head + (
+        "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
+        "model = prepare_model_for_kbit_training(get_peft_model(model, cfg))\n"
+        "model = model.to(torch.bfloat16)\n"
+        "optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])\n" + LOOP
+    )
+    assert [c[:2] for c in _codes(tmp_path, bf16)] == [("CFX205", 7)]
+    helper = head + (
+        "def wrap(model):\n    return get_peft_model(model, cfg)\n"
+        "model = wrap(AutoModelForCausalLM.from_pretrained('m'))\nmodel.half()\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n" + LOOP
+    )
+    assert [c[:2] for c in _codes(tmp_path, helper)] == [("CFX203", 8)]

@@ -18,7 +18,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from cfgfix.analysis.models import _Resolver
+from cfgfix.analysis.models import _Resolver, wrapper_kind
 from cfgfix.analysis.names import dotted
 from cfgfix.analysis.parameters import PARAM_METHODS, SAME_PARAMETERS, ParamSource, keeps_dtype, parameter_flow
 
@@ -179,6 +179,8 @@ class _Builder:
                 continue
             if other.name in SAME_PARAMETERS or keeps_dtype(other.name, other.node) or not _mentions(other.node, key):
                 continue
+            if _recast_after_wrap(other, source, self.sites):
+                continue
             callee = (_last_name(other.name) or "").lower()
             local = self._local_functions(other)
             if _OWNER.search(callee) or (local and _calls_owner(self.index, local)):
@@ -214,6 +216,29 @@ class _Builder:
             return []
         short = name.split(".")[-1]
         return [f for f in self.index.functions if getattr(f, "name", None) == short]
+
+
+def _recast_after_wrap(wrap_site, source: ParamSource, sites: dict) -> bool:
+    """A PEFT wrap (`get_peft_model`, `prepare_model_for_kbit_training`) followed, in the
+    same scope, by the whole-model cast that gave the model the dtype it has where the
+    optimizer takes its parameters. The cast reaches the adapters too (`model.to(torch.bfloat16)`
+    on a PeftModel makes the LoRA weights bfloat16, whatever peft created them in: checked on
+    peft 0.21.2), so the wrap no longer keeps float32 trainable weights. A cast before the wrap
+    is not this: peft >= 0.12 creates float32 adapters over a half-precision base by default
+    (`autocast_adapter_dtype=True`), older peft the base's dtype, so the rule stays silent.
+    `PeftModel.from_pretrained` is left an owner: without `is_trainable=True` its adapters
+    are frozen and nothing may train."""
+    kind = wrapper_kind(wrap_site.name)
+    if kind not in ("adapters", "upcast") or (wrap_site.name or "").endswith(".from_pretrained"):
+        return False
+    cast = source.state.cast_by
+    cast_site = sites.get(id(cast)) if cast is not None else None
+    return (
+        source.dtype in ("float16", "bfloat16")
+        and cast_site is not None
+        and cast_site.context.function is wrap_site.context.function
+        and _after(cast, wrap_site.node)
+    )
 
 
 def _binds_locally(func: ast.AST, name: str) -> bool:

@@ -61,7 +61,8 @@ class HalfPrecisionAdam(Rule):
     float32 and does not divide by zero, measured on CPU; its steps still grow once `v`
     underflows in storage, but that is not this rule's claim), when the optimizer or model goes to
     `accelerator.prepare`, `deepspeed.initialize`, `amp.initialize`, a `*Trainer`, FSDP or
-    PEFT, when the parameters are copied (`[p.float() for p in model.parameters()]` is a
+    PEFT (but a `.half()` of the whole model after `get_peft_model` casts the adapters too,
+    and is followed), when the parameters are copied (`[p.float() for p in model.parameters()]` is a
     master copy), and when the model is cast again, frozen, or its parameters edited in a loop.
 
     ## References

@@ -46,7 +46,8 @@ class Bf16WeightsPlainAdamw(Rule):
     AnyPrecisionAdamW), when the optimizer or model goes to `accelerator.prepare`,
     `deepspeed.initialize`, a `*Trainer`, FSDP with a `mixed_precision` policy or PEFT (they
     may keep float32 master weights or train float32 adapters; FSDP without a policy keeps
-    the module's dtype in its flat Parameters, so it is followed), when the model is quantized, cast again, frozen, or
+    the module's dtype in its flat Parameters, so it is followed, and so is a bfloat16 cast
+    of the whole model after `get_peft_model`, which casts the adapters too), when the model is quantized, cast again, frozen, or
     its parameters edited in a loop, and when its dtype is not certain (a transformers 5
     load without `dtype` is CFX206).
 
@@ -120,6 +121,15 @@ class Bf16WeightsPlainAdamw(Rule):
             why="`get_peft_model` rebuilds `model`; the LoRA adapters stay float32",
         ),
         Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "model.to(torch.bfloat16)\n"
+            "model = get_peft_model(model, LoraConfig(r=8))\n"
+            "optimizer = torch.optim.AdamW(model.parameters())\n"
+            "model(**batch).loss.backward()\noptimizer.step()\n",
+            why="cast before `get_peft_model`: peft (>= 0.12, by default) creates float32 adapters over it",
+        ),
+        Example(
             "import torch\nfrom transformers import AutoModelForCausalLM, Trainer\n"
             "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
             "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
@@ -188,6 +198,21 @@ class Bf16WeightsPlainAdamw(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+            "class Tuner:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForCausalLM.from_pretrained(name)\n"
+            "        self.model = get_peft_model(self.model, LoraConfig(r=8))\n"
+            "        self.model.to(torch.bfloat16)\n"
+            "    def train(self, loader):\n"
+            "        optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)\n"
+            "        for batch in loader:\n"
+            "            self.model(**batch).loss.backward()\n"
+            "            optimizer.step()\n",
+            why="a bfloat16 cast of the PeftModel after `get_peft_model` makes the LoRA adapters bfloat16 too",
+            line=10,
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "def print_model_size(model, name):\n"
