@@ -121,11 +121,16 @@ def run_cfgfix(cfgfix: str, root: Path, paths: list[str], timeout: int) -> tuple
     except subprocess.TimeoutExpired:
         return [], f"timed out after {timeout}s", time.perf_counter() - start
     elapsed = time.perf_counter() - start
+    if not proc.stdout.strip():
+        # `--output-format json` prints `[]` even when all checks pass: no output at all
+        # (cfgfix failed to import, crashed) must not score as "no findings"
+        return [], f"exit {proc.returncode}, no output: {proc.stderr.strip()[-300:]}", elapsed
     try:
-        findings = json.loads(proc.stdout or "[]")
+        findings = json.loads(proc.stdout)
     except json.JSONDecodeError:
         return [], f"exit {proc.returncode}, no JSON: {proc.stderr.strip()[-300:]}", elapsed
-    return findings, "", elapsed
+    # exit 2: findings were reported, and so were errors (a file or a rule that failed)
+    return findings, (f"exit 2: {proc.stderr.strip()[-300:]}" if proc.returncode == 2 else ""), elapsed
 
 
 def match(labels: list[dict], findings: list[dict], tolerance: int):
