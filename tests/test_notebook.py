@@ -331,8 +331,10 @@ def test_check_does_not_pay_for_notebooks_it_does_not_see(tmp_path):
     import sys
 
     write_project(tmp_path, {"train.py": LOAD + MOVE})
-    code = ("import sys, runpy; sys.argv = ['cfgfix', 'check', '--no-cache', '-q', '.'];\n"
-            "try:\n runpy.run_module('cfgfix', run_name='__main__')\nexcept SystemExit: pass\n"
+    # main() given its arguments returns by SystemExit (the entry point itself ends the
+    # process without teardown once it has reported, so nothing could print after it)
+    code = ("import sys\nfrom cfgfix.cli import main\n"
+            "try:\n main(['check', '--no-cache', '-q', '.'])\nexcept SystemExit: pass\n"
             "print('cfgfix.documents.notebook' in sys.modules, 'cfgfix.engine' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip().endswith("False True"), out.stdout + out.stderr
