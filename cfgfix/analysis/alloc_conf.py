@@ -15,7 +15,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from cfgfix.analysis.names import iter_statements, walk_scope
+from cfgfix.analysis.names import gpu_branch, iter_statements, walk_scope
 
 VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 CUDA_VARIABLE = "PYTORCH_CUDA_ALLOC_CONF"
@@ -771,15 +771,7 @@ class CudaOrder:
         return None
 
     def _gpu_branch(self, stmt: ast.If | ast.IfExp):
-        """The side of `if torch.cuda.is_available():` (or of `x if torch.cuda.is_available()
-        else y`; the `else` of `not ...`) that a GPU run takes; None for any other test."""
-        test, body = stmt.test, stmt.body
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test, body = test.operand, stmt.orelse
-        if isinstance(test, ast.Call) and not test.args and not test.keywords \
-                and self.imports.qualify(test.func) == "torch.cuda.is_available":
-            return body
-        return None
+        return gpu_branch(stmt, self.imports)
 
     def _in_expr(self, expr: ast.expr, stmt: ast.stmt) -> CudaUse | None:
         for call in _certain_calls(expr):

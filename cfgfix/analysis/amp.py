@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from cfgfix.analysis.names import DTYPE_ALIASES, dotted, single_assignments
+from cfgfix.analysis.names import DTYPE_ALIASES, dotted, gpu_branch, single_assignments
 
 # -------------------------------------------------------------------------- vocabulary
 
@@ -42,8 +42,11 @@ _SCALING_FRAMEWORKS = (
     "accelerate", "deepspeed", "lightning", "pytorch_lightning", "lightning_fabric", "apex",
     "colossalai", "mmengine", "mmcv", "fairscale", "composer", "ignite", "megatron", "nemo",
 )
-# (trl's `SFTConfig` & co. are TrainingArguments.)
-_HF_TRAINER = re.compile(r"^(transformers\.\w*(Trainer|TrainingArguments)|trl\.\w*(Trainer|Config))$")
+# The HF / TRL trainers scale the loss of the backward pass they run (`training_step`).
+# Their arguments (`TrainingArguments`, trl's `SFTConfig` & co.) scale nothing by
+# themselves: scripts subclass them only to parse their own options
+# (`HfArgumentParser`) and train in their own loop.
+_HF_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 OPTIMIZER = re.compile(
     r"(^|\.)(Adam\w*|AdamW\w*|SGD\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|"
     r"Adafactor|Lion\w*|LAMB|Lamb|PagedAdam\w*|AdEMAMix\w*)$"
@@ -91,6 +94,17 @@ class Resolver:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return node.value
         return None
+
+    def device_type(self, node: ast.expr) -> str | None:
+        """A device string; for `"cuda" if torch.cuda.is_available() else "cpu"` the side a
+        GPU run takes (as the model analysis reads that idiom): training runs are GPU runs."""
+        node = self.deref(node)
+        if isinstance(node, ast.IfExp):
+            side = gpu_branch(node, self.imports)
+            if side is None:
+                return None
+            node = side
+        return self.string(node)
 
     def boolean(self, node: ast.expr) -> bool | None:
         node = self.deref(node)
@@ -159,7 +173,7 @@ def autocast_of(ctx, call: ast.Call, api: str, function) -> Autocast:
         elif api in _AUTOCAST_CPU:
             dtype = "bfloat16"
         else:
-            device = resolver.string(args["device_type"]) if "device_type" in args else None
+            device = resolver.device_type(args["device_type"]) if "device_type" in args else None
             # torch.get_autocast_dtype(device): float16 on CUDA, bfloat16 on CPU, unless the
             # program changed it (set_autocast_*dtype) or an outer region set another one.
             if device is not None and not ctx.notes.get("amp-sets-dtype"):
@@ -213,6 +227,18 @@ def _framework(ctx) -> str | None:
         root = target.split(".")[0]
         if root in _SCALING_FRAMEWORKS or _HF_TRAINER.match(target):
             return target
+    for site in ctx.index.calls:  # `import transformers` ... `transformers.Trainer(...)`
+        if site.name and _HF_TRAINER.match(site.name):
+            return site.name
+    # A class of this file built on an HF Trainer through the project's own classes
+    # (`class MyTrainer(BaseTrainer)`, `BaseTrainer(Trainer)` in another module).
+    for node in ast.walk(ctx.document.tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if isinstance(base, (ast.Name, ast.Attribute)):
+                    found = ctx.functions.library_base(base, _HF_TRAINER.match)
+                    if found is not None:
+                        return found
     return None
 
 
@@ -261,6 +287,18 @@ def short(src, node: ast.AST, limit: int = 70) -> str:
 
 def scope_body(ctx, function) -> list[ast.stmt]:
     return ctx.document.tree.body if function is None else function.body
+
+
+def exclusive_arms(ctx, function, a: ast.stmt, b: ast.stmt) -> bool:
+    """`a` and `b` (statements of `function`'s scope) sit in arms that never both run:
+    `if ...: with autocast(): loss = f(x)` / `else: loss = f(x)`."""
+    from cfgfix.analysis.arms import ArmPaths
+
+    cache = ctx.notes.setdefault("amp-arms", {})
+    key = id(function)
+    if key not in cache:
+        cache[key] = ArmPaths(scope_body(ctx, function))
+    return cache[key].exclusive(a, b)
 
 
 def _parents(ctx) -> dict[int, ast.AST]:

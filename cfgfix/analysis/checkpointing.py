@@ -10,6 +10,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from cfgfix.analysis.arms import ArmPaths
 from cfgfix.analysis.names import dotted, single_assignments
 from cfgfix.core import Applicability, Edit, Fix, Related
 from cfgfix.documents import python_edits
@@ -149,48 +150,34 @@ class _Binding:
     stmt: ast.stmt
 
 
-# Arms of a compound statement that never both run: `if` body/else, `match` cases, and a
-# `try` handler against anything but `finally`.
-def _arms_exclusive(kind: str, a: str, b: str) -> bool:
-    if kind in ("if", "match"):
-        return True
-    if kind == "try":
-        return "finalbody" not in (a, b) and (a.startswith("handler") or b.startswith("handler"))
-    return False  # a loop's body and `else` both run
-
-
 @dataclass
 class _Scope:
     """One function body (or the module body): its bindings in source order, and for each
     statement the arms of the compound statements around it."""
 
     bindings: list[_Binding] = field(default_factory=list)
-    paths: dict[int, tuple[tuple[int, str, str], ...]] = field(default_factory=dict)
+    arms: ArmPaths | None = None
 
     @classmethod
     def build(cls, body: list[ast.stmt]) -> _Scope:
-        scope = cls()
-        scope._block(body, ())
+        scope = cls(arms=ArmPaths(body))
+        scope._block(body)
         scope.bindings.sort(key=lambda b: b.pos)
         return scope
 
-    def _block(self, body, path) -> None:
+    def _block(self, body) -> None:
         for stmt in body:
-            self.paths[id(stmt)] = path
             self._bind(stmt)
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue  # another scope
-            kind = {ast.If: "if", ast.Try: "try", ast.Match: "match"}.get(type(stmt), "other")
-            if getattr(ast, "TryStar", None) is type(stmt):
-                kind = "try"
             for name in ("body", "orelse", "finalbody"):
                 children = getattr(stmt, name, None)
                 if children:
-                    self._block(children, path + ((id(stmt), name, kind),))
-            for i, handler in enumerate(getattr(stmt, "handlers", ()) or ()):
-                self._block(handler.body, path + ((id(stmt), f"handler{i}", kind),))
-            for i, case in enumerate(getattr(stmt, "cases", ()) or ()):
-                self._block(case.body, path + ((id(stmt), f"case{i}", kind),))
+                    self._block(children)
+            for handler in getattr(stmt, "handlers", ()) or ():
+                self._block(handler.body)
+            for case in getattr(stmt, "cases", ()) or ():
+                self._block(case.body)
 
     def _bind(self, stmt: ast.stmt) -> None:
         pos = (stmt.lineno, stmt.col_offset)
@@ -264,12 +251,7 @@ class _Scope:
 
     def exclusive(self, a: ast.stmt, b: ast.stmt) -> bool:
         """The two statements sit in arms of one compound statement that never both run."""
-        for (na, fa, kind), (nb, fb, _) in zip(self.paths.get(id(a), ()), self.paths.get(id(b), ())):
-            if na != nb:
-                return False
-            if fa != fb:
-                return _arms_exclusive(kind, fa, fb)
-        return False
+        return self.arms.exclusive(a, b)
 
 
 # ------------------------------------------------------------------------ CFX306 analysis

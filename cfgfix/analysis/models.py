@@ -517,6 +517,26 @@ class FunctionTable:
                 return inner
         return None
 
+    def library_base(self, node: ast.expr, wanted, depth: int = 0) -> str | None:
+        """The qualified name of a library class (`transformers.Trainer`) that a class the
+        project defines builds on, directly or through the project's own classes
+        (`class MyTrainer(BaseTrainer)`, `class BaseTrainer(Trainer)` in another module),
+        when `wanted(name)` holds for it; None otherwise."""
+        if depth > 4:
+            return None
+        found = self.lookup(node, None) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        table, cls, _ = found
+        for base in cls.bases:
+            qualified = table.imports.qualify(base) or ""
+            if wanted(qualified):
+                return qualified
+            inner = table.library_base(base, wanted, depth + 1)
+            if inner is not None:
+                return inner
+        return None
+
     # -- summaries -------------------------------------------------------------------------
     def summary(self, func: ast.AST, cls: ast.ClassDef | None = None):
         """What `func` returns, with its parameters as `ParamLoad`s; None when unknown."""

@@ -97,6 +97,18 @@ def dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+def gpu_branch(node: ast.If | ast.IfExp, imports: "ImportMap"):
+    """The side of `if torch.cuda.is_available():` (or of `x if torch.cuda.is_available()
+    else y`; the `else` of `not ...`) that a GPU run takes; None for any other test."""
+    test, body = node.test, node.body
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, body = test.operand, node.orelse
+    if isinstance(test, ast.Call) and not test.args and not test.keywords \
+            and imports.qualify(test.func) == "torch.cuda.is_available":
+        return body
+    return None
+
+
 def single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
     """Names assigned exactly once in a scope (not in nested functions), to their value.
     Memoised on the block's first statement: several rules ask about the same scopes."""

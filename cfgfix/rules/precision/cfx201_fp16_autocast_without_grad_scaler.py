@@ -15,6 +15,7 @@ from cfgfix.analysis.amp import (
     AmpFacts,
     Autocast,
     assignments,
+    exclusive_arms,
     guarded_statements,
     scope_body,
     scope_resolver,
@@ -68,13 +69,18 @@ class Fp16AutocastWithoutGradScaler(Rule):
 
     cfgfix stays silent where something else scales the loss for you: accelerate
     (`Accelerator(mixed_precision="fp16")` with `accelerator.backward`), the HF `Trainer`
-    (`TrainingArguments(fp16=True)`), DeepSpeed engines (`model_engine.backward`),
+    (`TrainingArguments(fp16=True)`; a `Trainer` imported, built, or subclassed through the
+    project's own classes — `TrainingArguments` alone, subclassed to parse a script's own
+    options, scales nothing), DeepSpeed engines (`model_engine.backward`),
     Lightning (`precision="16-mixed"`), apex; and wherever a scaler appears in the file at
     all. It also stays silent for `enabled=False`, for regions under `torch.no_grad()`, for a
     dtype it cannot resolve (`dtype=args.dtype`), for a device type it cannot resolve
     without an explicit dtype, when the loss leaves the function before `backward()`, and in
     files that never build or step an optimizer (gradients for attribution, not training).
-    An `enabled=args.fp16` switch is flagged: whenever it is on, nothing scales the loss.
+    An `enabled=args.fp16` switch is flagged: whenever it is on, nothing scales the loss, and
+    so is a region on one side of an `if` whose `else` runs the forward without autocast.
+    `device_type="cuda" if torch.cuda.is_available() else "cpu"` is CUDA: the training runs
+    take that side.
 
     ## Example
     ```python
@@ -216,6 +222,21 @@ class Fp16AutocastWithoutGradScaler(Rule):
         ),
         Example(
             "import torch\n"
+            "from trainers import BaseTrainer\n"
+            "class MyTrainer(BaseTrainer):\n"
+            "    def training_step(self, model, inputs):\n"
+            "        with torch.autocast('cuda'):\n"
+            "            loss = self.compute_loss(model, inputs)\n"
+            "        loss.backward()\n"
+            "        self.optimizer.step()\n"
+            "        return loss.detach()\n",
+            files={"trainers.py": "from transformers import Trainer\nclass BaseTrainer(Trainer):\n"
+                   "    def compute_loss(self, model, inputs, return_outputs=False):\n"
+                   "        return model(**inputs).loss\n"},
+            why="an HF Trainer subclass through the project's own base class",
+        ),
+        Example(
+            "import torch\n"
             "import lightning as L\n"
             "class Model(L.LightningModule):\n"
             "    def training_step(self, batch, idx):\n"
@@ -286,6 +307,29 @@ class Fp16AutocastWithoutGradScaler(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\n"
+            "from dataclasses import dataclass\n"
+            "from transformers import HfArgumentParser, TrainingArguments as HfArgs\n"
+            "@dataclass\n"
+            "class TrainingArguments(HfArgs):\n"
+            "    auto_cast: bool = True\n"
+            "def train():\n"
+            "    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+            "    optimizer = torch.optim.Adam(model.parameters())\n"
+            "    for batch in loader:\n"
+            "        if args.auto_cast:\n"
+            "            device_type = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+            "            with torch.autocast(device_type=device_type):\n"
+            "                loss = model(**batch)[0]\n"
+            "        else:\n"
+            "            loss = model(**batch)[0]\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n",
+            why="`TrainingArguments` subclassed only to parse the script's options: no Trainer runs this "
+                "loop; the `else` without autocast does not hide the region",
+            line=13,
+        ),
         Example(
             "import torch\n"
             "from torch.cuda.amp import autocast, GradScaler\n"
@@ -442,6 +486,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
         for stmt, _ in guarded_statements(scope_body(ctx, function)):
             if not _before(with_stmt, stmt) or _within(stmt, with_stmt):
                 continue
+            if exclusive_arms(ctx, function, with_stmt, stmt):
+                continue  # the `else` of the region's `if`: it neither sees nor replaces the region's values
             for target, value in assignments(stmt):
                 uses = _names(value) & tainted
                 if isinstance(stmt, ast.AugAssign):
