@@ -61,6 +61,40 @@ def test_below_reasons_on_ranges(spec, threshold, below):
     assert info.at_least(threshold) is (None if below is None else not below)
 
 
+def test_plain_specifiers_answer_as_packaging_does():
+    """The fast path for plain releases (no `packaging` import, issue 15) gives the answers
+    `packaging` gives, bounds compared alike, on every combination of clauses."""
+    import itertools
+
+    from packaging.version import Version
+
+    clauses = [f"{op}{v}" for op in (">=", ">", "<=", "<", "==", "!=") for v in ("4", "4.40", "4.40.0", "5", "5.0.1")]
+    specs = [",".join(c) for n in (1, 2) for c in itertools.product(clauses, repeat=n)] + [" >= 4.40 , < 5 "]
+    for spec in specs:
+        plain = versions_module._plain_bounds(spec)
+        assert plain is not False, spec
+        assert versions_module._admits(spec) is (versions_module._bounds(spec) is not None), spec
+        assert versions_module._same_bounds(spec, ">=4.40") is (versions_module._bounds(spec) == versions_module._bounds(">=4.40"))
+        for threshold in ("4", "4.40", "4.40.0", "5", "5.0.1", "6"):
+            slow = versions_module._below(versions_module._bounds(spec), Version(threshold))
+            assert VersionInfo("transformers", spec).below(threshold) is slow, (spec, threshold)
+    for spec in ("~=4.46", "==4.*", ">=2.4.0rc1", "==2.3.0+cu121", "not a spec", ">=4,"):
+        assert versions_module._plain_bounds(spec) is False, spec
+
+
+def test_plain_specifier_questions_do_not_import_packaging():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from cfgfix.analysis.versions import VersionInfo, Versions\n"
+        "assert VersionInfo('transformers', '>=5.23.0').at_least('5') is True\n"
+        "assert VersionInfo('transformers', '>=4.40,<5').known\n"
+        "assert not [m for m in sys.modules if m.startswith('packaging')], sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_unknown_info():
     info = VersionInfo("torch")
     assert info.specifier == "" and info.source == "" and not info.known

@@ -40,10 +40,9 @@ handed to code we cannot see make the dtype unknown, and rules stay silent.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field, replace
 
-from cfgfix.analysis.amp import OPTIMIZER
+from cfgfix.analysis.amp import LIBRARY_TRAINER, OPTIMIZER, optimizer_sites
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
 
@@ -53,8 +52,6 @@ PARAM_METHODS = {"parameters", "named_parameters"}
 _HALF_CAST_METHODS = {"half", "bfloat16", "to"}
 _PART_CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "type"}
 STEP_METHODS = ("step", "unscale_")
-# A library trainer that builds its own optimizer over the model it is given.
-LIBRARY_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 # Accelerator methods that take a model or a loss without casting the model's weights.
 _ACCELERATOR_KEEPS = {
     "accumulate", "backward", "clip_grad_norm_", "clip_grad_value_", "gather", "gather_for_metrics",
@@ -195,7 +192,7 @@ def _run(ctx) -> ParameterFlow:
     imports = ctx.imports
     tree = ctx.document.tree
     flow = ParameterFlow(ModelAnalysis(imports, tree))
-    sites = [s for s in ctx.index.calls if s.name and (OPTIMIZER.search(s.name) or LIBRARY_TRAINER.match(s.name))]
+    sites = optimizer_sites(ctx)
     if not sites:
         return flow
     bindings = {}

@@ -18,6 +18,7 @@ from cfgfix.analysis.checkpointing import (
 )
 from cfgfix.analysis.names import LEAVES, child_nodes, dotted, iter_statements, walk_scope
 from cfgfix.analysis.version_guards import version_guards
+from cfgfix.analysis.word_lines import calls_on_lines, word_lines
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
@@ -27,28 +28,46 @@ TORCH_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
 
 
 def _named_calls(ctx) -> list[tuple[str | None, ast.Call]]:
-    """Every call with its qualified name, in source order. Uses the shared index when another
-    rule already built it; otherwise one walk with the import map, which is much cheaper than
-    the model analysis the index is built on (CFX307 runs on big modeling files)."""
+    """The calls this rule may report, with their qualified names, in source order (with
+    others it ignores). Uses the shared index when another rule already built it;
+    otherwise only the statements spanning a line that names such a callee are walked
+    (analysis/word_lines.py): a trainer module that mentions `gradient_checkpointing_kwargs`
+    in a message passes the prefilter, and walking all its calls cost ~5 ms (issue 15)."""
     if "index" in vars(ctx):
         return [(site.name, site.node) for site in ctx.index.calls]
     if "cfx307-calls" not in ctx.notes:
         tree = ctx.document.tree
         imports = ctx.imports
+        words = {"checkpoint", "checkpoint_sequential", *GC_METHODS}
+        words.update(alias for alias, target in imports.aliases.items()
+                     if target in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL) or target.endswith("TrainingArguments"))
+        lines = word_lines(ctx.source.text, sorted(words), suffixes=("TrainingArguments",))
+        if lines is None:
+            found = _all_calls(tree)
+        else:
+            found = calls_on_lines(tree, lines) if lines else []
         calls = []
-        stack: list[ast.AST] = [tree]
-        while stack:  # like the shared index: not into lambdas
-            node = stack.pop()
-            if isinstance(node, ast.Lambda):
-                continue
-            stack.extend(child for child in child_nodes(node) if not isinstance(child, LEAVES))  # no call below
-            if isinstance(node, ast.Call):
-                func = node.func
-                name = imports.qualify(func) or (dotted(func) if isinstance(func, ast.Attribute) else None)
-                calls.append((name, node))
-        calls.sort(key=lambda item: (item[1].lineno, item[1].col_offset))
+        for node in found:
+            func = node.func
+            name = imports.qualify(func) or (dotted(func) if isinstance(func, ast.Attribute) else None)
+            calls.append((name, node))
         ctx.notes["cfx307-calls"] = calls
     return ctx.notes["cfx307-calls"]
+
+
+def _all_calls(tree: ast.Module) -> list[ast.Call]:
+    """Every call, as the shared index has them (not into lambdas), in source order."""
+    calls = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        stack.extend(child for child in child_nodes(node) if not isinstance(child, LEAVES))  # no call below
+        if isinstance(node, ast.Call):
+            calls.append(node)
+    calls.sort(key=lambda call: (call.lineno, call.col_offset))
+    return calls
 
 
 _CALLS_CHECKPOINT = re.compile(rb"\bcheckpoint(?:_sequential)?\s*\(")
@@ -336,15 +355,16 @@ class CheckpointWithoutUseReentrant(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
-        torch = ctx.versions.get("torch")
         flagged = set()
         if may_break_peft(src.text):  # what CFX306 reports, CFX307 leaves alone
             flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
         calls = _named_calls(ctx)
-        guards = version_guards(ctx)
+        torch = guards = None  # asked only about a checkpoint call (~4 ms on a large module)
         for name, call in calls:
             if name not in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
                 continue
+            if torch is None:
+                torch, guards = ctx.versions.get("torch"), version_guards(ctx)
             sequential = name == TORCH_SEQUENTIAL
             since = "2.0" if sequential else "1.11"
             if torch.below(since) is True:
@@ -373,7 +393,6 @@ class CheckpointWithoutUseReentrant(Rule):
                 "to keep today's behaviour.",
                 fix=Fix((edit,), "Pass `use_reentrant=False`", Applicability.UNSAFE) if edit else None,
             )
-        tf = ctx.versions.get("transformers")
         for name, call in calls:
             if id(call) in flagged:
                 continue
@@ -393,7 +412,7 @@ class CheckpointWithoutUseReentrant(Rule):
             value = next((keywords[k] for k in TRAINING_FLAGS.values() if k in keywords), None)
             if not flag_on or not isinstance(value, (ast.Dict, ast.Call)) or use_reentrant_of(value) != "missing":
                 continue
-            if trainer_drops(value) and tf.below("5") is not True:
+            if trainer_drops(value) and ctx.versions.get("transformers").below("5") is not True:
                 continue  # transformers 5's Trainer turns such a dict into None (use_reentrant=False)
             yield self._dict_finding(src, value, "`TrainingArguments`")
 

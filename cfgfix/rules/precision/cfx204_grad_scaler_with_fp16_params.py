@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Iterable
 
-from cfgfix.analysis.amp import AmpFacts, short
+from cfgfix.analysis.amp import AmpFacts, optimizer_sites, short
 from cfgfix.analysis.attributes import ValueIndex
 from cfgfix.core import Finding, Related, Severity
 from cfgfix.rules.base import Example, Rule, register
@@ -519,7 +519,9 @@ class GradScalerWithFp16Params(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        from cfgfix.analysis.parameters import parameter_flow  # heavy: only past the prefilter
+        if not optimizer_sites(ctx):
+            return  # no optimizer nor trainer built here: nothing for the flow to step
+        from cfgfix.analysis.parameters import parameter_flow  # heavy: only where one is built
 
         scalers = {id(s.call): s.call for s in AmpFacts.of(ctx).scalers if s.enabled is True}
         values = ValueIndex.of(ctx)
