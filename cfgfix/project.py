@@ -280,8 +280,10 @@ class ProjectModel:
         self.launches: list[tuple[LaunchFacts, Path]] = []  # with the launch script's real path
         self.configs: dict[Path, frozenset[str]] = {}  # recognised configs of this run (real path)
         self.displays: dict[Path, str] = {}  # real path -> display path of this run's configs and launch scripts
-        # YAML/JSON files of this run not recognised by content, by file name: a launch may
-        # still use one as its DeepSpeed config (realpath only when one is named)
+        # Files of this run not recognised as configs by content (YAML/JSON that hold no
+        # config keys, and any other file that is neither Python nor a launch script), by file
+        # name: a launch may still pass one as its accelerate or DeepSpeed config (an accelerate
+        # YAML saved as `config.sh`); realpath only when one is named
         self.unrecognised: dict[str, list] = {}
         self._docs: dict[Path, object] = {}
         self._scripts: dict[Path, object] = {}
@@ -307,7 +309,7 @@ class ProjectModel:
                 continue
             kinds = getattr(result, "configs", None)
             if not kinds and not result.launches:
-                if sf.kind in ("json", "yaml"):
+                if sf.kind not in ("python", "notebook"):
                     model.unrecognised.setdefault(sf.path.name, []).append(sf)
                 continue  # only configs and launch scripts take part (realpath costs a syscall)
             real = _real(sf.path)
@@ -418,8 +420,7 @@ class ProjectModel:
             if data is None:
                 data = read_file(path)
             data = lone_cr_as_lf(data)
-            fmt = "json" if path.suffix.lower() == ".json" else "yaml"
-            doc = parse_config(SourceText.from_bytes(self.display(path), data), fmt)
+            doc = parse_config(SourceText.from_bytes(self.display(path), data), config_format(path, data))
             if doc.root is None or doc.root.kind != "mapping":
                 doc = None
         except (OSError, ValueError, ConfigError, RecursionError, MemoryError):  # DecodeError is a ValueError
@@ -484,17 +485,20 @@ class ProjectModel:
     def deepspeed_uses(self) -> dict[Path, list[DeepSpeedUse]]:
         return self._linked()[1]
 
-    def _recognise_by_use(self, path: Path) -> None:
-        """A JSON/YAML that a launch passes as its DeepSpeed config is one, whatever it holds
-        (`{"train_batch_size": 8}` alone is not recognisable by content): a file of this run
-        takes part in the project rules as such."""
+    def _recognise_by_use(self, path: Path, kind: str) -> None:
+        """A file that a launch passes as its DeepSpeed config (`--deepspeed`,
+        `--deepspeed_config`) or its accelerate config (`--config_file`) is one of that kind,
+        whatever it holds (`{"train_batch_size": 8}` alone is not recognisable by content)
+        and whatever its name ends with (accelerate reads any name but `.json` as YAML): when
+        its content reads as a YAML/JSON mapping, a file of this run takes part in the project
+        rules as such."""
         if path in self.configs:
             return
         for sf in self.unrecognised.get(path.name, ()):
             if _real(sf.path) == path:
                 doc = self.read(path)
                 if doc is not None:
-                    self.configs[path] = frozenset({"deepspeed"})
+                    self.configs[path] = frozenset({kind})
                     self.displays.setdefault(path, sf.display)
                 return
 
@@ -518,6 +522,7 @@ class ProjectModel:
             if launch.accelerate_config:
                 path = _resolve(launch.accelerate_config, launch_file, self.root)
                 if path is not None:
+                    self._recognise_by_use(path, "accelerate")
                     by_yaml.setdefault(path, []).append(launch)
                     if script is not None:
                         script_dirs.setdefault(path, []).append(script.parent)
@@ -525,7 +530,7 @@ class ProjectModel:
                 bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script is not None else [])
                 path = _resolve_in(launch.deepspeed_config, bases)
                 if path is not None:
-                    self._recognise_by_use(path)
+                    self._recognise_by_use(path, "deepspeed")
                     world = launch.world_size
                     related = [Related(launch.span, _launched(world))]
                     if world is None and launch.accelerate_config:
@@ -577,6 +582,18 @@ class ProjectModel:
                 uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path, scripts.get(id(launch)), launch.args,
                                                                  launch_configs.get(id(launch))))
         return links, uses
+
+
+def config_format(path: Path, data: bytes) -> str:
+    """"json" or "yaml" for a config file: by its suffix when it has a config suffix, else
+    by its content (a config saved as `ds.sh` or `accelerate.cfg`): JSON when it opens with
+    `{`; YAML otherwise (which also reads most JSON)."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix in (".yaml", ".yml"):
+        return "yaml"
+    return "json" if data.lstrip()[:1] == b"{" else "yaml"
 
 
 def _launched(world: int | None) -> str:

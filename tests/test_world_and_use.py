@@ -112,3 +112,44 @@ def test_accelerate_inline_parameter_offload_under_zero2(tmp_path):
     _, _, result = lint_project(tmp_path)
     found = [(f.path, f.span.line) for f in result.findings if f.code == "CFX503"]
     assert found == [("zero2.yaml", 5)]
+
+
+# -- configs named by a launch, whatever their suffix -----------------------------------------
+GPU_FP32 = ("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: 'no'\n"
+            "num_processes: 2\nuse_cpu: false\n")
+
+
+def _codes(tmp_path, files, code):
+    write_project(tmp_path, files)
+    _, _, result = lint_project(tmp_path)
+    return [(f.path, f.span.line) for f in result.findings if f.code == code]
+
+
+def test_an_accelerate_config_saved_as_sh_is_read_as_the_launch_passes_it(tmp_path):
+    """accelerate reads any `--config_file` not ending in .json as YAML: a `.sh` name does
+    not make the file a shell script (bench/heldout2, mahiratmis/ProbLoRA)."""
+    files = {"cfg.sh": GPU_FP32, "run.sh": "accelerate launch --config_file cfg.sh train.py\n",
+             "train.py": "from accelerate import Accelerator\naccelerator = Accelerator()\n"}
+    assert _codes(tmp_path, files, "CFX401") == [("cfg.sh", 3)]
+    # the other spelling of the option
+    files["run.sh"] = "accelerate launch --config-file=cfg.sh train.py\n"
+    assert _codes(tmp_path / "dash", files, "CFX401") == [("cfg.sh", 3)]
+    # near miss: the same file that no launch names is a shell script, never a config
+    assert _codes(tmp_path / "x", {"cfg.sh": GPU_FP32, "run.sh": "accelerate launch train.py\n",
+                                   "train.py": "print(1)\n"}, "CFX401") == []
+    # near miss: a real shell script passed as the config is no mapping: nothing is read into it
+    script = {"cfg.sh": "#!/bin/bash\nexport X=1\necho done\n", "run.sh": "accelerate launch --config_file cfg.sh train.py\n",
+              "train.py": "print(1)\n"}
+    write_project(tmp_path / "y", script)
+    _, _, result = lint_project(tmp_path / "y")
+    assert [f for f in result.findings if f.path == "cfg.sh" and f.code.startswith("CFX4")] == []
+    assert not result.errors
+
+
+def test_a_deepspeed_json_with_another_suffix_is_read_as_json(tmp_path):
+    """`--deepspeed_config zero.sh`: a file of the run that the launch passes to DeepSpeed is
+    DeepSpeed's JSON (read by content), so its batch arithmetic is checked (CFX502) as for
+    `ds.json`. (Files cfgfix does not collect, `ds.conf`, are not part of the run.)"""
+    [finding] = _502(tmp_path, {"run.sh": "deepspeed --num_gpus 2 train.py --deepspeed_config zero.sh\n",
+                                "zero.sh": '{"train_batch_size": 1}\n'})
+    assert finding.path == "zero.sh" and "= 0" in finding.message
