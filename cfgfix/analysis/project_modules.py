@@ -98,7 +98,7 @@ class ProjectModules:
     def _is_file(self, path: str) -> bool:
         found = self._files.get(path)
         if found is None:
-            found = self._files[path] = Path(path).is_file()
+            found = self._files[path] = os.path.isfile(path)  # a str path: no pathlib object
         return found
 
     def parse(self, path: Path, needs: tuple[bytes, ...] = ()) -> ParsedModule | None:
