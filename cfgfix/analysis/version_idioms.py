@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.analysis.names import ImportMap, child_nodes, dotted
 
 # (library, call kind, keyword, bound, evidence in words); a bound is ">=X" for an API added
 # in X, "<X" for one removed in X (code that uses it runs only below X).
@@ -79,7 +79,7 @@ def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -
 def _keyword_lines(text: str) -> frozenset[int]:
     """1-based lines where one of the idioms' keywords is written as `name=` (found with
     `str.find`: a regular expression over a 5,000-line file costs tens of milliseconds)."""
-    found = set()
+    hits = []
     for keyword in _KEYWORDS:
         at = text.find(keyword)
         while at >= 0:
@@ -87,8 +87,15 @@ def _keyword_lines(text: str) -> frozenset[int]:
             before = text[at - 1] if at else " "
             rest = text[end:end + 8].lstrip(" \t")
             if not (before.isalnum() or before == "_") and rest.startswith("=") and not rest.startswith("=="):
-                found.add(text.count("\n", 0, at) + 1)
+                hits.append(at)
             at = text.find(keyword, end)
+    # Lines counted from one hit to the next, not each from the start of the text (a
+    # trainer module with 40 `dtype=` counted its newlines 40 times; issue 15).
+    found, line, counted = set(), 1, 0
+    for at in sorted(hits):
+        line += text.count("\n", counted, at)
+        counted = at
+        found.add(line)
     return frozenset(found)
 
 
@@ -102,7 +109,7 @@ def _calls_on(tree: ast.AST, lines: frozenset[int]):
     stack = [tree]
     while stack:
         node = stack.pop()
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):  # ast.iter_child_nodes' order, without its generators
             start = getattr(child, "lineno", None)
             if start is not None:
                 end = getattr(child, "end_lineno", start) or start

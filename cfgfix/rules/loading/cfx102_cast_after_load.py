@@ -229,6 +229,8 @@ class CastAfterLoad(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
+        if not ctx.models.calls and not ctx.models.possible_calls:
+            return  # no cast: no version question (the code's idioms are read for the first one)
         transformers = ctx.versions.get("transformers")
         for mc in ctx.models.calls:
             why = _float32_load(src, mc, transformers)

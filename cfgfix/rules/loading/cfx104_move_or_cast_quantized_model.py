@@ -158,6 +158,8 @@ class MoveOrCastQuantizedModel(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         src = ctx.source
+        if not ctx.models.calls and not ctx.models.possible_calls:
+            return  # no call on a model: no version question (the first one reads the code's idioms)
         bnb = ctx.versions.get("bitsandbytes")
         for mc in ctx.models.calls:
             problem = _problem(mc, bnb)

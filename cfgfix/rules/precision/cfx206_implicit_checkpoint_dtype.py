@@ -308,9 +308,6 @@ class ImplicitCheckpointDtype(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        transformers = ctx.versions.resolve("transformers")
-        if transformers.at_least("5") is not True:
-            return
         candidates = [
             load for load in ctx.models.loads
             if load.dtype is None and load.dtype_keyword is None and not load.hidden_kwargs
@@ -318,7 +315,10 @@ class ImplicitCheckpointDtype(Rule):
             and getattr(load, "library", None) == "transformers"
             and not load.class_name.startswith("AutoPeftModel")
         ]
-        if not candidates or not ctx.models.trains or _uses_deepspeed(ctx):
+        if not candidates:
+            return  # before the version question: its first one reads the code's idioms
+        transformers = ctx.versions.resolve("transformers")
+        if transformers.at_least("5") is not True or not ctx.models.trains or _uses_deepspeed(ctx):
             return
         cast_loads = {id(mc.state.load.call) for mc in ctx.models.calls if mc.target_dtype or mc.dtype_unknown}
         amp = None
