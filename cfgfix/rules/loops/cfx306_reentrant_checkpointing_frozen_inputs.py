@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cfgfix.analysis.checkpointing import may_break_peft, peft_analysis
+from cfgfix.analysis.checkpointing import may_break_peft
 from cfgfix.core import Finding, Severity
 from cfgfix.rules.base import Example, Rule, register
 
@@ -400,6 +400,8 @@ class ReentrantCheckpointingFrozenInputs(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
+        from cfgfix.analysis.peft_checkpointing import peft_analysis  # past the prefilter only
+
         seen = set()
         for hit in peft_analysis(ctx).hits:
             if id(hit.node) in seen:

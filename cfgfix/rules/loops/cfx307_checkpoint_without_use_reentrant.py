@@ -11,7 +11,6 @@ from cfgfix.analysis.checkpointing import (
     TRAINING_FLAGS,
     kwargs_argument,
     may_break_peft,
-    peft_analysis,
     set_reentrant_false,
     trainer_drops,
     use_reentrant_of,
@@ -357,6 +356,8 @@ class CheckpointWithoutUseReentrant(Rule):
         src = ctx.source
         flagged = set()
         if may_break_peft(src.text):  # what CFX306 reports, CFX307 leaves alone
+            from cfgfix.analysis.peft_checkpointing import peft_analysis
+
             flagged = {id(hit.flagged_call) for hit in peft_analysis(ctx).hits}
         calls = _named_calls(ctx)
         torch = guards = None  # asked only about a checkpoint call (~4 ms on a large module)
