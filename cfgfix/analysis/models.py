@@ -421,6 +421,14 @@ class FunctionTable:
         module = qualified.rpartition(".")[0]
         return bool(module) and self.project.resolve(self.path, module, 0) is not None
 
+    def is_project_module(self, local: str) -> bool:
+        """Whether `local` (`import utils`, `import pkg.train as train`) names one of the
+        project's modules (a path lookup, no parse)."""
+        if self.project is None or self.path is None or self.depth >= self.MAX_DEPTH:
+            return False
+        qualified = self.imports.aliases.get(local)
+        return bool(qualified) and self.project.resolve(self.path, qualified, 0) is not None
+
     def _imported(self, local: str) -> tuple[FunctionTable, str] | None:
         """(the project module's table, the name in it) for a name imported from the
         project: `from models.build import build_model`, `from .utils import load`."""
@@ -1700,8 +1708,11 @@ class _Walker:
                 if _may_hold_tracked(self.cls, key, env, self.resolver.functions):
                     _forget(env, "self.")
             elif key is not None and self.resolver.functions is not None and key in self.resolver.imports.aliases \
-                    and "." not in key and self.resolver.functions.lookup(func, self.cls) is not None:
-                return self.local_call(call, env)  # `utils.load_model(...)` of a project module
+                    and "." not in key and wrapper_kind(self.resolver.imports.qualify(func)) is None \
+                    and self.resolver.functions.is_project_module(key):
+                # `utils.load_model(...)` of a project module: local_call parses it only
+                # when the call passes a model or binds a loader's result (issue 15)
+                return self.local_call(call, env)
         else:
             self.expr(func, env)
         name = self.resolver.imports.qualify(func) or ""
