@@ -559,3 +559,45 @@ def test_a_name_bound_in_another_function_does_not_resolve_a_parameter(tmp_path)
     found = lint_project(tmp_path / "b", select=["CFX101"])[2].findings
     cast_line = module_level.splitlines().index("    model = model.to(dtype)") + 1
     assert [(f.code, f.span.line) for f in found] == [("CFX101", cast_line)]
+
+
+def _quant(tmp_path, keywords: str, before: str = ""):
+    analysis = analyze(tmp_path, {"train.py": f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        {before}
+        model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float16, {keywords})
+        model.half()
+    """})
+    return [(mc.state.load.quantized, mc.state.load.quant_keywords) for mc in analysis.calls]
+
+
+def test_quantization_keywords_that_say_no_load_plain_weights(tmp_path):
+    # a literal False / None, or a name bound once to one, is a plain load
+    for keywords, before in [
+        ("load_in_8bit=False", ""), ("load_in_4bit=False", ""), ("quantization_config=None", ""),
+        ("load_in_8bit=None", ""), ("load_in_8bit=False, load_in_4bit=False", ""),
+        ("load_in_8bit=INT8", "INT8 = False"), ("quantization_config=QUANT", "QUANT = None"),
+    ]:
+        assert _quant(tmp_path, keywords, before) == [(None, False)], keywords
+
+
+def test_quantization_keywords_that_may_quantize_stay_possible(tmp_path):
+    for keywords, before in [
+        ("load_in_8bit=args.int8", ""), ("load_in_8bit=INT8", "INT8 = args.int8"),
+        ("quantization_config=bnb", ""), ("quantization_config=False", ""),  # not None: unsure
+        ("load_in_8bit=False, load_in_4bit=args.q", ""),
+    ]:
+        assert _quant(tmp_path, keywords, before) in ([(None, True)], []), keywords
+    assert _quant(tmp_path, "load_in_8bit=True") == [("8bit", True)]
+    assert _quant(tmp_path, "load_in_8bit=False, load_in_4bit=True") == [("4bit", True)]
+
+
+def test_a_plain_keyword_beside_a_flag_still_splits_on_the_flag(tmp_path):
+    analysis = analyze(tmp_path, {"train.py": """
+        from transformers import AutoModelForCausalLM
+        def main(args, device):
+            model = AutoModelForCausalLM.from_pretrained("m", load_in_8bit=False, load_in_4bit=args.q)
+            model.cuda()
+    """})
+    assert possible(analysis) == [(5, "cuda", "model", None, "4bit", 2), (5, "cuda", "model", None, None, 2)]

@@ -1313,6 +1313,21 @@ class _Resolver:
                 return DeviceMap(kind, offload and kind == "multi", node)
         return DeviceMap("unknown", False, node)
 
+    def plain_quant_keyword(self, name: str, value: ast.expr) -> bool:
+        """True when a quantization keyword says "not quantized" through a literal, or a
+        name bound once to one: `load_in_8bit=False` (or `None`), `quantization_config=None`.
+        transformers reads those as no quantization; a value cfgfix cannot resolve
+        (`load_in_8bit=args.int8`) is not plain."""
+        value = self.deref(value)
+        if not isinstance(value, ast.Constant):
+            return False
+        return value.value is None or (name != "quantization_config" and value.value is False)
+
+    def quant_keywords(self, keywords: dict[str, ast.expr]) -> list[str]:
+        """The quantization keywords a load passes that may quantize it (not plain ones)."""
+        return [k for k in ("load_in_4bit", "load_in_8bit", "quantization_config")
+                if k in keywords and not self.plain_quant_keyword(k, keywords[k])]
+
     def quantization(self, keywords: dict[str, ast.expr]) -> str | None:
         for bits in ("4bit", "8bit"):
             value = keywords.get(f"load_in_{bits}")
@@ -1340,7 +1355,7 @@ class _Resolver:
         if load.hidden_kwargs or load.pipeline:
             return []
         keywords = {k.arg: k.value for k in self.call_keywords(call) if k.arg}
-        quant = [k for k in ("load_in_4bit", "load_in_8bit", "quantization_config") if k in keywords]
+        quant = self.quant_keywords(keywords)
         axes: list[list[tuple[dict, frozenset]]] = []
         if len(quant) == 1 and load.quantized is None:
             name = quant[0]
@@ -1426,7 +1441,7 @@ class _Resolver:
         elif hidden:
             device_map = DeviceMap("unknown", False, call)
         quantized = None if pipeline else self.quantization(keywords)
-        quant_keywords = any(k in keywords for k in ("load_in_4bit", "load_in_8bit", "quantization_config"))
+        quant_keywords = bool(self.quant_keywords(keywords))  # `load_in_8bit=False` does not quantize
         library = _LIBRARIES.get(owner.split(".")[0]) if owner and "." in owner else None
         if library is None and self.functions is not None:
             library = self.functions.class_library(func.value)  # the project's own model class

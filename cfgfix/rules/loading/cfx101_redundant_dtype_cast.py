@@ -30,7 +30,11 @@ class RedundantDtypeCast(Rule):
     unless the load runs the hub's own modeling code (`trust_remote_code=True` on a model
     transformers does not implement itself): that code often builds its layers in a dtype of
     its choosing (ChatGLM-6B `params_dtype=torch.half`; ChatGLM2/3 and GLM-4
-    `dtype=config.torch_dtype`), so the weights' dtype is not known.
+    `dtype=config.torch_dtype`), so the weights' dtype is not known. A quantized load is
+    CFX104's question and is not judged here, nor is one that may be quantized
+    (`load_in_8bit=args.int8`, a `quantization_config` variable); `load_in_8bit=False`,
+    `load_in_4bit=False` and `quantization_config=None` (literally, or through a name bound
+    once to that value) load plain weights, and are judged like a load without them.
 
     ## Why is this bad?
     It does nothing to the weights. `nn.Module.to()` converts parameters in place and
@@ -159,6 +163,12 @@ class RedundantDtypeCast(Rule):
         ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "m = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.float16, load_in_8bit=args.int8)\n"
+            "m.half()\n",
+            why="`load_in_8bit=` an option: the model may be 8-bit, where the cast raises (CFX104)",
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('m', torch_dtype=torch.bfloat16)\n"
             "from mylib import model\n"
             "model.to(torch.bfloat16)\n",
@@ -198,6 +208,22 @@ class RedundantDtypeCast(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import torch\nfrom transformers import LlamaForCausalLM\n"
+            "model = LlamaForCausalLM.from_pretrained(\n"
+            "    path,\n"
+            "    load_in_8bit=False,\n"
+            "    torch_dtype=torch.float16,\n"
+            ").half()\n",
+            why="`load_in_8bit=False` loads plain float16 weights: the `.half()` is a no-op",
+            line=3,
+            fixed="import torch\nfrom transformers import LlamaForCausalLM\n"
+            "model = LlamaForCausalLM.from_pretrained(\n"
+            "    path,\n"
+            "    load_in_8bit=False,\n"
+            "    torch_dtype=torch.float16,\n"
+            ")\n",
+        ),
         Example(
             "from transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained(args.model_path).float()\n",
