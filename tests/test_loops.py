@@ -341,3 +341,48 @@ def test_cfx303_names_a_volatile_variable_that_no_longer_works(tmp_path):
     (finding,) = _check(tmp_path, code, ["CFX303"])[2]
     assert "`Variable(..., volatile=True)` (line 6) has been ignored since torch 0.4" in finding.message
     assert [r.span.line for r in finding.related][-1] == 6
+
+
+_HOOK = "import torch\n{imp}\nclass C({base}):\n    def {name}(self, *args, **kwargs):\n        torch.cuda.empty_cache()\n"
+_LIGHTNING_CB = ("from lightning.pytorch.callbacks import Callback", "Callback")
+_LIGHTNING_MODULE = ("import pytorch_lightning as pl", "pl.LightningModule")
+_HF_CB = ("from transformers import TrainerCallback", "TrainerCallback")
+_HF_TRAINER = ("from transformers import Trainer", "Trainer")
+
+
+@pytest.mark.parametrize("framework, name", [
+    # the per-batch hooks of the frameworks' evaluation and predict loops
+    (_LIGHTNING_CB, "on_test_batch_end"), (_LIGHTNING_CB, "on_validation_batch_end"),
+    (_LIGHTNING_CB, "on_predict_batch_start"), (_LIGHTNING_CB, "on_validation_batch_start"),
+    (_LIGHTNING_MODULE, "validation_step"), (_LIGHTNING_MODULE, "test_step"),
+    (_LIGHTNING_MODULE, "predict_step"), (_LIGHTNING_MODULE, "on_test_batch_end"),
+    (_HF_CB, "on_prediction_step"), (_HF_TRAINER, "prediction_step"),
+])
+def test_cfx301_evaluation_step_hooks_run_per_step(tmp_path, framework, name):
+    imp, base = framework
+    findings = _check(tmp_path, _HOOK.format(imp=imp, base=base, name=name), ["CFX301"])[2]
+    assert [f.code for f in findings] == ["CFX301"]
+    assert "every evaluation step" in findings[0].message
+    assert findings[0].related[0].message == "runs once per evaluation step"
+
+
+@pytest.mark.parametrize("framework, name", [
+    # once per evaluation or per epoch: a phase boundary
+    (_HF_CB, "on_evaluate"), (_HF_CB, "on_predict"), (_LIGHTNING_CB, "on_validation_epoch_end"),
+    (_LIGHTNING_CB, "on_test_end"), (_LIGHTNING_MODULE, "on_validation_end"),
+    (_LIGHTNING_MODULE, "on_predict_epoch_end"),
+    # a Trainer subclass's evaluation entry point runs the whole loop
+    (_HF_TRAINER, "evaluate"), (_HF_TRAINER, "evaluation_loop"),
+    # the hook's name on a class no framework calls
+    (("", "object"), "on_test_batch_end"), (("", "object"), "validation_step"),
+])
+def test_cfx301_once_per_evaluation_hooks_stay_silent(tmp_path, framework, name):
+    imp, base = framework
+    assert _check(tmp_path, _HOOK.format(imp=imp, base=base, name=name), ["CFX301"])[2] == []
+
+
+def test_cfx301_training_hooks_still_say_training_step(tmp_path):
+    imp, base = _LIGHTNING_CB
+    findings = _check(tmp_path, _HOOK.format(imp=imp, base=base, name="on_train_batch_end"), ["CFX301"])[2]
+    assert findings[0].related[0].message == "runs once per training step"
+    assert "every evaluation step" not in findings[0].message

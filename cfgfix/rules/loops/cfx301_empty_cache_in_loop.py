@@ -16,7 +16,7 @@ from cfgfix.analysis.loops import (
     over_spelled_out_collection,
 )
 from cfgfix.analysis.names import dotted, iter_statements
-from cfgfix.analysis.steps import step_functions
+from cfgfix.analysis.steps import STEP_HOOK_DEF, step_functions
 from cfgfix.analysis.structure import Loop
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
@@ -52,7 +52,12 @@ class EmptyCacheInLoop(Rule):
     loader, every iteration or every few (`if step % 10 == 0`, `if i % self.clear_every == 0`).
     Also in code a framework runs once per step, whose loop lives in the library: a
     `TrainerCallback`'s `on_step_end`/`on_substep_end`, a `Trainer` subclass's
-    `training_step`/`compute_loss`, a Lightning `training_step`/`on_train_batch_end`.
+    `training_step`/`compute_loss`, a Lightning `training_step`/`on_train_batch_end`; and
+    the per-batch hooks of the frameworks' evaluation loops: a `Trainer` subclass's
+    `prediction_step` and a callback's `on_prediction_step`, a Lightning module's
+    `validation_step`/`test_step`/`predict_step`, and the `on_validation_batch_end`,
+    `on_test_batch_end`, `on_predict_batch_end` hooks (and their `_start` twins) of a
+    Lightning module or callback.
     And in a helper that a step loop calls every iteration, also inside a loop of the
     helper's own over a collection the code spells out (`for key in ("chosen",
     "rejected"):`, the `.items()` of a dict literal): that loop runs a few times per step.
@@ -89,7 +94,8 @@ class EmptyCacheInLoop(Rule):
     stays silent there: outside step loops, in loops over models or checkpoints, in an
     `except` handler (out-of-memory recovery), in a helper with a pass over data of its own
     (a loader, a dataset, `range(n)`), in a branch that also evaluates or saves,
-    in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks, and
+    in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks and
+    hooks that run once per evaluation (`on_evaluate`, `on_validation_epoch_end`), and
     behind an explicit option that can be off (`if args.empty_cache_steps and ...`).
 
     ## Fix safety
@@ -112,7 +118,7 @@ class EmptyCacheInLoop(Rule):
     fix_availability = "safe"
     triggers = ((b"empty_cache",),)
     trigger_check = staticmethod(
-        lambda data: _word_in_loop_text(data, b"empty_cache") or _STEP_HOOK.search(data) is not None
+        lambda data: _word_in_loop_text(data, b"empty_cache") or STEP_HOOK_DEF.search(data) is not None
         or _helper_called_in_loop(data, b"empty_cache")
     )
 
@@ -136,6 +142,20 @@ class EmptyCacheInLoop(Rule):
             "    def on_epoch_end(self, args, state, control, **kwargs):\n"
             "        torch.cuda.empty_cache()\n",
             why="an epoch-end hook is a phase boundary, not a step",
+        ),
+        Example(
+            "import torch\nfrom transformers import TrainerCallback\n"
+            "class Cleanup(TrainerCallback):\n"
+            "    def on_evaluate(self, args, state, control, metrics=None, **kwargs):\n"
+            "        torch.cuda.empty_cache()\n",
+            why="`on_evaluate` runs once after a whole evaluation, not per evaluation batch",
+        ),
+        Example(
+            "import torch\nimport lightning as L\n"
+            "class Model(L.LightningModule):\n"
+            "    def on_validation_epoch_end(self):\n"
+            "        torch.cuda.empty_cache()\n",
+            why="once per validation run: a phase boundary",
         ),
         Example(
             _TRAIN_LOOP.replace("        optimizer.zero_grad()\n",
@@ -253,6 +273,18 @@ class EmptyCacheInLoop(Rule):
             fixed="import torch\nfrom transformers import TrainerCallback\n"
             "class ClearCache(TrainerCallback):\n"
             "    def on_step_end(self, args, state, control, **kwargs):\n"
+            "        pass\n",
+        ),
+        Example(
+            "import torch\nfrom lightning.pytorch.callbacks import Callback\n"
+            "class ClearMemory(Callback):\n"
+            "    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):\n"
+            "        torch.cuda.empty_cache()\n",
+            why="Lightning's test loop calls `on_test_batch_end` after every test batch",
+            line=5,
+            fixed="import torch\nfrom lightning.pytorch.callbacks import Callback\n"
+            "class ClearMemory(Callback):\n"
+            "    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):\n"
             "        pass\n",
         ),
         Example(
@@ -403,7 +435,7 @@ class EmptyCacheInLoop(Rule):
                 hook = hooks.get(id(context.function))
                 if hook is not None:
                     where = hook.description
-                    related = Related(src.span(*_def_range(src, hook.function)), "runs once per training step")
+                    related = Related(src.span(*_def_range(src, hook.function)), f"runs once per {hook.step}")
                 else:
                     callers = analysis.step_callers(context.function)
                     if not callers or _runs_a_phase(ctx, analysis, context.function):
@@ -503,12 +535,6 @@ def _delete_lines(src, stmts: list[ast.stmt]):
     start = src.line_starts[first - 1]
     end = src.line_starts[last] if last < rows else len(src.text)
     return python_edits.Edit(src.path, start, end, "")
-
-
-_STEP_HOOK = re.compile(
-    rb"def\s+(?:on_step_end|on_substep_end|on_step_begin|on_train_batch_end|on_train_batch_start|training_step"
-    rb"|compute_loss|on_after_backward|on_before_optimizer_step|on_optimizer_step|on_pre_optimizer_step)\s*\("
-)
 
 
 _DEF = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
