@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from cfgfix.analysis.names import DTYPE_ALIASES, dotted, gpu_branch, single_assignments
+from cfgfix.analysis.optimizer_sites import OPTIMIZER  # noqa: F401 - CFX201 reads it here
 
 # -------------------------------------------------------------------------- vocabulary
 
@@ -47,25 +48,6 @@ _SCALING_FRAMEWORKS = (
 # themselves: scripts subclass them only to parse their own options
 # (`HfArgumentParser`) and train in their own loop.
 _HF_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
-OPTIMIZER = re.compile(
-    r"(^|\.)(Adam\w*|AdamW\w*|SGD\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|"
-    r"Adafactor|Lion\w*|LAMB|Lamb|PagedAdam\w*|AdEMAMix\w*)$"
-)
-# A library trainer that builds its own optimizer over the model it is given.
-LIBRARY_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
-
-
-def optimizer_sites(ctx) -> list:
-    """The calls that build an optimizer or a library trainer: where the parameter flow
-    (analysis/parameters.py) starts, and without which it finds nothing. Asked before that
-    module is imported: its import alone was ~4.5 ms of a 5-file pre-commit run, on a
-    trainer file that builds no optimizer (issue 15)."""
-    sites = ctx.notes.get("optimizer-sites")
-    if sites is None:
-        sites = ctx.notes["optimizer-sites"] = [
-            s for s in ctx.index.calls if s.name and (OPTIMIZER.search(s.name) or LIBRARY_TRAINER.match(s.name))
-        ]
-    return sites
 
 
 # ------------------------------------------------------------------ resolving constants

@@ -42,9 +42,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field, replace
 
-from cfgfix.analysis.amp import LIBRARY_TRAINER, OPTIMIZER, optimizer_sites
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
+from cfgfix.analysis.optimizer_sites import LIBRARY_TRAINER, OPTIMIZER, optimizer_sites
 
 HALF = ("float16", "bfloat16")
 HALF_PART = "float16-part"  # some submodule holds float16 Parameters, the rest may not

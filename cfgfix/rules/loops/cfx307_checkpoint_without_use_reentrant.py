@@ -16,7 +16,6 @@ from cfgfix.analysis.checkpointing import (
     use_reentrant_of,
 )
 from cfgfix.analysis.names import LEAVES, child_nodes, dotted, iter_statements, walk_scope
-from cfgfix.analysis.version_guards import version_guards
 from cfgfix.analysis.word_lines import calls_on_lines, word_lines
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
@@ -365,6 +364,8 @@ class CheckpointWithoutUseReentrant(Rule):
             if name not in (TORCH_CHECKPOINT, TORCH_SEQUENTIAL):
                 continue
             if torch is None:
+                from cfgfix.analysis.version_guards import version_guards  # ~1 ms to import
+
                 torch, guards = ctx.versions.get("torch"), version_guards(ctx)
             sequential = name == TORCH_SEQUENTIAL
             since = "2.0" if sequential else "1.11"

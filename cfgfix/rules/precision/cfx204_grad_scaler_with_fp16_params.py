@@ -6,8 +6,7 @@ import ast
 import re
 from typing import Iterable
 
-from cfgfix.analysis.amp import AmpFacts, optimizer_sites, short
-from cfgfix.analysis.attributes import ValueIndex
+from cfgfix.analysis.optimizer_sites import optimizer_sites
 from cfgfix.core import Finding, Related, Severity
 from cfgfix.rules.base import Example, Rule, register
 
@@ -521,7 +520,10 @@ class GradScalerWithFp16Params(Rule):
     def check(self, ctx) -> Iterable[Finding]:
         if not optimizer_sites(ctx):
             return  # no optimizer nor trainer built here: nothing for the flow to step
-        from cfgfix.analysis.parameters import parameter_flow  # heavy: only where one is built
+        # Imported only where one is built (~7 ms together; issue 15).
+        from cfgfix.analysis.amp import AmpFacts
+        from cfgfix.analysis.attributes import ValueIndex
+        from cfgfix.analysis.parameters import parameter_flow
 
         scalers = {id(s.call): s.call for s in AmpFacts.of(ctx).scalers if s.enabled is True}
         values = ValueIndex.of(ctx)
@@ -547,6 +549,8 @@ class GradScalerWithFp16Params(Rule):
     def _trainer_finding(self, ctx, values, use) -> Finding | None:
         """`Trainer(model=model, args=TrainingArguments(fp16=True))` on a float16 model: the
         Trainer scales the loss with a GradScaler and unscales every trainable parameter."""
+        from cfgfix.analysis.amp import short
+
         held = use.model
         if held is None or held.float16_cast is None:
             return None
@@ -582,6 +586,7 @@ class GradScalerWithFp16Params(Rule):
         )
 
     def _finding(self, src, step, held, scaler: ast.Call) -> Finding:
+        from cfgfix.analysis.amp import short
         from cfgfix.analysis.parameters import HALF_PART
 
         call, built = step.call, step.optimizer.call
