@@ -153,3 +153,51 @@ def test_a_deepspeed_json_with_another_suffix_is_read_as_json(tmp_path):
     [finding] = _502(tmp_path, {"run.sh": "deepspeed --num_gpus 2 train.py --deepspeed_config zero.sh\n",
                                 "zero.sh": '{"train_batch_size": 1}\n'})
     assert finding.path == "zero.sh" and "= 0" in finding.message
+
+
+SCRIPT_FLAG = ("from accelerate import Accelerator\nfrom opts import parse_args\n"
+               "def main(args):\n    accelerator = Accelerator(mixed_precision=args.mixed_precision)\n"
+               "if __name__ == '__main__':\n    main(parse_args())\n")
+PARSER = ("import argparse\ndef parse_args():\n    parser = argparse.ArgumentParser()\n"
+          "    parser.add_argument('--mixed_precision', {default}choices=['no', 'fp16', 'bf16'])\n"
+          "    return parser.parse_args()\n")
+
+
+def _flagged(tmp_path, launch, script, parser_default="default=None, ", extra=None):
+    files = {"acc.yaml": GPU_FP32, "run.sh": launch + "\n", "train.py": script,
+             "opts.py": PARSER.format(default=parser_default), **(extra or {})}
+    return _codes(tmp_path, files, "CFX401")
+
+
+def test_accelerator_mixed_precision_from_a_flag_the_launch_leaves_unset(tmp_path):
+    bound = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n    main(args)\n")
+    launch = "accelerate launch --config_file acc.yaml train.py --lr 1e-4"
+    assert _flagged(tmp_path / "a", launch, bound) == [("acc.yaml", 3)]
+    # no `default=` at all is argparse's None too
+    assert _flagged(tmp_path / "b", launch, bound, parser_default="") == [("acc.yaml", 3)]
+    # the script's own parser
+    own = ("import argparse\nfrom accelerate import Accelerator\nparser = argparse.ArgumentParser()\n"
+           "parser.add_argument('--mixed_precision', default=None)\nargs = parser.parse_args()\n"
+           "accelerator = Accelerator(mixed_precision=args.mixed_precision)\n")
+    assert _flagged(tmp_path / "c", launch, own) == [("acc.yaml", 3)]
+
+
+@pytest.mark.parametrize("why,launch,default", [
+    ("the launch passes the script's flag", "accelerate launch --config_file acc.yaml train.py --mixed_precision=bf16",
+     "default=None, "),
+    ("arguments hidden in a variable", "accelerate launch --config_file acc.yaml train.py $EXTRA_ARGS", "default=None, "),
+    ("a default computed at run time", "accelerate launch --config_file acc.yaml train.py",
+     "default=os.environ.get('MP'), "),
+    ("a bf16 default", "accelerate launch --config_file acc.yaml train.py", "default='bf16', "),
+])
+def test_accelerator_mixed_precision_from_a_flag_near_misses(tmp_path, why, launch, default):
+    bound = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n    main(args)\n")
+    assert _flagged(tmp_path, launch, bound, parser_default=default) == [], why
+
+
+def test_a_flag_declared_twice_in_the_parser_function_has_no_sure_default(tmp_path):
+    twice = PARSER.format(default="default=None, ").replace(
+        "    return", "    if 0:\n        parser.add_argument('--mixed_precision', default='bf16')\n    return")
+    bound = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n    main(args)\n")
+    assert _flagged(tmp_path, "accelerate launch --config_file acc.yaml train.py", bound,
+                    extra={"opts.py": twice}) == []

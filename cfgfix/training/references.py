@@ -45,6 +45,7 @@ class Default:
     value: object
     node: ast.expr | None  # the `default=` expression (None for store_true's False)
     options: tuple[str, ...]  # the option strings (`--model`, `-m`)
+    module: object = None  # the file holding the `add_argument`, when not the script (a Path)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ScriptRefs:
     namespaces: set[str] = field(default_factory=set)  # names holding parse_args() results
     configs: dict[str, Ref] = field(default_factory=dict)  # name -> the config (or part) it holds
     bound: dict[str, ast.expr] = field(default_factory=dict)  # names assigned once in the file
+    repeated: set = field(default_factory=set)  # dests added more than once (two parsers): defaults unsure
 
     def ref(self, node: ast.AST, depth: int = 0) -> Ref | None:
         """The reference `node` is, or None (a literal, or something computed)."""
@@ -133,6 +135,8 @@ def _argument(call: ast.Call, found: ScriptRefs) -> None:
     else:
         long = next((o for o in options if o.startswith("--")), options[0])
         dest = long.lstrip("-").replace("-", "_")
+    if dest in found.options.values():
+        found.repeated.add(dest)
     for option in options:
         found.options[option] = dest
     action = keywords.get("action")

@@ -5,6 +5,7 @@ literal path) names. Every value keeps where it came from.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from cfgfix.training.references import Ref, ScriptRefs
@@ -49,9 +50,32 @@ class RefResolver:
         default = self.refs.defaults.get(dest)
         if default is None or default.value is None:
             return None
-        span = self._script_span(default.node) if default.node is not None else None
+        where = default.module or self.script_path
+        span = self._span(where, default.node) if default.node is not None else None
         option = next((o for o in default.options if o.startswith("--")), default.options[0])
-        return Resolved(default.value, span, f"the default of {option} in {self._script_name()}")
+        shown = self.project.display(where) if where is not None else "the script"
+        return Resolved(default.value, span, f"the default of {option} in {shown}")
+
+    def unset(self, dest: str) -> bool:
+        """The launch does not pass the script's flag `dest` (nor arguments hidden in a
+        variable, `$EXTRA_ARGS`) and its argparse default is None: the value the script
+        reads is None."""
+        default = self.refs.defaults.get(dest)
+        if default is None or default.value is not None or dest in self.refs.repeated:
+            return False
+        if default.node is not None and not (isinstance(default.node, ast.Constant) and default.node.value is None):
+            return False  # computed (`default=os.environ.get(...)`): unknown
+        if self.flag(dest) is not None:
+            return False
+        options = {o for o, d in self.refs.options.items() if d == dest} | {f"--{dest}"}
+        previous = ""
+        for text, _ in self.launch.args:
+            if text.split("=", 1)[0] in options:
+                return False
+            if "$" in text and not text.startswith("-") and not previous.startswith("-"):
+                return False  # `$EXTRA_ARGS`, `"$@"`: flags we cannot see
+            previous = text
+        return True
 
     def resolve(self, ref: Ref):
         """Resolved, UNKNOWN or None for one reference."""
@@ -95,6 +119,6 @@ class RefResolver:
     def _script_name(self) -> str:
         return self.project.display(self.script_path) if self.script_path is not None else "the script"
 
-    def _script_span(self, node):
-        parsed = self.project.script(self.script_path) if self.script_path is not None else None
+    def _span(self, path, node):
+        parsed = self.project.script(path) if path is not None else None
         return parsed[0].span_of_node(node) if parsed is not None else None

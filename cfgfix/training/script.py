@@ -65,6 +65,8 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
     if key not in cache:
         parsed = project.script(path)
         cache[key] = read_script(parsed[0], parsed[1], path) if parsed is not None else None
+        if cache[key] is not None:
+            _imported_parser(project, parsed[1], path, cache[key].refs)
         if cache[key] is not None and "Module" in parsed[0].text + "".join(
                 _module_text(project, m) for m in cache[key].config_modules):
             from cfgfix.training.custom_model import find_custom_model
@@ -75,6 +77,42 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
 
             cache[key].custom_model = find_custom_model(parsed[1], path, cache[key].config_modules, parse)
     return cache[key]
+
+
+def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
+    """`args = parse_args()` with `parse_args` imported from one of the project's modules
+    (`from utils.training_utils import parse_args`): `args` holds the flags that function's
+    parser declares, with their defaults (a flag the script itself declares keeps its own;
+    one the function declares twice has no sure default and is left out)."""
+    from dataclasses import replace
+
+    from cfgfix.training.references import read_refs
+
+    imported: dict[str, tuple[str, str]] = {}  # local name -> (module, function)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level <= 1:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (node.module, alias.name)
+    for name, value in list(refs.bound.items()):
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported):
+            continue
+        module, function = imported[value.func.id]
+        module_path = next((c for base in [path.parent, *list(path.parents)[1:4]]
+                            if os.path.isfile(c := base.joinpath(*module.split(".")).with_suffix(".py"))), None)
+        parsed = project.script(module_path) if module_path is not None and module_path != path else None
+        func = next((f for f in (parsed[1].body if parsed is not None else ())
+                     if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == function), None)
+        if func is None:
+            continue
+        flags = read_refs(func)
+        if not flags.options:
+            continue  # not a parser
+        refs.namespaces.add(name)
+        for option, dest in flags.options.items():
+            refs.options.setdefault(option, dest)
+        for dest, default in flags.defaults.items():
+            if dest not in refs.defaults and dest not in flags.repeated:
+                refs.defaults[dest] = replace(default, module=module_path)
 
 
 def _module_text(project, module: Path) -> str:

@@ -52,7 +52,12 @@ class Fp32MixedPrecision(ProjectRule):
     `deepspeed_config_file` (its `fp16`/`bf16` blocks decide, and accelerate rejects
     `mixed_precision` next to it), a launch that passes `--mixed_precision`, `--bf16` or
     `--fp16`, or a launched script that builds `Accelerator(mixed_precision=...)` or an HF
-    Trainer (whose `TrainingArguments` set the precision).
+    Trainer (whose `TrainingArguments` set the precision). `Accelerator(mixed_precision=
+    args.mixed_precision)` does not decide when the launch leaves that flag out and its
+    argparse default is None (also in the project module whose `parse_args()` the script
+    calls): accelerate then reads the config. The config is the file the launch passes as
+    `--config_file`, whatever its name ends with (accelerate reads any name but `.json` as
+    YAML).
 
     ## Example
     ```yaml
@@ -133,8 +138,10 @@ class Fp32MixedPrecision(ProjectRule):
             text = project.launch_text(launch)
             if text is None or any(flag in text for flag in _PRECISION_FLAGS):
                 return True  # unreadable, or the command line sets the precision
-            script = None
+            script = own_file = None
             for known, launch_file in project.launches:
+                if known is launch:
+                    own_file = launch_file
                 if known is launch and launch.module:
                     from cfgfix.project import script_path
 
@@ -145,11 +152,31 @@ class Fp32MixedPrecision(ProjectRule):
             if found is None:
                 continue
             facts = found[1]
-            if facts.trainer or any(kw.arg == "mixed_precision" for call in facts.accelerator for kw in call.keywords):
+            if facts.trainer or any(kw.arg == "mixed_precision" and not Fp32MixedPrecision._unset(
+                    project, launch, own_file, script, kw.value) for call in facts.accelerator for kw in call.keywords):
                 return True
         return False
 
+    @staticmethod
+    def _unset(project, launch, launch_file, script, value) -> bool:
+        """`Accelerator(mixed_precision=args.mixed_precision)` where this launch does not pass
+        the flag and its argparse default is None: accelerate then takes the config's value."""
+        from cfgfix.training.resolve_refs import RefResolver
+        from cfgfix.training.script import script_setup
+
+        setup = script_setup(project, script)
+        ref = setup.refs.ref(value) if setup is not None and setup.refs is not None else None
+        if ref is None or ref.is_config:
+            return False
+        return RefResolver(project, launch, launch_file, script, setup.refs).unset(ref.flag)
+
     _GPU = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\n"
+    _FLAG_SCRIPT = ("from accelerate import Accelerator\nfrom options import parse_args\n\n"
+                    "def main(args):\n    accelerator = Accelerator(mixed_precision=args.mixed_precision)\n\n"
+                    "if __name__ == '__main__':\n    args = parse_args()\n    main(args)\n")
+    _PARSER = ("import argparse\n\ndef parse_args():\n    parser = argparse.ArgumentParser()\n"
+               "    parser.add_argument('--mixed_precision', default={default}, choices=['no', 'fp16', 'bf16'])\n"
+               "    return parser.parse_args()\n")
     VALID = [
         Example(_GPU + "mixed_precision: bf16\n", "bf16", path=ACC),
         Example(_GPU + "mixed_precision: 'no'\n", "no launch uses the config: a Trainer launch's --bf16 would decide",
@@ -171,8 +198,18 @@ class Fp32MixedPrecision(ProjectRule):
                        "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator(mixed_precision='bf16')\n"}),
         Example(_GPU + "mixed_precision: 'no'\n", "the launch passes --bf16 to TrainingArguments",
                 path=ACC, files={"train.sh": "accelerate launch --config_file accelerate.yaml train.py --bf16\n"}),
+        Example(_GPU + "mixed_precision: 'no'\n", "the script's own flag defaults to bf16 (in the module that parses it)",
+                path=ACC, files={"train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                                 "train.py": _FLAG_SCRIPT, "options.py": _PARSER.format(default="'bf16'")}),
     ]
     INVALID = [
+        Example(_GPU + "mixed_precision: 'no'\n",
+                "`Accelerator(mixed_precision=args.mixed_precision)`: the flag's default is None and the launch "
+                "does not pass it, so accelerate takes the config's; the config saved as `.sh`",
+                path="accelerate.sh", line=4,
+                files={"train.sh": "accelerate launch --config_file accelerate.sh train.py\n",
+                       "train.py": _FLAG_SCRIPT, "options.py": _PARSER.format(default="None")},
+                fixed=_GPU + "mixed_precision: 'bf16'\n"),
         Example(_GPU + "mixed_precision: 'no'\n", "the accelerate config default", path=ACC, line=4,
                 files={"train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
                        "train.py": "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"},
