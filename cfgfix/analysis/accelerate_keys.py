@@ -1,6 +1,8 @@
 """What accelerate's config loader knows, as data [B10] (accelerate 1.x,
 commands/config/config_args.py and utils/launch.py)."""
 
+from cfgfix.analysis.deepspeed_keys import ZERO_DEPRECATED, zero_spellings
+
 TOP_LEVEL = frozenset("""
 compute_environment distributed_type mixed_precision use_cpu debug enable_cpu_affinity
 num_processes machine_rank num_machines gpu_ids main_process_ip main_process_port
@@ -36,18 +38,21 @@ IGNORED_WITH_DS_FILE = (
 # that can agree). CFX403's fix removes a key only when the JSON already says the same [B10, C12].
 MISSING = object()
 _ZERO = "zero_optimization"
+_GATHER_NAMES = zero_spellings("gather_16bit_weights_on_model_save") + tuple(
+    old for old, new in ZERO_DEPRECATED.items() if new == "gather_16bit_weights_on_model_save")
 IGNORED_KEY_IN_JSON = {
     "zero_stage": (((_ZERO, "stage"),), MISSING),
     "gradient_accumulation_steps": ((("gradient_accumulation_steps",),), MISSING),
     "gradient_clipping": ((("gradient_clipping",),), MISSING),
-    "offload_optimizer_device": (((_ZERO, "offload_optimizer", "device"),), "none"),
-    "offload_param_device": (((_ZERO, "offload_param", "device"),), "none"),
+    # a deprecated cpu_offload / cpu_offload_param boolean is found too, and never agrees
+    # with a device string (so it is never removed as "the same")
+    "offload_optimizer_device": (((_ZERO, "offload_optimizer", "device"), (_ZERO, "cpu_offload")), "none"),
+    "offload_param_device": (((_ZERO, "offload_param", "device"), (_ZERO, "cpu_offload_param")), "none"),
     "offload_optimizer_nvme_path": (((_ZERO, "offload_optimizer", "nvme_path"),), "none"),
     "offload_param_nvme_path": (((_ZERO, "offload_param", "nvme_path"),), "none"),
-    # the current name, its pydantic field name and the deprecated fp16 name (C12); default false
-    "zero3_save_16bit_model": (((_ZERO, "stage3_gather_16bit_weights_on_model_save"),
-                                (_ZERO, "gather_16bit_weights_on_model_save"),
-                                (_ZERO, "stage3_gather_fp16_weights_on_model_save")), False),
+    # every name DeepSpeed reads the option under: alias, pydantic field name, deprecated fp16
+    # name (deepspeed_keys.ZERO_ALIASES / ZERO_DEPRECATED, C12); default false
+    "zero3_save_16bit_model": (tuple((_ZERO, name) for name in _GATHER_NAMES), False),
 }
 
 # Enum values checked at load (distributed_type, compute_environment) or at launch.

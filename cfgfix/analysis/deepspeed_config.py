@@ -19,6 +19,50 @@ def zero_stage(zero) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def zero_names(key: str, deprecated: bool = True) -> tuple[str, ...]:
+    """Every name under which DeepSpeed sets the ZeRO option `key` names: its alias, its field
+    name and (with `deprecated`) the deprecated fields that set it [deepspeed_keys.ZERO_ALIASES]."""
+    from cfgfix.analysis.deepspeed_keys import ZERO_DEPRECATED, zero_option, zero_spellings
+
+    names = zero_spellings(key)
+    if deprecated:
+        option = zero_option(key)
+        names += tuple(old for old, new in ZERO_DEPRECATED.items() if new == option)
+    return names
+
+
+def zero_entries(zero, key: str, deprecated: bool = True) -> list:
+    """The (key, value) entries of `zero_optimization` that set the option `key` names, in
+    zero_names order: more than one is a config DeepSpeed refuses (CFX507, CFX504)."""
+    return [found for name in zero_names(key, deprecated) if (found := zero.entry(name)) is not None]
+
+
+def zero_entry(zero, key: str, deprecated: bool = True):
+    """The (key, value) entry that sets the ZeRO option `key` names, under whichever name the
+    config writes it (`stage3_gather_16bit_weights_on_model_save`, its field name
+    `gather_16bit_weights_on_model_save`, or the deprecated `stage3_gather_fp16_...`); None."""
+    found = zero_entries(zero, key, deprecated)
+    return found[0] if found else None
+
+
+def offload_device(zero, block: str):
+    """(device, value node) for `offload_optimizer` / `offload_param`: the block's `device`, or
+    the deprecated boolean (`cpu_offload`, `cpu_offload_param`) DeepSpeed maps to device "cpu"
+    when true; (None, None) when the config sets neither, (None, node) when the value is
+    something else ("auto", no device)."""
+    for key, value in zero_entries(zero, block):
+        if key.value == block:
+            if value.kind != "mapping":
+                return None, value
+            device = value.get("device")
+            if device is None or not isinstance(device.value, str):
+                return None, value
+            return device.value, device
+        on = value.truthy()
+        return ({True: "cpu", False: "none"}.get(on), value)
+    return None, None
+
+
 def script_uses(project, uses):
     """(use, source, facts) for each use whose training script is a readable Python file."""
     from cfgfix.analysis.training_script import script_facts

@@ -43,7 +43,65 @@ REMOVED_IN_019 = {
 REMOVED_ZERO_PREFIXES = ("mics_",)
 REMOVED_ZERO_KEYS = frozenset({"zeropp_loco_param"})
 
-# Deprecated forms that still work, with their current replacement [C12].
+# ZeRO options DeepSpeed reads under two names [C12]. `DeepSpeedZeroConfig`
+# (runtime/zero/config.py) declares each as a pydantic field with a `stage3_*` alias, and
+# `DeepSpeedConfigModel` (runtime/config_utils.py) sets `populate_by_name=True` (pydantic v1's
+# `allow_population_by_field_name` since the pydantic refactor of July 2022, 599758968), so
+# `"gather_16bit_weights_on_model_save": true` sets the same option as
+# `"stage3_gather_16bit_weights_on_model_save": true`. Field name -> alias, read from DeepSpeed
+# 0.19.8's source; 0.16.5 (commit 38327e07) has the same pairs less `allgather_sequential`,
+# and `partition_stream_chunk_size` is on the main branch only. Every rule that reads one of
+# these options reads it through this table (`zero_entry` in deepspeed_config.py).
+ZERO_ALIASES = {
+    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
+    "param_persistence_threshold": "stage3_param_persistence_threshold",
+    "model_persistence_threshold": "stage3_model_persistence_threshold",
+    "max_live_parameters": "stage3_max_live_parameters",
+    "max_reuse_distance": "stage3_max_reuse_distance",
+    "gather_16bit_weights_on_model_save": "stage3_gather_16bit_weights_on_model_save",
+    "module_granularity_threshold": "stage3_module_granularity_threshold",
+    "use_all_reduce_for_fetch_params": "stage3_use_all_reduce_for_fetch_params",
+    "allgather_sequential": "stage3_allgather_sequential",
+    "partition_stream_chunk_size": "stage3_partition_stream_chunk_size",
+}
+
+# Deprecated ZeRO fields DeepSpeed still reads, with a warning, and the field each one sets
+# (`json_schema_extra={"deprecated": True, "new_param": ...}`; config_utils.py
+# `_process_deprecated_field`). Giving one together with the field it sets (under either
+# spelling: pydantic's fields_set holds field names) stops DeepSpeed with "Cannot provide
+# deprecated parameter '...' and replacing parameter '...' together". A true `cpu_offload` /
+# `cpu_offload_param` becomes `{"device": "cpu"}` in the offload block; `cpu_offload_use_pin_memory`
+# sets nothing.
+ZERO_DEPRECATED = {
+    "stage3_gather_fp16_weights_on_model_save": "gather_16bit_weights_on_model_save",
+    "cpu_offload": "offload_optimizer",
+    "cpu_offload_param": "offload_param",
+    "cpu_offload_use_pin_memory": None,
+}
+
+
+def zero_option(key: str) -> str:
+    """The field name DeepSpeed stores `key` under (`stage3_max_live_parameters` ->
+    `max_live_parameters`); a deprecated name maps to itself (it is its own field)."""
+    return _FIELD_OF.get(key, key)
+
+
+def zero_spellings(key: str) -> tuple[str, ...]:
+    """Every current name of the option `key` names: the alias first (the name DeepSpeed's and
+    accelerate's messages use), then the field name; one name for an option without alias."""
+    option = zero_option(key)
+    alias = ZERO_ALIASES.get(option)
+    return (alias, option) if alias else (option,)
+
+
+def preferred_zero_name(key: str) -> str:
+    """The name to write for the option `key` names: its alias when it has one."""
+    return zero_spellings(key)[0]
+
+
+_FIELD_OF = {alias: field for field, alias in ZERO_ALIASES.items()}
+
+# Deprecated forms that still work, with their current replacement [C12] (CFX504 renames them).
 DEPRECATED_ZERO_KEYS = {
-    "stage3_gather_fp16_weights_on_model_save": "stage3_gather_16bit_weights_on_model_save",
+    old: preferred_zero_name(new) for old, new in ZERO_DEPRECATED.items() if new in ZERO_ALIASES
 }

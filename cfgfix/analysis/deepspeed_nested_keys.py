@@ -4,29 +4,26 @@
 
 The lists are the union of DeepSpeed 0.19.8 (checked field by field against its source) and
 the main branch (`runtime/zero/config.py`, `runtime/zero/offload_config.py`,
-`runtime/precision_config.py`), field names and their `stage3_*` aliases both: a key newer
+`runtime/precision_config.py`), field names and their `stage3_*` aliases both (the aliased
+and deprecated ZeRO options come from `deepspeed_keys.ZERO_ALIASES` / `ZERO_DEPRECATED`): a key newer
 than the user's DeepSpeed is missed, never flagged. Older versions are not covered (CFX507
 skips nested blocks when the project's DeepSpeed is known to be older than 0.19).
 """
 
+from cfgfix.analysis.deepspeed_keys import ZERO_ALIASES, ZERO_DEPRECATED
+
+# The options without a second name; the aliased and deprecated ones come from deepspeed_keys
+# (one table for every rule that reads them).
 ZERO = frozenset("""
 stage contiguous_gradients reduce_scatter reduce_bucket_size use_multi_rank_bucket_allreduce
 allgather_partitions allgather_bucket_size overlap_comm load_from_fp32_weights elastic_checkpoint
-offload_param offload_optimizer zenflow sub_group_size cpu_offload_param cpu_offload_use_pin_memory
-cpu_offload prefetch_bucket_size stage3_prefetch_bucket_size param_persistence_threshold
-stage3_param_persistence_threshold model_persistence_threshold stage3_model_persistence_threshold
-max_live_parameters stage3_max_live_parameters max_reuse_distance stage3_max_reuse_distance
-gather_16bit_weights_on_model_save stage3_gather_16bit_weights_on_model_save
-module_granularity_threshold stage3_module_granularity_threshold use_all_reduce_for_fetch_params
-stage3_use_all_reduce_for_fetch_params allgather_sequential stage3_allgather_sequential
-partition_stream_chunk_size stage3_partition_stream_chunk_size
-stage3_gather_fp16_weights_on_model_save ignore_unused_parameters legacy_stage1
+offload_param offload_optimizer zenflow sub_group_size ignore_unused_parameters legacy_stage1
 round_robin_gradients zero_hpz_partition_size zero_quantized_weights
 zero_quantized_nontrainable_weights zero_quantized_gradients zeropp_loco_param mics_shard_size
 mics_hierarchical_params_gather memory_efficient_linear pipeline_loading_checkpoint
 override_module_apply log_trace_cache_warnings enable_sanity_checks
 save_muon_momentum_buffer_in_memory leaf_module compute_grad_norm parameter_alignment
-""".split())
+""".split()) | frozenset(ZERO_ALIASES) | frozenset(ZERO_ALIASES.values()) | frozenset(ZERO_DEPRECATED)
 
 OFFLOAD_PARAM = frozenset("device nvme_path buffer_count buffer_size max_in_cpu pin_memory".split())
 

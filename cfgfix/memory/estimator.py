@@ -837,7 +837,10 @@ def _buckets(setup: MemorySetup, states: _States, notes: _Notes) -> tuple[int, s
         extras = setup.extras or {}
         reduce = float(extras.get("reduce_bucket_size", 5e8))
         if setup.zero_stage == 3:
-            prefetch = float(extras.get("stage3_prefetch_bucket_size", 5e7))
+            from cfgfix.analysis.deepspeed_keys import zero_spellings
+
+            # the alias or its pydantic field name prefetch_bucket_size: DeepSpeed reads both
+            prefetch = float(next((extras[k] for k in zero_spellings("prefetch_bucket_size") if k in extras), 5e7))
             if "reduce_bucket_size" not in extras:
                 notes.add("DeepSpeed bucket sizes unknown: DeepSpeed defaults assumed (reduce 5e8, prefetch 5e7 elements)")
             return int((reduce + prefetch) * 2), "ZeRO-3 reduce + prefetch buckets x 2 B"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cfgfix.analysis.deepspeed_config import offload_device, zero_entry
 from cfgfix.analysis.training_keys import NAME_TO_SETTING, TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
 from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
@@ -413,12 +414,18 @@ class _Resolver:
                 found["zero_stage"] = Value("zero_stage", stage.value, f"zero_optimization.stage in {name}", doc.span(stage), "stage")
             elif stage is None:
                 found["zero_stage"] = Value("zero_stage", 0, f"zero_optimization without stage in {name}", doc.span(zero))
-            for key, setting in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
-                block = zero.get(key)
-                device = block.get("device") if block is not None and block.kind == "mapping" else None
-                if device is not None and isinstance(device.value, str) and device.value != "auto":
-                    found[setting] = Value(setting, device.value in ("cpu", "nvme"), f"{key}.device {device.value} in {name}",
-                                           doc.span(device), "device")
+            for key in ("offload_optimizer", "offload_param"):
+                # the block's device, or the deprecated cpu_offload / cpu_offload_param boolean
+                device, node = offload_device(zero, key)
+                if device is None or device == "auto":
+                    continue
+                written = zero_entry(zero, key)[0].value
+                if written == key:
+                    found[key] = Value(key, device in ("cpu", "nvme"), f"{key}.device {device} in {name}",
+                                       doc.span(node), "device")
+                else:
+                    found[key] = Value(key, device == "cpu", f"deprecated {written} (DeepSpeed: {key}.device "
+                                       f"{device}) in {name}", doc.span(node), str(written))
         optimizer = root.get("optimizer")
         kind = optimizer.get("type") if optimizer is not None and optimizer.kind == "mapping" else None
         if kind is not None and isinstance(kind.value, str):

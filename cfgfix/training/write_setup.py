@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Edit
-from cfgfix.documents.config_edits import insert_entry, replace_scalar
+from cfgfix.analysis.deepspeed_config import zero_entries
+from cfgfix.documents.config_edits import insert_entry, replace_scalar, replace_text
 
 # The HF TrainingArguments name / training-config key for each setting written.
 HF_NAMES = {
@@ -202,6 +203,18 @@ class SetupWriter:
         key = setting if setting == "offload_optimizer" else "offload_param"
         block = zero.get(key)
         device = "cpu" if value else "none"
+        old = next((e for e in zero_entries(zero, key) if e[0].value != key), None)
+        if old is not None:
+            # the deprecated cpu_offload / cpu_offload_param: the block is written in its place
+            # (beside it DeepSpeed asserts), as CFX504's fix does
+            if block is not None:
+                self.reason = f"{shown} sets both {old[0].value} and {key} (DeepSpeed asserts): choose one first"
+                return None
+            content = ('"%s": {"device": "%s", "pin_memory": true}' % (key, device) if doc.fmt == "json"
+                       else "%s: {device: %s, pin_memory: true}" % (key, device))
+            edit = replace_text(doc, old[0].start, old[1].end, content)
+            return Change([edit], where=[f"{shown}: zero_optimization.{key}.device {device} "
+                                         f"(replaces the deprecated {old[0].value})"])
         if block is not None and block.kind == "mapping":
             node = block.get("device")
             edit = replace_scalar(doc, node, device) if node is not None and node.kind == "scalar" else insert_entry(doc, block, "device", device)

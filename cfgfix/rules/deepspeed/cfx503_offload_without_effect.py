@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cfgfix.analysis.deepspeed_config import zero_block, zero_stage
+from cfgfix.analysis.deepspeed_config import zero_block, zero_entries, zero_stage
 from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, register
 from cfgfix.rules.deepspeed.common import DS, DeepSpeedRule
@@ -12,7 +12,8 @@ from cfgfix.rules.deepspeed.common import DS, DeepSpeedRule
 class OffloadWithoutEffect(DeepSpeedRule):
     """## What it does
     Flags `offload_param` under ZeRO stage 0, 1 or 2, and `offload_optimizer` under stage 0,
-    when the offload device is not `"none"`; in a DeepSpeed config, and in an accelerate
+    when the offload device is not `"none"` (also as the deprecated `cpu_offload_param: true` /
+    `cpu_offload: true`, which DeepSpeed maps onto those blocks); in a DeepSpeed config, and in an accelerate
     config's own `deepspeed_config:` keys (`zero_stage: 2` with `offload_param_device: cpu`),
     which accelerate's DeepSpeedPlugin writes into the same `zero_optimization` block.
 
@@ -44,7 +45,7 @@ class OffloadWithoutEffect(DeepSpeedRule):
     code = "CFX503"
     name = "offload-without-effect"
     severity = Severity.WARNING
-    triggers = ((DeepSpeedRule.triggers[0] + (b"zero_stage",)), (b"offload_param", b"offload_optimizer"))
+    triggers = ((DeepSpeedRule.triggers[0] + (b"zero_stage",)), (b"offload_param", b"offload_optimizer", b"cpu_offload"))
 
     def check(self, ctx):
         if "deepspeed" in ctx.kinds:
@@ -91,15 +92,24 @@ class OffloadWithoutEffect(DeepSpeedRule):
             ("offload_param", 3, "parameter offload is implemented by ZeRO stage 3 only"),
             ("offload_optimizer", 1, "optimizer offload needs ZeRO stage 1, 2 or 3"),
         ):
-            entry = zero.entry(block)
-            if entry is None or stage >= limit or not _offloads(entry[1]):
+            if stage >= limit:
                 continue
-            yield self.finding(
-                ctx.span(entry[0]),
-                f"{block} under ZeRO stage {stage} has no effect: {why}, and DeepSpeed accepts "
-                f"it silently, so nothing is offloaded",
-                related=[Related(ctx.span(zero.get("stage")), f"stage {stage} is set here")],
-            )
+            # the block, or the deprecated boolean DeepSpeed maps onto it (cpu_offload_param: true)
+            for key, value in zero_entries(zero, block):
+                if key.value == block:
+                    if not _offloads(value):
+                        continue
+                    what = block
+                elif value.truthy() is True:
+                    what = f"{key.value}: true (deprecated: DeepSpeed maps it to {block} on cpu)"
+                else:
+                    continue
+                yield self.finding(
+                    ctx.span(key),
+                    f"{what} under ZeRO stage {stage} has no effect: {why}, and DeepSpeed accepts "
+                    f"it silently, so nothing is offloaded",
+                    related=[Related(ctx.span(zero.get("stage")), f"stage {stage} is set here")],
+                )
 
     _ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
             "  gradient_accumulation_steps: 1\n  offload_optimizer_device: cpu\n  zero_stage: {stage}\n"
@@ -113,6 +123,11 @@ class OffloadWithoutEffect(DeepSpeedRule):
                 "device none: nothing is offloaded, nothing promised", path=DS),
         Example('{"zero_optimization": {"stage": "auto", "offload_param": {"device": "cpu"}}, "train_batch_size": 8}',
                 "stage not known from the file", path=DS),
+        Example('{"zero_optimization": {"stage": 2, "cpu_offload": true}, "train_batch_size": 8}',
+                "the deprecated cpu_offload under stage 2: optimizer offload works (CFX504 reports the name)",
+                path=DS),
+        Example('{"zero_optimization": {"stage": 2, "cpu_offload_param": false}, "train_batch_size": 8}',
+                "cpu_offload_param false: nothing offloaded, nothing promised", path=DS),
         Example(_ACC.format(stage=3, param="cpu"), "accelerate's inline parameter offload under ZeRO-3",
                 path="accelerate.yaml"),
         Example(_ACC.format(stage=2, param="none"), "accelerate's default offload_param_device: none",
@@ -121,6 +136,8 @@ class OffloadWithoutEffect(DeepSpeedRule):
     INVALID = [
         Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_param": {"device": "cpu"}\n  },\n'
                 '  "train_batch_size": 8\n}\n', "parameter offload under stage 2", path=DS, line=4),
+        Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "cpu_offload_param": true\n  },\n'
+                '  "train_batch_size": 8\n}\n', "the deprecated cpu_offload_param under stage 2", path=DS, line=4),
         Example("zero_optimization:\n  stage: 0\n  offload_optimizer:\n    device: cpu\ntrain_batch_size: 8\n",
                 "optimizer offload with ZeRO off", path="ds_config.yaml", line=3),
         Example(_ACC.format(stage=2, param="cpu"), "accelerate's inline parameter offload under ZeRO-2",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from cfgfix.analysis.deepspeed_config import ast_name, checked_docs, script_uses, zero_block, zero_stage
+from cfgfix.analysis.deepspeed_config import ast_name, checked_docs, script_uses, zero_block, zero_entry, zero_stage
 from cfgfix.core import Applicability, Fix, Related, Severity
 from cfgfix.documents.config_edits import replace_scalar
 from cfgfix.rules.base import Example, ProjectRule, register
 
-GATHER = "stage3_gather_16bit_weights_on_model_save"
-OLD_GATHER = "stage3_gather_fp16_weights_on_model_save"
+GATHER = "stage3_gather_16bit_weights_on_model_save"  # the name accelerate's error message uses
 
 
 def _insert_true(doc, mapping, key: str):
@@ -36,7 +35,11 @@ class Zero3SaveWithoutGather(ProjectRule):
     finishes, and the output folder has no usable weights file, only shards to recover
     with `zero_to_fp32.py`.
 
-    Nothing is reported when the key is `"auto"` (what fills it depends on the integration),
+    The option is read under every name DeepSpeed accepts: the alias
+    `stage3_gather_16bit_weights_on_model_save`, its pydantic field name
+    `gather_16bit_weights_on_model_save` (DeepSpeed populates its config models by name too)
+    and the deprecated `stage3_gather_fp16_weights_on_model_save`. Nothing is reported when
+    the key is `"auto"` (what fills it depends on the integration),
     when the script saves with `engine.save_checkpoint` (the full ZeRO checkpoint, on
     purpose), or when no launch links the config to a script that saves this way.
 
@@ -60,7 +63,9 @@ class Zero3SaveWithoutGather(ProjectRule):
 
     ## References
     - facts.md C12 (Saving with ZeRO-3); accelerate `Accelerator.get_state_dict`;
-      transformers `Trainer.save_model`
+      transformers `Trainer.save_model`; DeepSpeed 0.19.8 `runtime/zero/config.py`
+      (`gather_16bit_weights_on_model_save`, alias `stage3_...`) and `runtime/config_utils.py`
+      (`populate_by_name=True`)
     """
 
     code = "CFX506"
@@ -73,7 +78,8 @@ class Zero3SaveWithoutGather(ProjectRule):
             zero = zero_block(doc.root)
             if zero is None or zero.get("stage") is None or zero_stage(zero) != 3:
                 continue
-            gather = zero.entry(GATHER) or zero.entry(OLD_GATHER)
+            # any name DeepSpeed reads: the alias, the field name, the deprecated fp16 name
+            gather = zero_entry(zero, GATHER)
             if gather is not None and gather[1].truthy() is not False:
                 continue  # true, "auto" or something unknown: stay silent
             saves = [(use, source, facts.hf_saves[0]) for use, source, facts in script_uses(project, uses)
@@ -116,6 +122,12 @@ class Zero3SaveWithoutGather(ProjectRule):
     VALID = [
         Example(_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": true', "the key is true", path="ds.json",
                 files={**_LAUNCH, "train.py": _TRAINER}),
+        Example(_DS3 % ',\n    "gather_16bit_weights_on_model_save": true',
+                "the option's pydantic field name, which DeepSpeed also reads", path="ds.json",
+                files={**_LAUNCH, "train.py": _TRAINER}),
+        Example(_DS3 % ',\n    "stage3_gather_fp16_weights_on_model_save": true',
+                "the deprecated fp16 name, which DeepSpeed maps to the option (CFX504 reports it)", path="ds.json",
+                files={**_LAUNCH, "train.py": _TRAINER}),
         Example(_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": "auto"',
                 "\"auto\": filled by the integration, not known from the files", path="ds.json",
                 files={**_LAUNCH, "train.py": _TRAINER}),
@@ -142,6 +154,10 @@ class Zero3SaveWithoutGather(ProjectRule):
                        "train.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
                        "train.py": _ACCEL},
                 fixed=_DS3 % ',\n    "stage3_gather_16bit_weights_on_model_save": true'),
+        Example(_DS3 % ',\n    "gather_16bit_weights_on_model_save": false',
+                "the field name, false: the value is set where it is written", path="ds.json", line=6,
+                files={**_LAUNCH, "train.py": _TRAINER},
+                fixed=_DS3 % ',\n    "gather_16bit_weights_on_model_save": true'),
         Example("zero_optimization:\n  stage: 3\n  overlap_comm: true  # keep\ntrain_micro_batch_size_per_gpu: 1\n",
                 "a YAML config: the key is added with the block's indentation", path="ds.yaml", line=2,
                 files={"run.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.yaml\n", "train.py": _TRAINER},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cfgfix.analysis import deepspeed_keys as keys
-from cfgfix.analysis.deepspeed_config import zero_block
+from cfgfix.analysis.deepspeed_config import zero_block, zero_names
 from cfgfix.core import Fix, Severity
 from cfgfix.documents.config_edits import close_match, rename_key
 from cfgfix.rules.base import Example, register
@@ -38,6 +38,11 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
     ZeRO blocks are checked unless the project's DeepSpeed is known to be older than 0.19
     (the key lists follow 0.19.8 and newer). A key whose value is `"auto"` is dropped by
     DeepSpeed before validation and is not flagged.
+
+    The aliased ZeRO options are known under both names DeepSpeed reads: the `stage3_*`
+    alias (`stage3_max_live_parameters`) and the pydantic field name (`max_live_parameters`;
+    DeepSpeed populates its config models by name too). Setting one option under both names
+    is flagged: pydantic reads the alias and refuses the field name as an extra input.
 
     ## Example
     ```json
@@ -123,7 +128,10 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                 match = close_match(name, known)
                 fix = None
                 hint = ""
-                if match and match not in block:
+                # the option the typo means may be present under its other name (alias or field name)
+                taken = (match and where == "zero_optimization"
+                         and any(other in block for other in zero_names(match, deprecated=False)))
+                if match and match not in block and not taken:
                     fix = Fix((rename_key(ctx.document, key, match),), f"Rename to {match}")
                     hint = f" (did you mean {match}?)"
                 yield self.finding(
@@ -132,6 +140,25 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                     f"refuses the config ('Extra inputs are not permitted')",
                     fix=fix,
                 )
+        if zero is not None:
+            yield from self._two_names(ctx, zero)
+
+    def _two_names(self, ctx, zero):
+        """One ZeRO option under both its alias and its field name: pydantic reads the alias
+        and refuses the field name as an extra input (checked with pydantic 2.13.4 on a model
+        configured as DeepSpeedConfigModel: populate_by_name=True, extra="forbid")."""
+        for option, alias in keys.ZERO_ALIASES.items():
+            found = zero.entry(option)
+            other = zero.entry(alias)
+            if found is None or other is None:
+                continue
+            if any(value.kind == "scalar" and value.value == "auto" for _, value in (found, other)):
+                continue  # DeepSpeed drops "auto" values before validating: no conflict left
+            yield self.finding(
+                ctx.span(found[0]),
+                f"{option} is the field name of {alias}, which the block also sets: DeepSpeed reads "
+                f"{alias} and refuses the config ('Extra inputs are not permitted' for {option}); keep one",
+            )
 
     VALID = [
         Example('{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto",'
@@ -145,6 +172,13 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
                 ' "offload_optimizer": {"device": "cpu", "pin_memory": true},'
                 ' "offload_param": {"device": "cpu", "buffer_count": 5}}}',
                 "nested keys, stage3_* aliases included, all known", path=DS),
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 3, "max_live_parameters": 1e9,'
+                ' "gather_16bit_weights_on_model_save": true, "prefetch_bucket_size": 5e7,'
+                ' "param_persistence_threshold": 1e5}}',
+                "the pydantic field names of the stage3_* aliases: DeepSpeed reads them too", path=DS),
+        Example('{"train_batch_size": 8, "zero_optimization": {"stage": 3, "prefetch_bucket_size": "auto",'
+                ' "stage3_prefetch_bucket_size": 5e7}}',
+                "both names, one \"auto\": DeepSpeed drops it before validation", path=DS),
         Example('{"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_bucket_sise": "auto"}}',
                 "an \"auto\" value is dropped before validation", path=DS),
         Example('{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale_windw": 1000}}',
@@ -173,6 +207,14 @@ class UnknownDeepSpeedKey(DeepSpeedRule):
         Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
                 '    "offload_param": {"device": "cpu", "pin_memory": true, "nvme": "/local"}\n  }\n}\n',
                 "an unknown key in offload_param, no close match", path=DS, line=5),
+        Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
+                '    "stage3_gather_16bit_weights_on_model_save": true,\n'
+                '    "gather_16bit_weights_on_model_save": true\n  }\n}\n',
+                "one option under its alias and its field name: pydantic refuses the field name", path=DS, line=6),
+        Example('{\n  "train_batch_size": 8,\n  "zero_optimization": {\n    "stage": 3,\n'
+                '    "max_live_parameters": 1e9,\n    "stage3_max_live_paramters": 1e9\n  }\n}\n',
+                "a typo of an alias whose field name is already set: no rename, it would set the option twice",
+                path=DS, line=6),
         Example('{\n  "train_batch_size": 8,\n  "bf16": {\n    "enabled": true,\n    "immediate_grad_updates": true\n'
                 '  }\n}\n', "bf16 is strict from DeepSpeed 0.19", path=DS, line=5,
                 files={"requirements.txt": "deepspeed==0.19.8\n"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cfgfix.analysis.deepspeed_config import ast_name, checked_docs, script_uses, zero_block
+from cfgfix.analysis.deepspeed_config import ast_name, checked_docs, offload_device, script_uses, zero_block
 from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
 
@@ -10,7 +10,8 @@ from cfgfix.rules.base import Example, ProjectRule, register
 @register
 class OffloadWithTorchOptimizer(ProjectRule):
     """## What it does
-    Flags optimizer offload (`zero_optimization.offload_optimizer.device` `cpu` or `nvme`)
+    Flags optimizer offload (`zero_optimization.offload_optimizer.device` `cpu` or `nvme`, or
+    the deprecated `cpu_offload: true` DeepSpeed maps to it)
     in a DeepSpeed config whose training script builds a torch optimizer
     (`torch.optim.AdamW(...)`) and passes it to `deepspeed.initialize(optimizer=...)`,
     while the config has no `optimizer` block and does not set
@@ -52,9 +53,9 @@ class OffloadWithTorchOptimizer(ProjectRule):
         for path, uses, doc in checked_docs(project):
             root = doc.root
             zero = zero_block(root)
-            offload = zero.get("offload_optimizer") if zero is not None else None
-            device = offload.get("device") if offload is not None and offload.kind == "mapping" else None
-            if device is None or device.value not in ("cpu", "nvme") or "optimizer" in root:
+            # offload_optimizer.device, or the deprecated cpu_offload: true DeepSpeed maps to it
+            where, device = offload_device(zero, "offload_optimizer") if zero is not None else (None, None)
+            if where not in ("cpu", "nvme") or "optimizer" in root:
                 continue
             force = root.get("zero_force_ds_cpu_optimizer")
             if force is not None and force.truthy() is not True:
@@ -70,7 +71,7 @@ class OffloadWithTorchOptimizer(ProjectRule):
                 kind = ast_name(optimizer).removesuffix("(...)")
                 yield self.finding(
                     doc.span(device),
-                    f"optimizer offload to {device.value} with the torch optimizer {kind} built at "
+                    f"optimizer offload to {where} with the torch optimizer {kind} built at "
                     f"{source.path}:{optimizer.lineno} and passed to deepspeed.initialize: DeepSpeed raises "
                     f"ZeRORuntimeException 'You are using ZeRO-Offload with a client provided optimizer'; use "
                     f"deepspeed.ops.adam.DeepSpeedCPUAdam, an \"optimizer\" block in the config, or "
@@ -108,6 +109,9 @@ class OffloadWithTorchOptimizer(ProjectRule):
     INVALID = [
         Example(_DS % "", "torch AdamW passed to deepspeed.initialize with CPU offload", path="ds.json", line=5,
                 files={**_LAUNCH, "train.py": _SCRIPT}),
+        Example(_DS.replace('"offload_optimizer": {"device": "cpu"}', '"cpu_offload": true') % "",
+                "the deprecated cpu_offload: true, which DeepSpeed maps to offload_optimizer on cpu", path="ds.json",
+                line=5, files={**_LAUNCH, "train.py": _SCRIPT}),
         Example(_DS.replace('"cpu"', '"nvme"') % "", "from torch.optim import, passed inline", path="ds.json", line=5,
                 files={**_LAUNCH, "train.py": "from torch.optim import SGD\nimport deepspeed\n\n"
                                                "engine, *_ = deepspeed.initialize(model=model, optimizer=SGD(model.parameters(), lr=0.1))\n"}),
