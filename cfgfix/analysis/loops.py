@@ -14,24 +14,25 @@ import re
 from functools import cached_property
 
 from cfgfix.analysis.names import child_nodes, dotted, walk
+from cfgfix.core import LazyRegex
 from cfgfix.analysis.structure import CallSite, Context, Function, Loop, ModuleIndex
 
 NOTE = "cfgfix.analysis.loops"
 
 # The last part of a dotted name that conventionally holds an `nn.Module`: `model`,
 # `self.model`, `ref_model`, `unet`, `text_encoder_2`, `resnet`.
-_MODULE_NAME = re.compile(
+_MODULE_NAME = LazyRegex(
     r"(?:^|_)(?:model|network|unet|vae|transformer|encoder|decoder|backbone|classifier|teacher|student)"
     r"(?:_?\d+)?$|net(?:_?\d+)?$",
     re.IGNORECASE,
 )
-_OPTIMIZER = re.compile(r"optim|^opt$|scaler$|engine$", re.IGNORECASE)
+_OPTIMIZER = LazyRegex(r"optim|^opt$|scaler$|engine$", re.IGNORECASE)
 # Functions run by a framework that already turns autograd off around them.
 _FRAMEWORK_NO_GRAD = frozenset({
     "validation_step", "test_step", "predict_step", "prediction_step", "eval_forward",
     "validation_epoch_end", "test_epoch_end",
 })
-EVAL_FUNCTION = re.compile(r"^_*(?:(?:evaluate|validate|evaluation|validation|eval|val)$|(?:eval|val)_)")
+EVAL_FUNCTION = LazyRegex(r"^_*(?:(?:evaluate|validate|evaluation|validation|eval|val)$|(?:eval|val)_)")
 MODEL_LOADS = frozenset({
     "from_pretrained", "from_config", "from_single_file", "load_state_dict", "load_checkpoint",
     "load_model", "load_adapter",
@@ -39,7 +40,7 @@ MODEL_LOADS = frozenset({
 _MODEL_LOAD_NAMES = frozenset({"torch.load", "safetensors.torch.load_file"})
 _BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examples", "chunk", "micro", "mini")
 # `range(int(bs / fbs))`, `range(0, n, mbs)`: batch sizes by their usual short names.
-_BATCH_SIZE_NAME = re.compile(r"^[a-z]?[a-z]?bs$|_bs$|^bsz$")
+_BATCH_SIZE_NAME = LazyRegex(r"^[a-z]?[a-z]?bs$|_bs$|^bsz$")
 _MODEL_WORDS = ("model", "ckpt", "checkpoint")
 
 
@@ -126,22 +127,33 @@ class LoopAnalysis:
         self.imports = index.imports
         self._direct: dict[int, list[CallSite]] = {}
         self._within: dict[int, list[CallSite]] = {}
-        for site in index.calls:
-            loops = site.context.loops
-            if loops:
-                self._direct.setdefault(id(loops[-1]), []).append(site)
-                for loop in loops:
-                    self._within.setdefault(id(loop), []).append(site)
+        self._scopes_done: set[int] = set()
         self._guarded_functions: dict[int, bool] = {}
 
     # -- calls per loop ----------------------------------------------------------------
     def direct_calls(self, loop: ast.stmt) -> list[CallSite]:
         """Calls that run once per iteration of `loop` (not inside a nested loop or def)."""
+        self._index_loops(loop)
         return self._direct.get(id(loop), [])
 
     def calls_within(self, loop: ast.stmt) -> list[CallSite]:
         """Calls anywhere inside `loop`, nested loops included (nested defs not)."""
+        self._index_loops(loop)
         return self._within.get(id(loop), [])
+
+    def _index_loops(self, loop: ast.stmt) -> None:
+        """The calls per loop of the scope around `loop`, once per scope: a module's every
+        loop at once walked every function body of the module index (issue 15)."""
+        calls = self.index.calls_in_scope_of(loop)
+        if id(calls) in self._scopes_done:
+            return
+        self._scopes_done.add(id(calls))
+        for site in calls:
+            loops = site.context.loops
+            if loops:
+                self._direct.setdefault(id(loops[-1]), []).append(site)
+                for outer in loops:
+                    self._within.setdefault(id(outer), []).append(site)
 
     # -- statement structure -------------------------------------------------------------
     @cached_property
@@ -287,7 +299,7 @@ class LoopAnalysis:
         return out
 
     def _class_of(self, function: ast.AST):
-        context = self.index.contexts.get(id(function))
+        context = self.index.context_of(function)
         return context.classdef if context is not None else None
 
     def iterates_batches(self, loop: ast.stmt) -> bool:
@@ -365,7 +377,7 @@ class LoopAnalysis:
         return result
 
     def _def_guarded(self, func: ast.AST, depth: int) -> bool:
-        context = self.index.contexts.get(id(func))
+        context = self.index.context_of(func)
         if context is None:
             return False
         return self.with_guarded(context) or self.function_guarded(context.function, depth + 1)
@@ -396,10 +408,9 @@ class LoopAnalysis:
     def backward_sites(self, func: ast.AST | None) -> list[CallSite]:
         return [s for s in self.index.calls_to_method("backward", "manual_backward") if s.context.function is func]
 
-    def eval_receivers(self, loop: ast.stmt, context: Context) -> dict[str, CallSite]:
-        """Modules put in eval mode before `loop` in its function and not back in train
-        mode before it: receiver -> the `.eval()` call."""
-        func = context.function
+    def eval_receivers(self, loop: ast.stmt, func: ast.AST | None) -> dict[str, CallSite]:
+        """Modules put in eval mode before `loop` in its function `func` and not back in
+        train mode before it: receiver -> the `.eval()` call."""
         modes: list[tuple[int, int, str, CallSite]] = []
         for site in self.index.calls_to_method("eval", "train"):
             if site.context.function is not func or site.receiver is None:
@@ -424,7 +435,7 @@ class LoopAnalysis:
             return False
         if not EVAL_FUNCTION.match(func.name):
             return False
-        owner = self.index.contexts.get(id(func))
+        owner = self.index.context_of(func)
         cls = owner.classdef if owner is not None else None
         # framework hooks (Lightning, Composer): the framework turns autograd off
         return cls is None or not any("lightning" in w or "composer" in w for b in cls.bases for w in identifiers(b))
@@ -521,7 +532,7 @@ _TORCH_LOSSES = frozenset({
     "multilabel_margin_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
     "triplet_margin_loss", "triplet_margin_with_distance_loss",
 })
-_LOSS_CALLEE = re.compile(r"loss$|criterion$|^loss_?f(?:n|unc|unction)$|^compute_loss$", re.IGNORECASE)
+_LOSS_CALLEE = LazyRegex(r"loss$|criterion$|^loss_?f(?:n|unc|unction)$|^compute_loss$", re.IGNORECASE)
 _NOT_TORCH = ("sklearn", "numpy", "scipy", "math", "statistics", "evaluate", "torchmetrics", "tensorflow", "jax")
 # Calls that read the accumulator as a plain number.
 _NUMBER_FUNCS = frozenset({"float", "int", "round", "str", "repr", "print", "format", "abs", "bool", "min", "max"})

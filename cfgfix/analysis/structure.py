@@ -1,24 +1,30 @@
 """The shared index of a module's structure: every call with its qualified name, and for
 every node the statement, block, loops, `with` blocks and function around it.
 
-Built once per module, lazily (only when a rule that needs it passed its prefilter), by
-one walk. Rules query it (`calls_named("torch.cuda.empty_cache")`, `context(node)`)
-instead of walking the tree again.
+Built once per module, lazily (only when a rule that needs it passed its prefilter), and
+within a module function body by function body, as queries need them (`ModuleIndex`).
+Rules query it (`calls_named("torch.cuda.empty_cache")`, `context_of_stmt(stmt)`) instead
+of walking the tree again.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+import bisect
+from typing import NamedTuple
 
+from cfgfix.analysis.call_text import CallText
 from cfgfix.analysis.names import LEAVES, ImportMap, dotted
 
 Loop = (ast.For, ast.AsyncFor, ast.While)
 Function = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-@dataclass(frozen=True)
-class Context:
+# Context and CallSite are named tuples, not frozen dataclasses: one of each per statement
+# and per call, and a frozen dataclass's __init__ (object.__setattr__ per field) cost 2.5
+# against 0.5 us, ~5 ms on trl's GRPO trainer; defining the two dataclasses cost ~2 ms of
+# import (issue 15). Both stay immutable and compare and hash by their fields.
+class Context(NamedTuple):
     """Where a node sits. Tuples run outermost first; loops and withs stop at the
     enclosing function (a loop around a `def` does not run the function's body)."""
 
@@ -34,8 +40,7 @@ class Context:
         return len(self.block) == 1
 
 
-@dataclass(frozen=True)
-class CallSite:
+class CallSite(NamedTuple):
     node: ast.Call
     name: str | None  # qualified (`torch.cuda.empty_cache`), or dotted as written (`scaler.step`)
     method: str | None  # the attribute called (`step`), None for a plain name call
@@ -43,60 +48,234 @@ class CallSite:
     context: Context
 
 
-@dataclass
+class _Part:
+    """The calls, statement contexts and functions of one stretch of the walk, in its order:
+    the module's own statements between two outermost function bodies, or one such body."""
+
+    __slots__ = ("calls", "contexts", "functions", "by_name", "by_method")
+
+    def __init__(self) -> None:
+        self.calls: list[CallSite] = []
+        self.contexts: dict[int, Context] = {}  # id(stmt) -> its context
+        self.functions: list[ast.AST] = []
+        self.by_name: dict[str, list[CallSite]] = {}
+        self.by_method: dict[str, list[CallSite]] = {}
+
+    def finish(self) -> None:
+        for site in self.calls:
+            if site.name:
+                self.by_name.setdefault(site.name, []).append(site)
+            if site.method:
+                self.by_method.setdefault(site.method, []).append(site)
+
+
+class _Body:
+    """The body of an outermost function (one not inside another), walked when first needed."""
+
+    __slots__ = ("function", "classdef", "part")
+
+    def __init__(self, function: ast.AST, classdef: ast.ClassDef | None) -> None:
+        self.function = function
+        self.classdef = classdef
+        self.part: _Part | None = None
+
+
 class ModuleIndex:
-    tree: ast.Module
-    imports: ImportMap
-    calls: list[CallSite] = field(default_factory=list)
-    contexts: dict[int, Context] = field(default_factory=dict)  # id(stmt) -> its context
-    functions: list[ast.AST] = field(default_factory=list)
-    _by_name: dict[str, list[CallSite]] = field(default_factory=dict)
-    _by_method: dict[str, list[CallSite]] = field(default_factory=dict)
+    """Built with the module's text, the index walks the module's own statements and class
+    bodies at once and each outermost function's body only when a query may find something
+    there (issue 15: the whole walk was 10 of CFX303's 15 ms on trl's DPO trainer, whose
+    evaluation loops sit in two of its 14 methods). `calls_named` / `calls_to_method` walk
+    the bodies whose text calls the name (analysis/call_text.py), `context_of_stmt` /
+    `context_of` the body holding the statement, `calls_within` the bodies overlapping the
+    node; `calls`, `contexts` and `functions` walk everything. Every answer is the one the
+    whole walk gives, in its order. Without the text, everything is walked at once."""
+
+    def __init__(self, tree: ast.Module, imports: ImportMap, text: CallText | None = None) -> None:
+        self.tree = tree
+        self.imports = imports
+        self._text = text
+        self._deferring = text is not None  # False while a body is walked
+        self._part = _Part()  # where the walk records now
+        self._pieces: list[_Part | _Body] = [self._part]  # in walk order
+        self._bodies: list[_Body] = []  # in walk order, which is line order
+        self._body_lines: list[int] = []  # first line of each body
+        self._known: dict[int, Context] = {}  # the contexts walked so far
+        self._bodies_left = 0
+        self._merges: dict[str, object] = {}  # `calls`, `contexts`, `functions` once all is walked
+        self._outside: list[CallSite] | None = None
 
     @classmethod
-    def build(cls, tree: ast.Module, imports: ImportMap | None = None) -> "ModuleIndex":
-        index = cls(tree, imports or ImportMap(tree))
+    def build(cls, tree: ast.Module, imports: ImportMap | None = None, text: str | None = None,
+              line_starts: list[int] | None = None) -> "ModuleIndex":
+        index = cls(tree, imports or ImportMap(tree), CallText(text, line_starts) if text is not None else None)
         index._walk_block(tree.body, (), (), None, None)
-        for site in index.calls:
-            if site.name:
-                index._by_name.setdefault(site.name, []).append(site)
-            if site.method:
-                index._by_method.setdefault(site.method, []).append(site)
+        index._part.finish()
         return index
+
+    # -- the whole walk ------------------------------------------------------------------
+    @property
+    def calls(self) -> list[CallSite]:
+        return self._merged("calls")
+
+    @property
+    def contexts(self) -> dict[int, Context]:
+        """id(stmt) -> its context."""
+        return self._merged("contexts")
+
+    @property
+    def functions(self) -> list[ast.AST]:
+        return self._merged("functions")
+
+    def _merged(self, field: str):
+        self._walk_all()
+        if len(self._pieces) == 1:
+            return getattr(self._pieces[0], field)
+        merged = self._merges.get(field)
+        if merged is None:
+            if field == "contexts":
+                merged = {}
+                for part in self._parts():
+                    merged.update(part.contexts)
+            else:
+                merged = [item for part in self._parts() for item in getattr(part, field)]
+            self._merges[field] = merged
+        return merged
+
+    def _walk_all(self) -> None:
+        if self._bodies_left:
+            for body in self._bodies:
+                self._walk_body(body)
+
+    def _parts(self):
+        """The walked parts, in walk order."""
+        for piece in self._pieces:
+            part = piece.part if isinstance(piece, _Body) else piece
+            if part is not None:
+                yield part
 
     # -- queries -------------------------------------------------------------------------
     def calls_named(self, *names: str) -> list[CallSite]:
-        return [site for name in names for site in self._by_name.get(name, ())]
+        if self._bodies_left:
+            # `torch.cuda.empty_cache()` ends in its last name; `ec()` after
+            # `from torch.cuda import empty_cache as ec` is spelled by its alias.
+            aliases = self.imports.aliases
+            for name in names:
+                self._walk_calling(name.rsplit(".", 1)[-1])
+                for local, target in aliases.items():
+                    if target == name:
+                        self._walk_calling(local)
+        return [site for name in names for part in self._parts() for site in part.by_name.get(name, ())]
 
     def calls_to_method(self, *methods: str) -> list[CallSite]:
-        return [site for method in methods for site in self._by_method.get(method, ())]
+        if self._bodies_left:
+            for method in methods:
+                self._walk_calling(method)
+        return [site for method in methods for part in self._parts() for site in part.by_method.get(method, ())]
 
     def context_of_stmt(self, stmt: ast.stmt) -> Context:
-        return self.contexts[id(stmt)]
+        context = self.context_of(stmt)
+        if context is None:
+            raise KeyError(id(stmt))
+        return context
+
+    def context_of(self, node: ast.AST) -> Context | None:
+        """The context of a statement of this tree, None for anything else (`contexts.get`)."""
+        context = self._known.get(id(node))
+        if context is not None or not self._bodies_left or not isinstance(node, ast.stmt):
+            return context
+        body = self._body_at(node.lineno)
+        if body is not None and body.part is None:
+            self._walk_body(body)
+            context = self._known.get(id(node))
+        if context is None:  # not where its line says: a node of another tree, or a surprise
+            self._walk_all()
+            context = self._known.get(id(node))
+        return context
 
     def calls_within(self, node: ast.AST) -> list[CallSite]:
         """Calls lexically inside `node` (a statement, loop, function...)."""
         first, last = node.lineno, node.end_lineno or node.lineno
+        if self._bodies_left:
+            at = max(bisect.bisect_right(self._body_lines, first) - 1, 0)
+            for body in self._bodies[at:]:
+                if body.function.lineno > last:
+                    break
+                if (body.function.end_lineno or body.function.lineno) >= first:
+                    self._walk_body(body)
         inside = []
-        for site in self.calls:
-            call = site.node
-            if first <= call.lineno <= last and _contains(node, call):
-                inside.append(site)
+        for part in self._parts():
+            for site in part.calls:
+                call = site.node
+                if first <= call.lineno <= last and _contains(node, call):
+                    inside.append(site)
         return inside
+
+    def calls_in_scope_of(self, stmt: ast.stmt) -> list[CallSite]:
+        """A superset of the calls under `stmt`, in walk order: those of the outermost
+        function around it, or, outside functions, of the module's own statements
+        (everything, when the index was built without the text). Empty for a statement not
+        in this tree. `LoopAnalysis` indexes loops one such scope at a time with it."""
+        if self.context_of(stmt) is None:
+            return []
+        if len(self._pieces) == 1:
+            return self._pieces[0].calls  # type: ignore[union-attr]
+        body = self._body_at(stmt.lineno)
+        if body is not None and body.function is not stmt and id(stmt) in body.part.contexts:  # type: ignore[union-attr]
+            return body.part.calls  # type: ignore[union-attr]
+        if self._outside is None:
+            self._outside = [site for piece in self._pieces if isinstance(piece, _Part) for site in piece.calls]
+        return self._outside
+
+    # -- walking bodies on demand ----------------------------------------------------------
+    def _walk_calling(self, name: str) -> None:
+        """Walk every body whose text may call `name`."""
+        lines = self._text.lines_calling(name)  # type: ignore[union-attr]
+        for line in lines:
+            body = self._body_at(line)
+            if body is not None and body.part is None:
+                self._walk_body(body)
+
+    def _body_at(self, line: int) -> _Body | None:
+        at = bisect.bisect_right(self._body_lines, line) - 1
+        if at < 0:
+            return None
+        body = self._bodies[at]
+        return body if line <= (body.function.end_lineno or body.function.lineno) else None
+
+    def _walk_body(self, body: _Body) -> None:
+        if body.part is not None:
+            return
+        outer, self._part = self._part, _Part()
+        func = body.function
+        self._deferring = False  # what is inside it (methods of a class in it too) is walked now
+        self._walk_block(func.body, (), (), func, body.classdef)  # type: ignore[attr-defined]
+        self._deferring = True
+        body.part, self._part = self._part, outer
+        body.part.finish()
+        self._bodies_left -= 1
 
     # -- the walk ------------------------------------------------------------------------
     def _walk_block(self, body, loops, withs, function, classdef) -> None:
         block = tuple(body)
         for stmt in body:
             context = Context(stmt, block, loops, withs, function, classdef)
-            self.contexts[id(stmt)] = context
+            self._part.contexts[id(stmt)] = self._known[id(stmt)] = context
             self._walk_stmt(stmt, context)
 
     def _walk_stmt(self, stmt: ast.stmt, context: Context) -> None:
         loops, withs, function, classdef = context.loops, context.withs, context.function, context.classdef
         if isinstance(stmt, Function):
-            self.functions.append(stmt)
+            self._part.functions.append(stmt)
             self._walk_exprs([*stmt.decorator_list, *_defaults(stmt.args)], context)
+            if self._deferring:  # an outermost function's body: walked when needed
+                body = _Body(stmt, classdef)
+                self._part.finish()
+                self._part = _Part()
+                self._pieces += [body, self._part]
+                self._bodies.append(body)
+                self._body_lines.append(stmt.lineno)
+                self._bodies_left += 1
+                return
             self._walk_block(stmt.body, (), (), stmt, classdef)
             return
         if isinstance(stmt, ast.ClassDef):
@@ -145,7 +324,7 @@ class ModuleIndex:
         table rather than tested node by node: the walk was 10 of 15 ms of CFX303 on five
         trl trainer files (issue 15); with the table the same calls cost a third of that."""
         stack = [root for root in reversed(roots) if not _SKIP[root.__class__]]
-        calls, fields, skip, AST = self.calls, _FIELDS, _SKIP, ast.AST
+        calls, fields, skip, AST = self._part.calls, _FIELDS, _SKIP, ast.AST
         imports = self.imports
         while stack:
             current = stack.pop()

@@ -49,10 +49,12 @@ class PythonContext:
 
     @cached_property
     def index(self):
-        """Every call with its qualified name and surroundings (loops, withs, function)."""
+        """Every call with its qualified name and surroundings (loops, withs, function);
+        function bodies are walked as queries need them (the text says which)."""
         from cfgfix.analysis.structure import ModuleIndex
 
-        return ModuleIndex.build(self.document.tree, self.imports)
+        source = self.source
+        return ModuleIndex.build(self.document.tree, self.imports, source.text, source.line_starts)
 
 
 @dataclass

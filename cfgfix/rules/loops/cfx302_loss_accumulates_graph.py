@@ -552,7 +552,7 @@ class LossAccumulatesGraph(Rule):
             if parts and parts[0] == acc:
                 skip.update(id(node) for node in parts[2])
         func = context.function
-        eval_function = analysis.is_eval_function(func) or bool(analysis.eval_receivers(loop, context))
+        eval_function = analysis.is_eval_function(func) or bool(analysis.eval_receivers(loop, func))
         uses = accumulator_uses(analysis, flow, acc, skip, eval_function)
         if BACKWARD in uses or UNKNOWN in uses:
             return None
