@@ -154,3 +154,23 @@ def test_a_cast_of_the_peft_model_after_wrapping_casts_the_adapters(tmp_path):
         "optimizer = torch.optim.Adam(model.parameters())\n" + LOOP
     )
     assert [c[:2] for c in _codes(tmp_path, helper)] == [("CFX203", 8)]
+
+
+def test_a_model_built_in_a_setup_method_that_init_calls(tmp_path):
+    code = HEAD + (
+        "from peft import get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+        "class Tuner:\n"
+        "    def __init__(self, name):\n"
+        "        self.name = name\n"
+        "        self.model_init()\n"
+        "    def model_init(self):\n"
+        "        self.model = AutoModelForCausalLM.from_pretrained(self.name)\n"
+        "        self.model = get_peft_model(self.model, cfg)\n"
+        "        self.model.to(torch.bfloat16)\n"
+        "    def train(self, loader):\n"
+        "        optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)\n"
+        "        for batch in loader:\n"
+        "            self.model(**batch).loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    assert [c[:2] for c in _codes(tmp_path, code)] == [("CFX205", 13)]

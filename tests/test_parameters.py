@@ -212,3 +212,35 @@ def test_library_trainer_records_the_model_a_helper_is_called_with():
     assert [u.name for u in uses] == ["transformers.Trainer", "trl.SFTTrainer"]  # not the project's own
     assert all(u.model is not None and u.model.float16_cast is not None for u in uses)
     assert ast.unparse(uses[1].args) == "cfg"
+
+
+SETUP_CLASS = """
+    import torch
+    from transformers import AutoModelForCausalLM
+    class Tuner:
+        def __init__(self, name):
+            self.name = name
+            {call}
+        def model_init(self):
+            self.model = AutoModelForCausalLM.from_pretrained(self.name, torch_dtype=torch.bfloat16)
+        def train(self, loader):
+            optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)
+            for batch in loader:
+                self.model(**batch).loss.backward()
+                optimizer.step()
+        {extra}
+"""
+
+
+def _sources(call, extra=""):
+    flow = flow_of(SETUP_CLASS.format(call=call, extra=extra))
+    (build,) = flow.builds.values()
+    return [(s.key, s.dtype) for s in build.sources]
+
+
+def test_a_setup_method_init_calls_seeds_the_other_methods():
+    assert _sources("self.model_init()") == [("self.model", "bfloat16")]
+    # near misses: called under a condition, or another method also assigns the attribute
+    assert _sources("if name:\n                self.model_init()") == []
+    assert _sources("self.model_init()", "def reload(self):\n            self.model = None\n"
+                    "            self.model = load(self.name)") == []

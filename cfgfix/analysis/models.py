@@ -25,6 +25,7 @@ from cfgfix.analysis.keyword_dicts import spread_keywords
 from cfgfix.analysis.names import (
     DTYPE_ALIASES, ImportMap, child_nodes, dotted, iter_statements, single_assignments, walk, walk_scope, walk_statements,
 )
+from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS, single_process_side
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
 _MODEL_CLASS = re.compile(
@@ -87,6 +88,11 @@ class ModelLoad:
     # ChatGLM2/3 and GLM-4 `dtype=config.torch_dtype`, Qwen-1 picks bf16/fp16 itself), so
     # transformers' default dtype for a load without one says nothing about the weights.
     remote_code: bool = False
+    # The load sits where only a single-process run goes: in a branch on the launcher's
+    # environment (`if int(os.environ.get("LOCAL_RANK", -1)) == -1:`, the `else` of `if
+    # ddp:` after `ddp = world_size != 1`; analysis/process_tests.py). A multi-process
+    # launch never runs it.
+    single_process: bool = field(default=False, compare=False)
 
     @property
     def line(self) -> int:
@@ -1481,6 +1487,12 @@ class _Walker:
         # the enclosing `if`s, and the negation of an earlier `if` whose body returned.
         self.path: frozenset = frozenset()
         self.depth = 0  # `if`s (and `except` handlers) entered in the function walked
+        # Only a single-process run reaches the current statement (a branch on LOCAL_RANK /
+        # WORLD_SIZE); tests are read only in modules that name those variables.
+        self.single_process = False
+        functions = resolver.functions
+        text = None if functions is None else functions.origin.text if functions.origin is not None else functions.text
+        self.process_tests = text is None or any(token in text for token in PROCESS_TOKENS)
 
     # -- statements ----------------------------------------------------------------------
     def block(self, body: list[ast.stmt], env: dict) -> dict:
@@ -1488,9 +1500,9 @@ class _Walker:
             self.stmt, self.sole = stmt, len(body) == 1
             if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)) \
                     or type(stmt).__name__ == "TryStar":
-                saved = self.path  # what a `continue`/handler path implies does not hold after it
+                saved = self.path, self.single_process  # what a `continue`/handler path implies does not hold after it
                 env = self.statement(stmt, env)
-                self.path = saved
+                self.path, self.single_process = saved
             else:
                 env = self.statement(stmt, env)
         return env
@@ -1524,19 +1536,21 @@ class _Walker:
         if isinstance(stmt, ast.If):
             self.expr(stmt.test, env)
             yes, no = _facts(stmt.test)
-            saved = self.path
+            saved, saved_single = self.path, self.single_process
+            single = (self.single_process_side(stmt.test, True), self.single_process_side(stmt.test, False))
             self.depth += 1
-            self.path = saved | yes
+            self.path, self.single_process = saved | yes, saved_single or single[0]
             body = self.block(stmt.body, _assume(env, yes, self.depth))
-            self.path = saved | no
+            self.path, self.single_process = saved | no, saved_single or single[1]
             orelse = self.block(stmt.orelse, _assume(env, no, self.depth))
             self.depth -= 1
             imports = self.resolver.imports
             body_ends, orelse_ends = _ends(stmt.body, imports), _ends(stmt.orelse, imports)
             if body_ends != orelse_ends:  # only one branch reaches what follows, under its conditions
                 self.path = saved | (no if body_ends else yes)
+                self.single_process = saved_single or single[1 if body_ends else 0]
                 return _restamp(orelse if body_ends else body, env, self.depth)
-            self.path = saved
+            self.path, self.single_process = saved, saved_single
             return _restamp(_join(body, orelse, yes, no), env, self.depth)
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             if isinstance(stmt, ast.While):
@@ -1602,6 +1616,12 @@ class _Walker:
             if isinstance(child, ast.expr):
                 self.expr(child, env)
         return env
+
+    def single_process_side(self, test: ast.expr, truth: bool) -> bool:
+        if not self.process_tests:
+            return False
+        resolver = self.resolver
+        return single_process_side(test, truth, resolver.deref, resolver.imports.qualify)
 
     def bind(self, target: ast.AST, state, env: dict) -> None:
         if isinstance(target, (ast.Tuple, ast.List)) and isinstance(state, TupleState) \
@@ -1671,6 +1691,8 @@ class _Walker:
         func = call.func
         load = self.resolver.load(call)
         if load is not None:
+            if self.single_process:
+                load = replace(load, single_process=True)
             self.args(call, env)
             if not any(known.call is call for known in self.analysis.loads):
                 self.analysis.loads.append(load)

@@ -30,8 +30,9 @@ model walker plus:
   `optimizer.step()` on one is a step too (accelerate steps it through its GradScaler when
   it scales the loss); its `accumulate(model)`, `backward(loss)` and the like keep the model.
 
-A trainer class is walked as one: `__init__` first, then every other method, seeded with
-the `self.x` values that only `__init__` (or only one other method) assigns.
+A trainer class is walked as one: `__init__` first (with the setup methods it always calls,
+`self.model_init()`), then every other method, seeded with the `self.x` values that only
+`__init__` or one of those (or only one other method) assigns.
 
 Precision over recall, as in models.py: branches that disagree, loops that recast, a model
 handed to code we cannot see make the dtype unknown, and rules stay silent.
@@ -249,10 +250,11 @@ def _assigning_methods(methods: list) -> dict[str, set[int]]:
 
 
 def _walk_class(cls: ast.ClassDef, walk) -> None:
-    """`__init__` first; then each other method, seeded with what `__init__` leaves in the
-    `self.x` only it assigns; then, once more, the methods that read a `self.x` that only
-    one other method assigns (an optimizer built in `setup()`, stepped in `train_step()`),
-    seeded with what that method leaves."""
+    """`__init__` first, with the setup methods it always calls (`self.model_init()`, in
+    order); then each other method, seeded with what those leave in the `self.x` only one of
+    them assigns; then, once more, the methods that read a `self.x` that only one other
+    method assigns (an optimizer built in `setup()`, stepped in `train_step()`), seeded with
+    what that method leaves."""
     methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     owners = _assigning_methods(methods)
 
@@ -264,6 +266,8 @@ def _walk_class(cls: ast.ClassDef, walk) -> None:
 
     init = next((m for m in methods if m.name == "__init__"), None)
     seeds = only(walk(init, {}, cls), init) if init is not None else {}
+    for method in _setup_methods(init, methods):
+        seeds.update(only(walk(method, dict(seeds), cls), method))
     later: dict[int, dict] = {}
     for method in methods:
         if method is not init:
@@ -279,6 +283,22 @@ def _walk_class(cls: ast.ClassDef, walk) -> None:
         extra = {k: v for k, v in extra.items() if k in used and k not in seeds}
         if any(isinstance(v, OptimizerValue) for v in extra.values()):
             walk(method, {**seeds, **extra}, cls)
+
+
+def _setup_methods(init, methods: list) -> list:
+    """The methods of the class that `__init__` calls as statements of its own body, not
+    under a condition or a loop (`self.model_init()`), in the order it calls them."""
+    if init is None:
+        return []
+    by_name = {m.name: m for m in methods if m is not init}
+    found = []
+    for stmt in init.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"
+                and call.func.attr in by_name and by_name[call.func.attr] not in found):
+            found.append(by_name[call.func.attr])
+    return found
 
 
 class _ParamWalker(_Walker):

@@ -47,7 +47,14 @@ class DeviceMapInDistributedTraining(Rule):
     starts, and for loads that never reach training: the loaded model (through wrappers
     such as `get_peft_model` and functions that return it) must be handed to a `*Trainer`,
     `accelerator.prepare` or `deepspeed.initialize`, or be loaded in a function that calls
-    `backward()`. A model loaded after training to merge adapters is left alone.
+    `backward()`. A model loaded after training to merge adapters is left alone, and so
+    is a load that only a single-process run reaches: every launcher sets `LOCAL_RANK`,
+    `RANK` and `WORLD_SIZE` in each process, so a load in a branch taken only when they are
+    unset (`if int(os.environ.get("LOCAL_RANK", -1)) == -1:`, `if "LOCAL_RANK" not in
+    os.environ:`, the `else` of `if local_rank != -1:`) or when `WORLD_SIZE` is 1 (`if
+    world_size == 1:`, or `ddp = world_size != 1` then `if not ddp:`, reading the variables
+    through names bound once) is a single-GPU fallback the launch never takes. A
+    command-line `args.local_rank` does not count: `torchrun` does not pass it.
 
     ## References
     - facts A3: accelerate `accelerator.py` `verify_device_map` and the ValueError in
@@ -110,8 +117,50 @@ class DeviceMapInDistributedTraining(Rule):
             why="a world size from a variable the script cannot prove",
             files={"launch.sh": "torchrun --nproc_per_node ${NGPU:-2} train.py\n"},
         ),
+        Example(
+            "import os\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "def main():\n"
+            "    local_rank = int(os.environ.get('LOCAL_RANK', -1))\n"
+            "    if local_rank != -1:\n"
+            "        model = AutoModelForCausalLM.from_pretrained('m')\n"
+            "    else:\n"
+            "        model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "    Trainer(model=model).train()\n",
+            why="`device_map='auto'` only where LOCAL_RANK is unset: torchrun sets it in every process",
+            files=_LAUNCH_2,
+        ),
+        Example(
+            "import os\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "world_size = int(os.environ.get('WORLD_SIZE', 1))\n"
+            "ddp = world_size != 1\n"
+            "if not ddp:\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "else:\n"
+            "    model = AutoModelForCausalLM.from_pretrained('m', device_map={'': int(os.environ['LOCAL_RANK'])})\n"
+            "Trainer(model=model).train()\n",
+            why="a `ddp` flag bound once to `WORLD_SIZE != 1`: the auto map is the single-process branch",
+            files=_LAUNCH_2,
+        ),
     ]
     INVALID = [
+        Example(
+            "import os\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "local_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            "if local_rank == 0:\n"
+            "    print('main process')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "Trainer(model=model).train()\n",
+            why="a load after a branch on the rank runs in every process",
+            line=6,
+            files=_LAUNCH_2,
+            fixed="import os\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+            "from accelerate import PartialState\n"
+            "local_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            "if local_rank == 0:\n"
+            "    print('main process')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map={\"\": PartialState().local_process_index})\n"
+            "Trainer(model=model).train()\n",
+        ),
         Example(
             "from transformers import AutoModelForCausalLM, Trainer\n"
             "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', device_map='auto')\n"
@@ -185,6 +234,8 @@ class DeviceMapInDistributedTraining(Rule):
         from cfgfix.analysis.training_flow import model_is_trained
 
         for load in candidates:
+            if load.single_process:
+                continue  # only a run without LOCAL_RANK / WORLD_SIZE > 1 reaches it: not the launch
             if not model_is_trained(ctx.index, load.call):
                 continue  # loaded to merge adapters or to generate: accelerate never prepares it
             device_map = load.device_map
