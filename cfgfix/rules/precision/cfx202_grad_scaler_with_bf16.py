@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import Iterable
 
 from cfgfix.analysis.amp import AmpFacts, Scaler, parent_of, short
+from cfgfix.analysis.fp16_text import may_run_float16, may_run_float16_text
 from cfgfix.analysis.names import dotted
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 
-
-# float16 may be in play somewhere in the file: a scaler there may be needed after all.
-_FP16_TEXT = re.compile(rb"(?<![bB])float16|\.half\(|torch\.half\b|(?<![bB])fp16|\bFP16")
 _SCALER_METHODS = frozenset(
     {"scale", "step", "update", "unscale_", "state_dict", "load_state_dict", "get_scale", "is_enabled"}
 )
@@ -37,7 +34,9 @@ class GradScalerWithBf16(Rule):
     float16 when it is not.
 
     cfgfix stays silent when any autocast region is float16 or has a dtype it cannot
-    resolve, when the file mentions float16 / `.half()` / fp16 anywhere, when the scaler is
+    resolve, when the file mentions float16 / `.half()` / fp16 anywhere (except in a cast
+    of a state dict's tensors, `{k: v.half() for k, v in model.state_dict().items()}` when
+    a checkpoint is saved: that makes copies and leaves the model's dtype alone), when the scaler is
     disabled or its `enabled` is decided at run time, and when the scaler is handed to other
     code (a `train_one_epoch(..., scaler)` in another module may run float16).
 
@@ -78,7 +77,9 @@ class GradScalerWithBf16(Rule):
     severity = Severity.INFO
     fix_availability = "unsafe"
     triggers = ((b"GradScaler",), (b"autocast",), (b"bfloat16",))
-    trigger_check = staticmethod(lambda data: _FP16_TEXT.search(data) is None)
+    # float16 may be in play somewhere in the file: a scaler there may be needed after all
+    # (the text says so unless a state-dict cast at save time may explain the mention)
+    trigger_check = staticmethod(lambda data: not may_run_float16_text(data))
 
     VALID = [
         Example(
@@ -132,6 +133,30 @@ class GradScalerWithBf16(Rule):
             "scaler.step(optimizer)\n"
             "scaler.update()\n",
             why="another region runs the CUDA default, float16",
+        ),
+        Example(
+            "import torch\n"
+            "scaler = torch.amp.GradScaler('cuda')\n"
+            "with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+            "    loss = model(x).loss\n"
+            "scaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\n"
+            "scaler.update()\n"
+            "model.half()\n"
+            "torch.save({k: v.half() for k, v in model.state_dict().items()}, 'w.pt')\n",
+            why="the model itself is cast to float16: not only a state dict's copies",
+        ),
+        Example(
+            "import torch\n"
+            "scaler = torch.amp.GradScaler('cuda')\n"
+            "with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+            "    loss = model(x).loss\n"
+            "scaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\n"
+            "scaler.update()\n"
+            "inputs = {k: v.half() for k, v in batch.items()}\n"
+            "torch.save(model.state_dict(), 'w.pt')\n",
+            why="a float16 cast of the batch, not of a state dict: float16 is in play",
         ),
     ]
     INVALID = [
@@ -195,9 +220,33 @@ class GradScalerWithBf16(Rule):
             why="saved in a checkpoint: reported, but removing it is left to the user",
             line=2,
         ),
+        Example(
+            "import torch\n"
+            "scaler = torch.amp.GradScaler('cuda')\n"
+            "ctx = torch.autocast('cuda', dtype=torch.bfloat16)\n"
+            "with ctx:\n"
+            "    loss = model(x).loss\n"
+            "scaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\n"
+            "scaler.update()\n"
+            "state_dict = {k: v.half().cpu() for k, v in model.state_dict().items()}\n"
+            "torch.save(state_dict, 'w.pt')\n",
+            why="float16 only in copies of the state dict written to disk: the run is bfloat16",
+            line=2,
+            fixed="import torch\n"
+            "ctx = torch.autocast('cuda', dtype=torch.bfloat16)\n"
+            "with ctx:\n"
+            "    loss = model(x).loss\n"
+            "loss.backward()\n"
+            "optimizer.step()\n"
+            "state_dict = {k: v.half().cpu() for k, v in model.state_dict().items()}\n"
+            "torch.save(state_dict, 'w.pt')\n",
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
+        if may_run_float16(ctx.source.text.encode("utf-8"), ctx.document.tree):
+            return
         facts = AmpFacts.of(ctx)
         regions = [a for a in facts.autocasts if a.enabled is not False]
         if not regions or any(a.dtype != "bfloat16" for a in regions):
