@@ -201,3 +201,13 @@ def test_a_flag_declared_twice_in_the_parser_function_has_no_sure_default(tmp_pa
     bound = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n    main(args)\n")
     assert _flagged(tmp_path, "accelerate launch --config_file acc.yaml train.py", bound,
                     extra={"opts.py": twice}) == []
+
+
+@pytest.mark.parametrize("write", [
+    "    args.mixed_precision = 'bf16'\n",
+    "    vars(args).update({'mixed_precision': 'bf16'})\n",
+    "    setattr(args, 'mixed_precision', 'bf16')\n",
+])
+def test_a_namespace_changed_after_parsing_is_not_left_unset(tmp_path, write):
+    script = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n" + write + "    main(args)\n")
+    assert _flagged(tmp_path, "accelerate launch --config_file acc.yaml train.py", script) == []

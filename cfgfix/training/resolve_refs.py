@@ -75,6 +75,10 @@ class RefResolver:
             if "$" in text and not text.startswith("-") and not previous.startswith("-"):
                 return False  # `$EXTRA_ARGS`, `"$@"`: flags we cannot see
             previous = text
+        for path in {self.script_path, default.module} - {None}:
+            parsed = self.project.script(path)
+            if parsed is None or _namespace_written(parsed[1], dest):
+                return False  # `args.mixed_precision = cfg[...]`, `vars(args).update(cfg)`: set after parsing
         return True
 
     def resolve(self, ref: Ref):
@@ -122,3 +126,21 @@ class RefResolver:
     def _span(self, path, node):
         parsed = self.project.script(path) if path is not None else None
         return parsed[0].span_of_node(node) if parsed is not None else None
+
+
+def _namespace_written(tree: ast.Module, dest: str) -> bool:
+    """The parsed namespace may be changed after parsing: `x.dest = ...`, `setattr(x, ...)`,
+    `vars(x).update(...)`, `x.__dict__.update(...)` anywhere in the module."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr == dest:
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "setattr":
+                return True
+            if isinstance(func, ast.Attribute) and func.attr == "update":
+                inner = func.value
+                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "vars") or (
+                        isinstance(inner, ast.Attribute) and inner.attr == "__dict__"):
+                    return True
+    return False
