@@ -62,18 +62,74 @@ def test_heredoc_script_that_the_launcher_runs_is_read(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, expected",
+    "name", ["pretrain.sh", "restart_job.sh", "run-8gpu.sh", "launch.bash", "prune.sh", "utils.sh",
+             "chexinstruct_gemma3_multinode_z3.sh"],
+)
+def test_the_content_decides_not_the_name(tmp_path, name):
+    """heldout3 (cosbidev/Deep-Sick): SLURM scripts not named like launches start training;
+    a script named like one may start nothing."""
+    assert flagged(tmp_path / "alone", name, "#!/bin/bash\npkill -9 -f python\n") == []
+    assert flagged(tmp_path / "launch", name, "#!/bin/bash\npkill -9 -f python\n" + LAUNCH) == [2]
+
+
+RESET = "#!/bin/bash\nnvidia-smi --gpu-reset || true\n"
+
+
+@pytest.mark.parametrize(
+    "line",
     [
-        ("pretrain.sh", True),
-        ("restart_job.sh", True),
-        ("run-8gpu.sh", True),
-        ("launch.bash", True),
-        ("prune.sh", False),
-        ("utils.sh", False),
+        "srun bash -c 'python train.py --bf16'",
+        "srun --ntasks-per-node=4 -p gpu bash -lc 'cd /work && python train.py'",
+        "timeout 10800 srun bash -c '  # 3 hours\n  export RANK=$SLURM_PROCID\n  python train.py --out '\"$OUT\"' --lr 2e-4\n'",
+        "bash -c \"torchrun --nproc_per_node 4 train.py --out $OUT\"",
+        "sh -c 'accelerate launch --num_processes 2 train.py'",
+        "nohup bash -c 'deepspeed --num_gpus 2 train.py' > log.txt 2>&1 &",
+        "mpirun -np 4 bash -c 'python -m torch.distributed.run --nproc_per_node 1 train.py'",
+        "srun bash -c 'srun python train.py'",
+        "bash -c 'echo \"out = '$OUT'\"; python train.py'",
     ],
 )
-def test_launch_script_names(tmp_path, name, expected):
-    assert bool(flagged(tmp_path, name, "#!/bin/bash\npkill -9 -f python\n")) is expected
+def test_training_inside_an_inline_script_makes_a_launch_script(tmp_path, line):
+    assert flagged(tmp_path, "job_a100.sh", RESET + line + "\n") == [2]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun bash -c 'echo python train.py'",  # only echoed
+        "# srun bash -c 'python train.py'",  # a comment
+        "echo \"srun bash -c 'python train.py'\"",  # the whole command is echo text
+        "printf '%s\\n' \"bash -c 'torchrun train.py'\"",
+        "bash -c 'echo '\"'\"'python train.py'\"'\"''",  # quoting this reader does not follow
+        "bash train_helpers.sh",  # a file, not an inline script
+        "ssh node2 'python train.py'",  # runs elsewhere
+        "srun bash -c \"$TRAIN_CMD\"",  # the script is a variable
+    ],
+)
+def test_inline_near_misses_start_no_training(tmp_path, line):
+    assert flagged(tmp_path, "train_job.sh", RESET + line + "\n") == []
+
+
+def test_a_readme_block_is_not_a_launch_script(tmp_path):
+    readme = "# Train\n\n```bash\nnvidia-smi --gpu-reset\nsrun bash -c 'python train.py'\ntorchrun train.py\n```\n"
+    assert flagged(tmp_path, "README.md", readme) == []
+
+
+def test_inline_words_keep_their_positions_and_srun_counts_copies():
+    from cfgfix.documents.launches import find_launches
+    from cfgfix.documents.shell import parse_shell
+    from cfgfix.documents.text import SourceText
+
+    text = ("OUT=./o\ntimeout 1h srun -N 2 bash -c '\n  python train.py --out '\"$OUT\"' --x 1\n'\n"
+            "bash -c 'python eval.py'\n")
+    doc = parse_shell(SourceText("job.sh", text))
+    train, evaluate = find_launches(doc)
+    assert train.script.text == "train.py" and train.script.span.line == 3
+    assert text[train.script.span.start:train.script.span.end] == "train.py"
+    out = train.script_args[1]
+    assert out.text == "$OUT" and out.raw == "'\"$OUT\"'"
+    assert train.world_size is None  # one copy per srun task: not known from the file
+    assert evaluate.world_size == 1  # a plain shell runs it once
 
 
 def test_makefile_needs_a_launch(tmp_path):

@@ -31,7 +31,8 @@ class Launch:
 
 
 def find_launches(doc: ShellDocument) -> list[Launch]:
-    found = [(command, f) for command in doc.commands if (f := _recognise(command)) is not None]
+    found = [(command, f) for command in doc.commands
+             if (f := _recognise(command, _copied(doc, command))) is not None]
     if not found:
         return []
     variables = _Variables(doc)  # one forward pass over the file for all launches
@@ -417,11 +418,17 @@ class _Found:
     configs: dict[str, Word] = field(default_factory=dict)
 
 
-def _recognise(command: Command) -> _Found | None:
+def _copied(doc: ShellDocument, command: Command) -> bool:
+    """The command is in an inline script run once per task (`srun bash -c '...'`)."""
+    return any(start <= command.span.start < end for start, end in doc.copied)
+
+
+def _recognise(command: Command, copied: bool = False) -> _Found | None:
     unwrapped = _unwrap(command.words)
     if unwrapped is None:
         return None
     start, copies = unwrapped
+    copies = copies or copied
     name, rest = _program(command.words[start]), command.words[start + 1:]
     if name == "accelerate":
         return _accelerate(rest[1:]) if rest and rest[0].text == "launch" else None

@@ -60,6 +60,9 @@ class ShellDocument:
     # (name, offset) where a variable took a value we cannot know (`for NAME in`, `read`,
     # `unset`, `NAME+=`); name "*" for `source`/`.`/`eval`, which may change any variable.
     clobbers: list[tuple[str, int]] = field(default_factory=list)
+    # (start, end) of the inline scripts that run once per task (`srun bash -c '...'`,
+    # `mpirun -np 4 sh -c "..."`): a plain `python train.py` there is one of several copies.
+    copied: list[tuple[int, int]] = field(default_factory=list)
 
 
 def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
@@ -429,6 +432,16 @@ _SEPARATORS = {";", "&&", "||", "|", "|&", "&", ";;", ";&", ";;&"}
 _DECLARERS = {"export", "declare", "typeset", "readonly", "local"}
 _SOURCING = {"source", ".", "eval"}
 _SHELLS = {"sh", "bash", "zsh", "dash", "ksh"}
+# Programs that run the command after their own options: `timeout 3h srun -N 2 bash -c '...'`
+# (the same wrappers launches.py strips before a launcher).
+_RUN_WRAPPERS = {
+    "nohup", "exec", "time", "command", "setsid", "sudo", "srun", "mpirun", "mpiexec", "timeout",
+    "nice", "ionice", "taskset", "numactl", "stdbuf", "unbuffer", "xvfb-run", "env",
+}
+_MULTIPLIERS = {"srun", "mpirun", "mpiexec"}  # start one copy of the command per task
+# An outer variable spliced between two single-quoted parts of a `bash -c` script:
+# `'"$OUT"'`, `'"${OUT}"'`, `'$OUT'`.
+_SPLICE = re.compile(r"'(\"?)\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})\1'")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -605,11 +618,16 @@ class _Builder:
             self.inline_script(argv)
 
     def inline_script(self, argv: list[Word] | tuple[Word, ...]) -> None:
-        """`bash -c 'torchrun ...'`: parse the script in place when the quotes hold it verbatim
-        (no escapes), so every inner word keeps its exact position in the file."""
-        if argv[0].text.rsplit("/", 1)[-1] not in _SHELLS or self.inline_depth >= 4:
+        """`bash -c 'torchrun ...'`, also behind wrappers (`timeout 3h srun bash -c '...'`):
+        parse the script in place, so every inner word keeps its exact position in the file.
+        The quotes must hold it verbatim (no escapes); a single-quoted script may be spliced
+        with the outer shell's variables (`'... --out '"$OUT"' ...'`), read as `$OUT`."""
+        if self.inline_depth >= 4:
             return
-        for i, word in enumerate(argv[1:-1], start=1):
+        shell = _inline_shell(argv)
+        if shell is None:
+            return
+        for i, word in enumerate(argv[shell + 1:-1], start=shell + 1):
             if not word.text.startswith("-"):
                 return  # `bash run.sh`: a file, not an inline script
             if not word.text.startswith("--") and word.text.endswith("c"):  # -c, -lc, -ec
@@ -618,12 +636,21 @@ class _Builder:
         else:
             return
         raw = script.raw
-        if len(raw) < 2 or raw[0] not in "'\"" or raw[-1] != raw[0] or script.text != raw[1:-1]:
+        if len(raw) < 2 or raw[0] not in "'\"" or raw[-1] != raw[0]:
             return
+        text = self.source.text
+        if script.text != raw[1:-1]:
+            spliced = _spliced(raw) if raw[0] == "'" else None
+            if spliced is None:
+                return
+            start = script.span.start
+            text = text[:start] + spliced + text[start + len(raw):]  # same length: offsets hold
+        if any(word.text.rsplit("/", 1)[-1] in _MULTIPLIERS for word in argv[:shell]):
+            self.doc.copied.append((script.span.start, script.span.end))
         self.inline_depth += 1
         try:
             with self.isolated():
-                _parse_sh_range(self, _Lexer(self.source.text, script.span.end - 1), script.span.start + 1)
+                _parse_sh_range(self, _Lexer(text, script.span.end - 1), script.span.start + 1)
         finally:
             self.inline_depth -= 1
 
@@ -717,6 +744,35 @@ class _Builder:
             for word in argv[1:]:
                 if _IDENT.fullmatch(word.text):
                     self._clobber(word.text, word.span.start)
+
+
+def _inline_shell(argv) -> int | None:
+    """Index of the shell in `bash -c ...`, `srun bash -c ...`, `timeout 1h srun -N 2 sh -c ...`."""
+    name = argv[0].text.rsplit("/", 1)[-1]
+    if name in _SHELLS:
+        return 0
+    if name not in _RUN_WRAPPERS:
+        return None
+    # wrapper options vary (`srun -p gpu`, `timeout 1h`): the first shell word after them
+    return next((i for i, word in enumerate(argv[1:], start=1) if word.text.rsplit("/", 1)[-1] in _SHELLS), None)
+
+
+def _spliced(raw: str) -> str | None:
+    """A single-quoted script spliced with outer variables, `'a '"$X"' b'`, rewritten at the
+    same length so the inner shell reads each splice as a bare `$X` where it stands:
+    `'"$X"'` -> `""$X""` (also right inside an inner double-quoted string), `'$X'` -> `"$X"`.
+    None for any other quoting (escapes, `'"'"'`, command substitutions)."""
+    parts, pos = [], 1
+    for match in _SPLICE.finditer(raw, 1, len(raw) - 1):
+        parts.append(raw[pos:match.start()])
+        inner = match.group()[1:-1]
+        parts.append('"' + inner + '"')  # `"$X"` -> `""$X""`, `$X` -> `"$X"`: two quotes either way
+        pos = match.end()
+    parts.append(raw[pos:len(raw) - 1])
+    body = "".join(parts)
+    if len(body) != len(raw) - 2 or "'" in body:
+        return None
+    return raw[0] + body + raw[-1]
 
 
 _SCRIPT_READERS = {"sbatch", "qsub"}  # submit the script they read from stdin

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 
@@ -31,9 +30,6 @@ _MASS_SOURCE = re.compile(
 )
 _GREP = re.compile(r"\bgrep\b((?:\s+-[-\w]+)*)\s+(['\"]?)([^\s|)'\"`]+)\2")
 _PIPE_BETWEEN = re.compile(r"(?:\s|\\\r?\n)*\|&?(?:\s|\\\r?\n)*")
-# Script names that say they start a run: start.sh, train_lora.sh, run.sh, launch-8gpu.sh,
-# pretrain.sh, restart.sh.
-_TRAINING_NAME = re.compile(r"(?:^|[_\-.])(?:re)?(?:start|run|launch)|train", re.IGNORECASE)
 
 
 @register
@@ -42,10 +38,14 @@ class DestructiveGpuCommand(Rule):
     Flags commands in a training launch script that kill or reset far more than the
     previous run. That is `pkill -9 -f python`, `killall python3`, `kill -9` of a list of
     every GPU or Python process (`$(nvidia-smi ...)`, or piped into `xargs kill`),
-    `fuser -k /dev/nvidia*`, `nvidia-smi --gpu-reset` / `-r`, and `reboot`. A script counts as a launch script when
-    it starts training (`torchrun`, `accelerate launch`, `deepspeed`, `python train.py`) or
-    is named like one (`start.sh`, `train_*.sh`, `run.sh`, `launch.sh`). Comments and
-    `echo`/`printf` text are not commands and are never flagged.
+    `fuser -k /dev/nvidia*`, `nvidia-smi --gpu-reset` / `-r`, and `reboot`. A script counts
+    as a launch script by what it runs, not by its name: it starts training (`torchrun`,
+    `accelerate launch`, `deepspeed`, `python -m torch.distributed.run`, `python train.py`,
+    `srun python ...`) on a command line, inside the script string of `bash -c '...'` /
+    `sh -c "..."` (also behind `srun`, `timeout`, `nohup`; a single-quoted script may splice
+    in outer variables, `'... --out '"$OUT"' ...'`), or in a heredoc handed to `sbatch`.
+    Comments, `echo`/`printf` text and shell blocks in a README are not commands and are
+    never flagged.
 
     ## Why is this bad?
     They do not free memory that anything still needs: a process's GPU memory is released
@@ -97,6 +97,22 @@ class DestructiveGpuCommand(Rule):
             why="a script that starts no training and is not named like a launch script",
         ),
         Example(
+            "#!/bin/bash\nsudo killall -9 python3 || true\necho 'now run: torchrun --nproc_per_node 2 train.py'\n"
+            "# srun bash -c 'python train.py'\n",
+            path="train_lora.sh",
+            why="named like a training script, but it starts none: the launch is only echoed and commented",
+        ),
+        Example(
+            "#!/bin/bash\nnvidia-smi --gpu-reset\nsrun bash -c 'echo python train.py; hostname'\n",
+            path="reset_nodes.sh",
+            why="the `srun bash -c` script only echoes a training command",
+        ),
+        Example(
+            "#!/bin/bash\npkill -9 -f python\nbash -c \"$CMD\"\n",
+            path="run.sh",
+            why="the inline script is a variable whose text is not in the file",
+        ),
+        Example(
             "#!/bin/bash\n"
             "# kill leftovers first: pkill -9 -f python\n"
             "echo \"GPUs busy? run: pkill -9 -f python; nvidia-smi --gpu-reset\"\n"
@@ -144,9 +160,25 @@ class DestructiveGpuCommand(Rule):
             line=5,
         ),
         Example(
-            "#!/bin/bash\nsudo killall -9 python3 || true\nbash ./inner.sh \"$@\"\n",
-            path="train_lora.sh",
-            why="`killall` behind `sudo`, in a script named like a training script",
+            "#!/bin/bash\nsudo killall -9 python3 || true\npython -m torch.distributed.run --nproc_per_node 2 train.py\n",
+            path="setup_env.sh",
+            why="`killall` behind `sudo`, in a script not named like a launch script that starts training",
+            line=2,
+        ),
+        Example(
+            "#!/usr/bin/env bash\n#SBATCH -N 1\ncleanup() {\n    nvidia-smi --gpu-reset || true\n}\n"
+            "trap cleanup EXIT\nOUT=./out\n"
+            "timeout 10800 srun bash -c '  # 3 hours\n  export RANK=$SLURM_PROCID\n"
+            "  echo \"out = '\"$OUT\"'\"\n"
+            "  python src/finetune.py \\\n        --output_dir '\"$OUT\"' \\\n        --bf16 true\n'\n",
+            path="chexinstruct_gemma3_onenode.sh",
+            why="training starts inside `srun bash -c '...'` with outer variables spliced in (SLURM)",
+            line=4,
+        ),
+        Example(
+            "#!/bin/bash\nkillall python\nsh -c \"torchrun --nproc_per_node 4 train.py --out $OUT\"\n",
+            path="job.sh",
+            why="training inside `sh -c \"...\"`",
             line=2,
         ),
         Example(
@@ -201,12 +233,10 @@ class DestructiveGpuCommand(Rule):
 
 
 def _starts_training(ctx) -> bool:
-    if ctx.launches:
-        return True
-    if ctx.kind != "shell":
-        return False
-    stem = os.path.splitext(os.path.basename(ctx.source.path))[0]
-    return bool(_TRAINING_NAME.search(stem))
+    """The file runs a training launch itself, wherever it stands: a command line, an
+    inline `bash -c '...'` / `srun bash -c '...'` script, a heredoc handed to sbatch. Its
+    name says nothing: `cleanup.sh` may launch a run, `train_utils.sh` may only clean up."""
+    return bool(ctx.launches)
 
 
 def _program(word: str) -> str:
