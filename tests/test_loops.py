@@ -386,3 +386,39 @@ def test_cfx301_training_hooks_still_say_training_step(tmp_path):
     findings = _check(tmp_path, _HOOK.format(imp=imp, base=base, name="on_train_batch_end"), ["CFX301"])[2]
     assert findings[0].related[0].message == "runs once per training step"
     assert "every evaluation step" not in findings[0].message
+
+
+_UNUSED_CALLBACK = (
+    "import torch\nfrom transformers import Trainer, TrainerCallback\n"
+    "class EmptyCache(TrainerCallback):\n"
+    "    def on_step_begin(self, args, state, control, **kwargs):\n"
+    "        torch.cuda.empty_cache()\n"
+    "def main():\n"
+    "    cb = EmptyCache()\n"
+    "    trainer = Trainer(model=model, args=args{register})\n"
+    "{after}"
+    "    trainer.train()\n"
+)
+
+
+def test_cfx301_a_callback_built_but_never_registered_is_never_called(tmp_path):
+    # `callbacks=[cb]` commented out: the instance is never read
+    assert _check(tmp_path, _UNUSED_CALLBACK.format(register="", after=""), ["CFX301"])[2] == []
+
+
+@pytest.mark.parametrize("register, after", [
+    (", callbacks=[cb]", ""),
+    ("", "    trainer.add_callback(cb)\n"),
+    (", callbacks=[EmptyCache()]", ""),
+])
+def test_cfx301_a_registered_callback_is_judged(tmp_path, register, after):
+    findings = _check(tmp_path, _UNUSED_CALLBACK.format(register=register, after=after), ["CFX301"])[2]
+    assert [f.code for f in findings] == ["CFX301"]
+
+
+def test_cfx301_a_callback_the_module_never_builds_may_be_built_elsewhere(tmp_path):
+    code = ("import torch\nfrom transformers import TrainerCallback\n"
+            "class EmptyCache(TrainerCallback):\n"
+            "    def on_step_end(self, args, state, control, **kwargs):\n"
+            "        torch.cuda.empty_cache()\n")
+    assert [f.code for f in _check(tmp_path, code, ["CFX301"])[2]] == ["CFX301"]

@@ -91,11 +91,35 @@ def step_functions(tree: ast.Module, imports: ImportMap) -> dict[int, StepFuncti
         if framework is None:
             continue
         train, evaluation = _HOOKS[framework]
-        for node in cls.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    node.name in train or node.name in evaluation):
-                found[id(node)] = StepFunction(node, cls, framework, node.name in evaluation)
+        hooks = [node for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and (node.name in train or node.name in evaluation)]
+        if hooks and framework == "callback" and _never_registered(tree, cls):
+            continue
+        for node in hooks:
+            found[id(node)] = StepFunction(node, cls, framework, node.name in evaluation)
     return found
+
+
+def _never_registered(tree: ast.Module, cls: ast.ClassDef) -> bool:
+    """The module builds the callback only into names nothing reads (`cb = C()` with its
+    `callbacks=[cb]` commented out), and uses the class no other way: no trainer ever gets
+    it. A class the module never builds may be built by another module: not this."""
+    built: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == cls.name \
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            built.append(node.targets[0].id)
+    if not built:
+        return False
+    uses = {cls.name: 0, **{name: 0 for name in built}}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in uses and isinstance(node.ctx, ast.Load):
+            uses[node.id] += 1
+        elif isinstance(node, ast.Attribute) and node.attr == cls.name:
+            return False  # `callbacks.ClearCache` built through a module name
+    # each `x = C()` reads the class once; any other read of it or of x may register it
+    return uses[cls.name] == len(built) and all(uses[name] == 0 for name in built)
 
 
 def _framework(cls: ast.ClassDef, imports: ImportMap) -> str | None:

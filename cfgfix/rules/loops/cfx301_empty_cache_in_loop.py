@@ -95,7 +95,9 @@ class EmptyCacheInLoop(Rule):
     `except` handler (out-of-memory recovery), in a helper with a pass over data of its own
     (a loader, a dataset, `range(n)`), in a branch that also evaluates or saves,
     in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks and
-    hooks that run once per evaluation (`on_evaluate`, `on_validation_epoch_end`), and
+    hooks that run once per evaluation (`on_evaluate`, `on_validation_epoch_end`), in a
+    callback that the module only builds into a name nothing reads (its `callbacks=[cb]`
+    commented out: no trainer calls it), and
     behind an explicit option that can be off (`if args.empty_cache_steps and ...`).
 
     ## Fix safety
