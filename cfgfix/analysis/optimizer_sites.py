@@ -12,6 +12,7 @@ OPTIMIZER = re.compile(
     r"(^|\.)(Adam\w*|AdamW\w*|SGD\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|"
     r"Adafactor|Lion\w*|LAMB|Lamb|PagedAdam\w*|AdEMAMix\w*)$"
 )
+PARAM_METHODS = {"parameters", "named_parameters"}
 # A library trainer that builds its own optimizer over the model it is given.
 LIBRARY_TRAINER = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 

@@ -45,11 +45,10 @@ from dataclasses import dataclass, field, replace
 
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
-from cfgfix.analysis.optimizer_sites import LIBRARY_TRAINER, OPTIMIZER, optimizer_sites
+from cfgfix.analysis.optimizer_sites import LIBRARY_TRAINER, OPTIMIZER, PARAM_METHODS, optimizer_sites
 
 HALF = ("float16", "bfloat16")
 HALF_PART = "float16-part"  # some submodule holds float16 Parameters, the rest may not
-PARAM_METHODS = {"parameters", "named_parameters"}
 _HALF_CAST_METHODS = {"half", "bfloat16", "to"}
 _PART_CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "type"}
 STEP_METHODS = ("step", "unscale_")

@@ -326,7 +326,7 @@ class ImplicitCheckpointDtype(Rule):
         for load in candidates:
             if id(load.call) in cast_loads:
                 continue  # `.float()`, `.bfloat16()`: the script picks the dtype itself
-            from cfgfix.analysis.optimizers import load_training
+            from cfgfix.analysis.load_training import load_training
 
             training = load_training(ctx, load.call)
             if training.other or not training.evidence:
