@@ -23,17 +23,24 @@ _BLOCKS = frozenset(("body", "orelse", "finalbody", "handlers", "cases"))
 def word_lines(text: str, words, suffixes=()) -> list[int] | None:
     """The sorted line numbers (1-based) where one of `words` stands as a whole word, or a
     word ends with one of `suffixes` (`Seq2SeqTrainingArguments`). None when the text's
-    lines may not be the tree's (a lone carriage return). Non-ASCII text is searched in
-    NFKC form, the form Python gives identifiers (`ｃｈｅｃｋｐｏｉｎｔ` is `checkpoint`)."""
+    lines may not be the tree's (a lone carriage return). Python reads identifiers in NFKC
+    form (`ｃｈｅｃｋｐｏｉｎｔ` is `checkpoint`): a text that is not in that form is searched
+    in it (normalising takes ~3 ms on a 200 kB module with one mathematical letter, the
+    test ~0.1 ms)."""
     if "\r" in text:
         return None
     if not text.isascii():
         import unicodedata
 
-        normal = unicodedata.normalize("NFKC", text)
-        if normal.count("\n") != text.count("\n"):
-            return None
-        text = normal
+        if not unicodedata.is_normalized("NFKC", text):
+            normal = unicodedata.normalize("NFKC", text)
+            if normal.count("\n") != text.count("\n"):
+                return None
+            text = normal
+    return _lines(text, words, suffixes)
+
+
+def _lines(text: str, words, suffixes) -> list[int]:
     hits = []
     size = len(text)
     for word, whole in [(w, True) for w in words] + [(s, False) for s in suffixes]:
