@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cfgfix.analysis.names import dotted
 from cfgfix.analysis.optimizer_sites import PARAM_METHODS
@@ -68,8 +68,7 @@ _OPTIMIZER_CLASS = re.compile(
 _PEFT_CALLS = re.compile(r"peft|lora|kbit|adapter")
 
 
-@dataclass(frozen=True)
-class Training:
+class Training(NamedTuple):  # not a frozen dataclass: a fraction of the import cost (issue 15)
     """What a script does with a loaded model: `evidence` that it trains it (None: no
     evidence), or `other` reason its dtype at load does not decide the training precision."""
 

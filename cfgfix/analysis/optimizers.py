@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cfgfix.analysis.load_training import _assigned_keys, _is_false, _last_name, _mentions
 from cfgfix.analysis.models import _Resolver, wrapper_kind
@@ -43,8 +43,9 @@ _HARMLESS_FOR_OPTIMIZER = re.compile(
 _PARAMETER_LOOP_METHODS = PARAM_METHODS | {"modules", "named_modules", "children", "named_children"}
 
 
-@dataclass(frozen=True)
-class AdamBuild:
+# A NamedTuple and a plain class, not dataclasses: the same fields and equality, at a
+# fraction of the import cost (issue 15; see parameters.py).
+class AdamBuild(NamedTuple):
     call: ast.Call
     cls: str  # "Adam" or "AdamW"
     target: str | None  # the name the optimizer is bound to
@@ -62,11 +63,11 @@ class AdamBuild:
         return self.call.lineno
 
 
-@dataclass
 class OptimizerAnalysis:
-    builds: list[AdamBuild] = field(default_factory=list)
-    # id(ParamSource.call) -> why that model's precision is decided elsewhere
-    model_owner: dict[int, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.builds: list[AdamBuild] = []
+        # id(ParamSource.call) -> why that model's precision is decided elsewhere
+        self.model_owner: dict[int, str] = {}
 
     def owner_of(self, build: AdamBuild, source: ParamSource) -> str | None:
         return build.owner or self.model_owner.get(id(source.call))

@@ -41,7 +41,8 @@ handed to code we cannot see make the dtype unknown, and rules stay silent.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
@@ -84,8 +85,14 @@ SAME_PARAMETERS = {
 _PASS_THROUGH = {"list", "tuple", "filter", "itertools.chain", "chain", "itertools.chain.from_iterable"}
 
 
-@dataclass(frozen=True)
-class ParamSource:
+# The facts below are NamedTuples, not frozen dataclasses: immutable, equal and hashed by
+# their fields as before, at a fraction of the cost to create the classes (six frozen
+# dataclasses were ~3.5 ms of this module's ~4.5 ms import, paid by every run over a
+# script that builds an optimizer; issue 15). No code iterates them or compares them
+# with plain tuples.
+
+
+class ParamSource(NamedTuple):
     """`model.parameters()` (or `named_parameters()`) on a tracked model."""
 
     call: ast.Call
@@ -97,8 +104,7 @@ class ParamSource:
         return self.state.dtype
 
 
-@dataclass(frozen=True)
-class OptimizerBuild:
+class OptimizerBuild(NamedTuple):
     """One optimizer construction (`torch.optim.AdamW(model.parameters(), ...)`)."""
 
     call: ast.Call
@@ -108,8 +114,7 @@ class OptimizerBuild:
     master: bool  # it is given new tensors (a float32 master copy), not a module's Parameters
 
 
-@dataclass(frozen=True)
-class OptimizerValue:
+class OptimizerValue(NamedTuple):
     """What a name bound to an optimizer holds: the build, and the held modules whose
     names have been rebound since (they no longer tell what the optimizer holds)."""
 
@@ -118,8 +123,7 @@ class OptimizerValue:
     prepared: ast.Call | None = None  # the `accelerator.prepare(...)` that wrapped it
 
 
-@dataclass(frozen=True)
-class Held:
+class Held(NamedTuple):
     """One module an optimizer holds, as it is at a step."""
 
     key: str
@@ -143,8 +147,7 @@ class Held:
         return None
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """`scaler.step(optimizer)` / `scaler.unscale_(optimizer)` on a bound optimizer, or
     `optimizer.step()` on one an accelerator prepared (its GradScaler steps it, if any)."""
 
@@ -157,8 +160,7 @@ class Step:
     prepared: ast.Call | None = None  # the `accelerator.prepare(...)` of a prepared optimizer
 
 
-@dataclass(frozen=True)
-class TrainerUse:
+class TrainerUse(NamedTuple):
     """`Trainer(model=..., args=...)` of transformers or trl: it builds the optimizer over the
     model's trainable parameters and steps it under the precision its arguments choose."""
 
@@ -170,14 +172,14 @@ class TrainerUse:
     cls: ast.ClassDef | None
 
 
-@dataclass
 class ParameterFlow:
-    analysis: ModelAnalysis  # the casts seen on the way (`calls`), for rules that look back
-    sources: dict[int, ParamSource] = field(default_factory=dict)  # id(.parameters() call) ->
-    builds: dict[int, OptimizerBuild] = field(default_factory=dict)  # id(optimizer call) ->
-    steps: dict[int, Step] = field(default_factory=dict)  # id(step call) ->
-    trainers: dict[int, TrainerUse] = field(default_factory=dict)  # id(Trainer call) ->
-    consts: dict[int, dict] = field(default_factory=dict)  # id(scope) -> names bound once there
+    def __init__(self, analysis: ModelAnalysis) -> None:
+        self.analysis = analysis  # the casts seen on the way (`calls`), for rules that look back
+        self.sources: dict[int, ParamSource] = {}  # id(.parameters() call) ->
+        self.builds: dict[int, OptimizerBuild] = {}  # id(optimizer call) ->
+        self.steps: dict[int, Step] = {}  # id(step call) ->
+        self.trainers: dict[int, TrainerUse] = {}  # id(Trainer call) ->
+        self.consts: dict[int, dict] = {}  # id(scope) -> names bound once there
 
 
 def parameter_flow(ctx) -> ParameterFlow:
@@ -320,7 +322,7 @@ class _ParamWalker(_Walker):
                 if isinstance(value, OptimizerValue) and not same:
                     gone = {h for h in value.build.holds if _under(h, key)} - value.detached
                     if gone:
-                        env[name] = replace(value, detached=value.detached | gone)
+                        env[name] = value._replace(detached=value.detached | gone)
         super().bind(target, state, env)
 
     def escape(self, call: ast.Call, env: dict, method=None, keep: frozenset = frozenset()) -> None:
@@ -461,7 +463,7 @@ class _ParamWalker(_Walker):
 def _mark_prepared(value, call: ast.Call):
     """What `accelerator.prepare(...)` returns, its optimizers marked as prepared by it."""
     if isinstance(value, OptimizerValue):
-        return replace(value, prepared=call)
+        return value._replace(prepared=call)
     if isinstance(value, TupleState):
         return TupleState(tuple(_mark_prepared(item, call) for item in value.items))
     return value
