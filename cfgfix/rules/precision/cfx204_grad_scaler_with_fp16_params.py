@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Iterable
 
-from cfgfix.analysis.optimizer_sites import optimizer_sites
+from cfgfix.analysis.optimizer_sites import flow_may_report
 from cfgfix.core import Finding, Related, Severity
 from cfgfix.rules.base import Example, Rule, register
 
@@ -518,8 +518,8 @@ class GradScalerWithFp16Params(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        if not optimizer_sites(ctx):
-            return  # no optimizer nor trainer built here: nothing for the flow to step
+        if not flow_may_report(ctx):
+            return  # no step of an optimizer built here, no library trainer: nothing to report
         # Imported only where one is built (~7 ms together; issue 15).
         from cfgfix.analysis.amp import AmpFacts
         from cfgfix.analysis.attributes import ValueIndex
