@@ -476,6 +476,9 @@ class Engine:
         # without either they have nothing to read (a pre-commit run on a few scripts).
         self._project_entries = [entry for entry in table if entry.code in self.codes and entry.scope == "project"]
         self._project_rules: list | None = None
+        # Per-file config rules also read a config that only a launch names as one (an
+        # accelerate YAML saved as `config.sh`): the project stage runs them on it.
+        self._config_rules = self.linter._has_rules("yaml") or self.linter._has_rules("json")
 
     @property
     def project_rules(self) -> list:
@@ -581,7 +584,7 @@ class Engine:
         cached: they depend on several files, and reading the few linked configs is cheap."""
         by_file: dict[str, list[Finding]] = {}
         errors: list[str] = []
-        if not self._project_entries or not (project.launches or project.configs):
+        if not (self._project_entries or self._config_rules) or not (project.launches or project.configs):
             return by_file, errors  # nothing for a project rule to read
         for rule in self.project_rules:
             try:
@@ -591,6 +594,12 @@ class Engine:
                 if is_huge_number_error(exc):
                     continue  # a config with an absurd number: the file itself gets its CFX901
                 errors.append(f"internal error in {rule.code} (project stage): {exc!r}")
+        if self._config_rules and project.launches:
+            for sf, data, fmt in project.configs_by_use():
+                result = self.linter.lint(replace(sf, kind=fmt), data)
+                for finding in result.findings:
+                    by_file.setdefault(finding.span.path, []).append(finding)
+                errors.extend(result.errors)
         return by_file, errors
 
     def discovered(self, paths: list[Path], files: list[SourceFile]) -> None:
@@ -654,7 +663,7 @@ class Engine:
         """Findings for one file's (possibly edited) bytes, as `run` would report them.
         Used by the fixer after each round of edits."""
         result = self.linter.lint(sf, data)
-        if self._project_entries and self.project is not None:
+        if (self._project_entries or self._config_rules) and self.project is not None:
             # only what can put a finding on this file, then its edited bytes (issue 14: judging
             # the whole tree after each edit made `fix` quadratic in the size of the tree)
             project = self.project.around(sf.path, self._files_by_launch()).with_override(sf.path, data)

@@ -211,3 +211,16 @@ def test_a_flag_declared_twice_in_the_parser_function_has_no_sure_default(tmp_pa
 def test_a_namespace_changed_after_parsing_is_not_left_unset(tmp_path, write):
     script = SCRIPT_FLAG.replace("    main(parse_args())\n", "    args = parse_args()\n" + write + "    main(args)\n")
     assert _flagged(tmp_path, "accelerate launch --config_file acc.yaml train.py", script) == []
+
+
+def test_the_per_file_config_rules_read_a_config_named_by_its_launch(tmp_path):
+    """CFX405 (an unknown accelerate key) on an accelerate YAML saved as `.sh` that a launch
+    passes as `--config_file`; the same file no launch names is a shell script."""
+    config = GPU_FP32.replace("mixed_precision: 'no'", "mixed_precision: bf16") + "num_procesess: 2\n"
+    files = {"cfg.sh": config, "run.sh": "accelerate launch --config_file cfg.sh train.py\n", "train.py": "print(1)\n"}
+    assert _codes(tmp_path, files, "CFX405") == [("cfg.sh", 6)]
+    assert _codes(tmp_path / "x", {**files, "run.sh": "accelerate launch train.py\n"}, "CFX405") == []
+    # with only the per-file rule selected
+    write_project(tmp_path / "y", files)
+    _, _, result = lint_project(tmp_path / "y", select=["CFX405"])
+    assert [(f.path, f.code) for f in result.findings] == [("cfg.sh", "CFX405")]
