@@ -110,6 +110,31 @@ def test_inline_near_misses_start_no_training(tmp_path, line):
     assert flagged(tmp_path, "train_job.sh", RESET + line + "\n") == []
 
 
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        ("srun bash <<'EOF'\npython train.py\nEOF", [2]),
+        ("cat <<'EOF' | srun -N 2 bash -s\ntorchrun --nproc_per_node 4 train.py\nEOF", [2]),
+        ("nohup bash <<EOF > log 2>&1\naccelerate launch train.py\nEOF", [2]),
+        ("srun python - <<'EOF'\nimport os\nprint('python train.py')\nEOF", []),  # a Python program, not shell
+        ("srun bash -c 'cat' <<'EOF'\npython train.py\nEOF", []),  # the shell runs its -c string, not stdin
+    ],
+)
+def test_heredocs_read_by_a_shell_behind_a_wrapper(tmp_path, lines, expected):
+    assert flagged(tmp_path, "job.sh", RESET + lines + "\n") == expected
+
+
+def test_a_heredoc_that_srun_runs_counts_copies():
+    from cfgfix.documents.launches import find_launches
+    from cfgfix.documents.shell import parse_shell
+    from cfgfix.documents.text import SourceText
+
+    doc = parse_shell(SourceText("job.sh", "srun bash <<'EOF'\npython train.py\nEOF\nbash <<'EOF'\npython eval.py\nEOF\n"))
+    train, evaluate = find_launches(doc)
+    assert (train.script.text, train.world_size) == ("train.py", None)
+    assert (evaluate.script.text, evaluate.world_size) == ("eval.py", 1)
+
+
 def test_a_readme_block_is_not_a_launch_script(tmp_path):
     readme = "# Train\n\n```bash\nnvidia-smi --gpu-reset\nsrun bash -c 'python train.py'\ntorchrun train.py\n```\n"
     assert flagged(tmp_path, "README.md", readme) == []

@@ -672,6 +672,10 @@ class _Builder:
                 and _reads_script(_simple_command(_command_at(toks, last + 2), self.source.text)[0])
             if _reads_script(argv) or piped:  # `sbatch <<EOF`, `cat <<EOF | sbatch`
                 self.heredocs.append((start, end, None))
+                reader = argv if not piped else _simple_command(_command_at(toks, last + 2), self.source.text)[0]
+                shell = _stdin_shell(reader) if reader and reader[0].rsplit("/", 1)[-1] in _RUN_WRAPPERS else None
+                if shell is not None and any(w.rsplit("/", 1)[-1] in _MULTIPLIERS for w in reader[:shell]):
+                    self.doc.copied.append((start, end))  # `srun bash <<EOF`: the body runs once per task
             elif argv and argv[0].rsplit("/", 1)[-1] in ("cat", "tee"):
                 if argv[0].endswith("tee"):  # tee writes its file arguments (and stdout)
                     target = next((w for w in argv[1:] if not w.startswith("-")), None)
@@ -820,7 +824,17 @@ def _reads_script(argv: list[str]) -> bool:
     name = argv[0].rsplit("/", 1)[-1]
     if name in _SCRIPT_READERS:
         return True
+    if name in _RUN_WRAPPERS:  # `srun bash <<EOF`, `nohup bash -s <<EOF`: the shell behind the wrapper
+        shell = _stdin_shell(argv)
+        if shell is None:
+            return False
+        argv, name = argv[shell:], argv[shell].rsplit("/", 1)[-1]
     return name in _SHELLS and all(w.startswith("-") and "c" not in w.lstrip("-") for w in argv[1:])
+
+
+def _stdin_shell(argv: list[str]) -> int | None:
+    """Index of the first shell behind the wrappers of `argv` (`srun -N 2 bash`)."""
+    return next((i for i, word in enumerate(argv[1:], start=1) if word.rsplit("/", 1)[-1] in _SHELLS), None)
 
 
 def _normal_target(text: str) -> str:

@@ -43,7 +43,7 @@ class DestructiveGpuCommand(Rule):
     `accelerate launch`, `deepspeed`, `python -m torch.distributed.run`, `python train.py`,
     `srun python ...`) on a command line, inside the script string of `bash -c '...'` /
     `sh -c "..."` (also behind `srun`, `timeout`, `nohup`; a single-quoted script may splice
-    in outer variables, `'... --out '"$OUT"' ...'`), or in a heredoc handed to `sbatch`.
+    in outer variables, `'... --out '"$OUT"' ...'`), or in a heredoc handed to `sbatch` or to a shell (`srun bash <<EOF`).
     Comments, `echo`/`printf` text and shell blocks in a README are not commands and are
     never flagged.
 
