@@ -18,6 +18,7 @@ from cfgfix.core import LazyRegex
 _NEWLINE = LazyRegex(r"\r\n|\r|\n")
 _SPACE = " \t\f\r\n"
 _MAY_PRECEDE_PAREN = frozenset(_SPACE + "\\#")
+_DEF = LazyRegex(r"def[ \t\f\r\n\\]+(\w+)")  # `def`, spaces (or a continuation), the name
 
 
 class CallText:
@@ -35,13 +36,35 @@ class CallText:
                 number for number, line in self._odd_lines() if _calls_in_line(line, name)]
         return lines
 
+    def lines_calling_on(self, method: str, receiver: str) -> list[int]:
+        """The lines of `lines_calling(method)` where the call may be `receiver.method(`:
+        the name before the `.` is `receiver`'s last name, or cannot be read on the line."""
+        key = method + " on " + receiver
+        lines = self._lines.get(key)
+        if lines is None:
+            last = receiver.rsplit(".", 1)[-1]
+            lines = self._lines[key] = self._find(method, last) + [
+                number for number, line in self._odd_lines() if _calls_in_line(line, method)]
+        return lines
+
+    def lines_defining(self, accept) -> list[int]:
+        """Line numbers of the `def NAME` whose name `accept(NAME)` takes (`async def` too),
+        and of every line where a name may be spelled otherwise than `ast` names it."""
+        text = self.text
+        lines = []
+        for match in _DEF.finditer(text):
+            pos = match.start()
+            if (pos == 0 or not _identifier_char(text[pos - 1])) and accept(match.group(1)):
+                lines.append(bisect.bisect_right(self.line_starts, pos))
+        return lines + [number for number, _ in self._odd_lines()]
+
     @property
     def line_starts(self) -> list[int]:
         if self._line_starts is None:
             self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(self.text)]
         return self._line_starts
 
-    def _find(self, name: str) -> list[int]:
+    def _find(self, name: str, receiver: str | None = None) -> list[int]:
         text, size = self.text, len(name)
         find = text.find
         lines = []
@@ -50,7 +73,8 @@ class CallText:
             end = pos + size
             after = text[end:end + 1]  # most hits go on with a name (`train_dataset`): no call
             if (after == "(" or (after in _MAY_PRECEDE_PAREN and _paren_follows(text, end))) \
-                    and (pos == 0 or not _identifier_char(text[pos - 1])):
+                    and (pos == 0 or not _identifier_char(text[pos - 1])) \
+                    and (receiver is None or _may_be_on(text, pos, receiver)):
                 lines.append(bisect.bisect_right(self.line_starts, pos))
             pos = find(name, pos + 1)
         return lines
@@ -82,6 +106,26 @@ class CallText:
 
 def _identifier_char(char: str) -> bool:
     return char.isalnum() or char == "_"
+
+
+def _may_be_on(text: str, pos: int, receiver: str) -> bool:
+    """Whether the attribute at `pos` may be read from a name chain ending in `receiver`:
+    `x.receiver.name`, or a `.` or the name before it on another line (not read). A call
+    `name(` without a `.`, or one on `f().` / `x[0].` (no name chain), is not."""
+    pos -= 1
+    while pos >= 0 and text[pos] in " \t\f":
+        pos -= 1
+    if pos < 0 or text[pos] != ".":
+        return pos >= 0 and text[pos] in "\r\n\\"  # a line break: read no further
+    pos -= 1
+    while pos >= 0 and text[pos] in " \t\f":
+        pos -= 1
+    if pos < 0 or text[pos] in "\r\n\\":
+        return True
+    end = pos + 1
+    while pos >= 0 and _identifier_char(text[pos]):
+        pos -= 1
+    return text[pos + 1:end] == receiver
 
 
 def _calls_in_line(line: str, name: str) -> bool:

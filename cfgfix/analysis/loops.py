@@ -226,7 +226,7 @@ class LoopAnalysis:
         """Dotted names used as modules: `.eval()`, `.train()`, `.parameters()` receivers."""
         return {
             site.receiver
-            for site in self.index.calls_to_method("eval", "train", "parameters", "named_parameters", "requires_grad_")
+            for site in self.index.calls_to_method(*self._MODULE_METHODS)
             if site.receiver and "trainer" not in site.receiver.lower()
         }
 
@@ -244,7 +244,15 @@ class LoopAnalysis:
             return False
         if name is None:
             return False
-        return name in self.known_modules or module_like(name)
+        return self.is_known_module(name) or module_like(name)
+
+    _MODULE_METHODS = ("eval", "train", "parameters", "named_parameters", "requires_grad_")
+
+    def is_known_module(self, name: str) -> bool:
+        """`name in self.known_modules`, asking the index about this one receiver only."""
+        if "known_modules" in self.__dict__:
+            return name in self.known_modules
+        return "trainer" not in name.lower() and bool(self.index.calls_to_method_on(name, *self._MODULE_METHODS))
 
     def runs_training_step(self, loop: ast.stmt) -> bool:
         return any(
@@ -444,12 +452,24 @@ class LoopAnalysis:
     def frozen_modules(self) -> set[str]:
         """`model.requires_grad_(False)`, or `for p in model.parameters(): p.requires_grad = False`:
         a forward through a frozen module records nothing."""
+        return self._frozen(self.index.calls_to_method("requires_grad_"),
+                            self.index.calls_to_method("parameters", "named_parameters"))
+
+    def is_frozen(self, name: str) -> bool:
+        """`name in self.frozen_modules`, asking the index about this one receiver only."""
+        if "frozen_modules" in self.__dict__:
+            return name in self.frozen_modules
+        return bool(self._frozen(self.index.calls_to_method_on(name, "requires_grad_"),
+                                 self.index.calls_to_method_on(name, "parameters", "named_parameters")))
+
+    @staticmethod
+    def _frozen(requires_grad_calls, parameters_calls) -> set[str]:
         frozen = set()
-        for site in self.index.calls_to_method("requires_grad_"):
+        for site in requires_grad_calls:
             arg = _first_arg(site.node, "requires_grad")
             if site.receiver and isinstance(arg, ast.Constant) and arg.value is False:
                 frozen.add(site.receiver)
-        for site in self.index.calls_to_method("parameters", "named_parameters"):
+        for site in parameters_calls:
             stmt = site.context.stmt
             if isinstance(stmt, (ast.For, ast.AsyncFor)) and site.receiver and _contains_node(stmt.iter, site.node):
                 for sub in scope_statements(stmt.body):
@@ -751,7 +771,7 @@ def _forward_like(call: ast.Call, analysis) -> bool:
         return False
     if analysis is None:
         return True
-    return name in analysis.known_modules or module_like(name) or "forward" in last_part(name)
+    return analysis.is_known_module(name) or module_like(name) or "forward" in last_part(name)
 
 
 def accumulator_uses(analysis: LoopAnalysis, flow: ScopeFlow, name: str, skip: set[int], eval_function: bool) -> set[str]:

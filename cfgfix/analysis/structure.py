@@ -105,9 +105,11 @@ class ModuleIndex:
         self._outside: list[CallSite] | None = None
 
     @classmethod
-    def build(cls, tree: ast.Module, imports: ImportMap | None = None, text: str | None = None,
+    def build(cls, tree: ast.Module, imports: ImportMap | None = None, text: str | CallText | None = None,
               line_starts: list[int] | None = None) -> "ModuleIndex":
-        index = cls(tree, imports or ImportMap(tree), CallText(text, line_starts) if text is not None else None)
+        if isinstance(text, str):
+            text = CallText(text, line_starts)
+        index = cls(tree, imports or ImportMap(tree), text)
         index._walk_block(tree.body, (), (), None, None)
         index._part.finish()
         return index
@@ -171,6 +173,20 @@ class ModuleIndex:
             for method in methods:
                 self._walk_calling(method)
         return [site for method in methods for part in self._parts() for site in part.by_method.get(method, ())]
+
+    def calls_to_method_on(self, receiver: str, *methods: str) -> list[CallSite]:
+        """`calls_to_method(*methods)` whose receiver is `receiver` (`model.eval()`), walking
+        only the bodies where the name before the `.` may be the receiver's: asking whether
+        one name is a module walked trl's 500-line `__init__` for its `named_parameters()`
+        on another receiver (issue 15)."""
+        if self._bodies_left:
+            for method in methods:
+                for line in self._text.lines_calling_on(method, receiver):  # type: ignore[union-attr]
+                    body = self._body_at(line)
+                    if body is not None and body.part is None:
+                        self._walk_body(body)
+        return [site for method in methods for part in self._parts()
+                for site in part.by_method.get(method, ()) if site.receiver == receiver]
 
     def context_of_stmt(self, stmt: ast.stmt) -> Context:
         context = self.context_of(stmt)

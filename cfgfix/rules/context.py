@@ -53,8 +53,15 @@ class PythonContext:
         function bodies are walked as queries need them (the text says which)."""
         from cfgfix.analysis.structure import ModuleIndex
 
-        source = self.source
-        return ModuleIndex.build(self.document.tree, self.imports, source.text, source.line_starts)
+        return ModuleIndex.build(self.document.tree, self.imports, self.call_text)
+
+    @cached_property
+    def call_text(self):
+        """Where the text may call a name or define a function (analysis/call_text.py),
+        shared by the module index and the rules that look before they ask it."""
+        from cfgfix.analysis.call_text import CallText
+
+        return CallText(self.source.text, self.source.line_starts)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tokenize
@@ -310,7 +311,7 @@ class EvalWithoutNoGrad(Rule):
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
-        loops = _evaluation_loops(ctx.document.tree)
+        loops = _evaluation_loops(ctx.document.tree, ctx.call_text)
         if loops is None:
             return  # most modules: no need for the module index
         analysis = loop_analysis(ctx)
@@ -351,7 +352,7 @@ class EvalWithoutNoGrad(Rule):
         """`model(...)` / `model.forward(...)` of a module put in eval mode, or (in an
         evaluate-named function) of any module; never `generate`, never a frozen module."""
         name = site.receiver if site.method == "forward" else dotted(site.node.func)
-        if name is None or name in analysis.frozen_modules:
+        if name is None or analysis.is_frozen(name):
             return False
         if name in receivers:
             return True
@@ -423,14 +424,23 @@ class _Scope:
         self.eval_line: int | None = None
 
 
-def _evaluation_loops(tree: ast.Module) -> list | None:
+def _evaluation_loops(tree: ast.Module, text=None) -> list | None:
     """One statement-only walk. None when no scope may evaluate: none has a loop in an
     evaluate-named function, or a loop after a `.eval()` / `.train(False)` statement of the
-    same function (its statements taken in `scope_statements` order). Otherwise every loop,
-    as (loop, its function, its class, the loops around it in that function), in the
-    module index's order (by line: no two loops start on one line). This look and a
-    second walk to list the loops were 6 of CFX303's 15 ms on five trl trainer files
-    (issue 15)."""
+    same function (its statements taken in `scope_statements` order). Otherwise the loops
+    that may evaluate, as (loop, its function, its class, the loops around it in that
+    function), in the module index's order (by line: no two loops start on one line).
+    This look and a second walk to list the loops were 6 of CFX303's 15 ms on five trl
+    trainer files (issue 15).
+
+    With the module's `CallText`, a function is not entered when its lines call no
+    `eval(` / `train(`, define no evaluate-named function and its own name is none: no
+    scope in it can evaluate (no `.eval()` statement, no evaluate name), and no loop in it
+    can be reported (no module put in eval mode in its function, no evaluate name)."""
+    hot = None
+    if text is not None:
+        hot = sorted({*text.lines_calling("eval"), *text.lines_calling("train"),
+                      *text.lines_defining(EVAL_FUNCTION.match)})
     may = False
     loops = []
     module = _Scope(False)
@@ -446,7 +456,12 @@ def _evaluation_loops(tree: ast.Module) -> list | None:
             if scope.eval_line is None and _sets_eval_mode(node):
                 scope.eval_line = node.lineno
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = _Scope(bool(EVAL_FUNCTION.match(node.name)))
+            named = bool(EVAL_FUNCTION.match(node.name))
+            if hot is not None and not named:
+                at = bisect.bisect_left(hot, node.lineno)
+                if at == len(hot) or hot[at] > (node.end_lineno or node.lineno):
+                    continue  # nothing in it can evaluate
+            inner = _Scope(named)
             stack.extend((stmt, inner, node, classdef, ()) for stmt in reversed(node.body))
             continue
         if isinstance(node, ast.ClassDef):  # a class body is no scope; its methods are
