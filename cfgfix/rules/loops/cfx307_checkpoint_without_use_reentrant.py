@@ -27,12 +27,12 @@ TORCH_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
 
 def _named_calls(ctx) -> list[tuple[str | None, ast.Call]]:
     """The calls this rule may report, with their qualified names, in source order (with
-    others it ignores). Uses the shared index when another rule already built it;
-    otherwise only the statements spanning a line that names such a callee are walked
-    (analysis/word_lines.py): a trainer module that mentions `gradient_checkpointing_kwargs`
-    in a message passes the prefilter, and walking all its calls cost ~5 ms (issue 15)."""
-    if "index" in vars(ctx):
-        return [(site.name, site.node) for site in ctx.index.calls]
+    others it ignores). Only the statements spanning a line that names such a callee are
+    walked (analysis/word_lines.py): a trainer module that mentions
+    `gradient_checkpointing_kwargs` in a message passes the prefilter, and walking all its
+    calls cost ~5 ms (issue 15). Not the shared index's `calls` even when another rule
+    built it: the index walks a function body only when a query needs it, and `calls`
+    needs them all (~10 ms on a 2,000-line module)."""
     if "cfx307-calls" not in ctx.notes:
         tree = ctx.document.tree
         imports = ctx.imports
