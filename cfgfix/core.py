@@ -112,6 +112,8 @@ class Edit:
 
 @dataclass(frozen=True)
 class Fix:
+    """The edits that repair one finding, what they do, and how safe they are."""
+
     edits: tuple[Edit, ...]
     description: str
     applicability: Applicability = Applicability.SAFE
@@ -149,6 +151,8 @@ class Related:
 
 @dataclass(frozen=True)
 class Finding:
+    """One diagnostic: the rule, where it points, why, and an optional fix."""
+
     code: str
     name: str
     message: str

@@ -444,6 +444,8 @@ def _lint_in_worker(job):
 
 @dataclass
 class RunResult:
+    """What a run found, in which files, and what failed."""
+
     findings: list[Finding]
     sources: dict[str, SourceText]
     errors: list[str]

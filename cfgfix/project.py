@@ -119,6 +119,8 @@ class LaunchFacts:
 
 @dataclass(frozen=True)
 class _Text:
+    """A script argument after variable expansion, shaped like a launch word (`.text`)."""
+
     text: str
 
 

@@ -37,6 +37,8 @@ class SettingsError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
+    """The run's settings: the project root, the rules chosen and the files excluded."""
+
     root: Path
     config_path: Path | None
     select: tuple[str, ...] | None  # None = the rules' defaults

@@ -17,6 +17,8 @@ ALL = None  # a directive without a code list covers every code
 
 @dataclass
 class Directive:
+    """One `# cfgfix: ignore[...]` (or `ignore-file`) comment: the lines and codes it silences."""
+
     line: int
     codes: frozenset[str] | None  # None = all
     span: Span  # the comment itself, for CFX902 and its fix

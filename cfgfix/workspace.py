@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SourceFile:
+    """A file the run reads, with its paths and its kind."""
+
     path: Path  # absolute
     display: str  # posix, relative to the cwd when under it, else absolute
     relpath: str  # posix, relative to settings.root (for per-file-ignores), else display

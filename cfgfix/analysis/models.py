@@ -58,6 +58,8 @@ _TRAINER = re.compile(r"(^|\.)\w*Trainer$")
 
 @dataclass(frozen=True)
 class DeviceMap:
+    """A load's `device_map`: where it may place the weights."""
+
     kind: str  # "multi" (can span devices: hooks), "single", or "unknown"
     offload: bool  # some modules may live on the CPU or disk
     node: ast.expr
@@ -65,6 +67,8 @@ class DeviceMap:
 
 @dataclass(frozen=True)
 class ModelLoad:
+    """One `from_pretrained` (or loader) call and what it asks for."""
+
     call: ast.Call
     class_name: str
     dtype: str | None  # canonical dtype, "auto", None when not passed, "?" when unresolvable
@@ -106,6 +110,8 @@ class ModelLoad:
 
 @dataclass(frozen=True)
 class ModelState:
+    """A tracked model at one point: its load and its dtype now."""
+
     load: ModelLoad
     dtype: str | None  # canonical dtype now, "default" (the version's default), None unknown
     cast_by: ast.Call | None = None  # the cast that set `dtype`; None: the load did
@@ -192,6 +198,8 @@ class ModelCall:
 
 @dataclass
 class ModelAnalysis:
+    """The loads of one module and the casts and moves applied to them."""
+
     imports: ImportMap
     tree: ast.Module | None = None
     loads: list[ModelLoad] = field(default_factory=list)

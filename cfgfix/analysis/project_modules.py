@@ -26,6 +26,8 @@ MAX_PARENT_LEVELS = 4
 
 @dataclass
 class ParsedModule:
+    """Another module of the project, parsed once per process."""
+
     path: Path
     display: str
     text: str

@@ -163,6 +163,8 @@ def _dev0(release: tuple[int, ...]) -> Version:
 
 @dataclass(frozen=True)
 class VersionInfo:
+    """What is known of one package's version for a file, and where it comes from."""
+
     package: str
     specifier: str = ""  # e.g. ">=4.40,<5" ("" when unknown)
     source: str = ""  # the file holding the pin, "installed", the code idiom, or "" (unknown)

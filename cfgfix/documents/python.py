@@ -21,6 +21,8 @@ class NewerSyntaxError(SyntaxError):
 
 @dataclass
 class PythonDocument:
+    """A Python file's text and syntax tree."""
+
     source: SourceText
     tree: ast.Module
 

@@ -55,6 +55,8 @@ def _line_starts(text: str) -> list[int]:
 
 @dataclass
 class SourceText:
+    """A file's decoded text, with its line starts for positions."""
+
     path: str
     text: str
     bom: bool = False

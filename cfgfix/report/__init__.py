@@ -20,6 +20,8 @@ _MODULES = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "
 
 @dataclass
 class ReportContext:
+    """What a report needs besides the findings: sources, rules, display options."""
+
     sources: dict[str, SourceText]  # display path -> text; a missing path means no code frame
     rules: list[type[Rule]]  # every rule, for SARIF (it describes them all); may be empty for the others
     color: bool = False

@@ -13,6 +13,8 @@ from cfgfix.documents.text import SourceText
 
 @dataclass
 class PythonContext:
+    """What a rule reads of one Python file: the document and the shared analyses."""
+
     document: PythonDocument
     versions: Versions
     notes: dict = field(default_factory=dict)
