@@ -38,7 +38,8 @@ class CallText:
 
     def lines_calling_on(self, method: str, receiver: str) -> list[int]:
         """The lines of `lines_calling(method)` where the call may be `receiver.method(`:
-        the name before the `.` is `receiver`'s last name, or cannot be read on the line."""
+        the name before the `.` is `receiver`'s last name, or cannot be read on the line
+        (for `receiver` "", where it may be a plain call `method(`)."""
         key = method + " on " + receiver
         lines = self._lines.get(key)
         if lines is None:
@@ -111,10 +112,19 @@ def _identifier_char(char: str) -> bool:
 def _may_be_on(text: str, pos: int, receiver: str) -> bool:
     """Whether the attribute at `pos` may be read from a name chain ending in `receiver`:
     `x.receiver.name`, or a `.` or the name before it on another line (not read). A call
-    `name(` without a `.`, or one on `f().` / `x[0].` (no name chain), is not."""
+    `name(` without a `.`, or one on `f().` / `x[0].` (no name chain), is not. With an
+    empty `receiver`, whether `name(` may be a plain call: no `.` before it on its line,
+    and not the name of a `def` or `class`."""
     pos -= 1
     while pos >= 0 and text[pos] in " \t\f":
         pos -= 1
+    if not receiver:  # a plain call `name(`: no `.` before it on the line, nor `def` / `class`
+        if pos >= 0 and text[pos] == ".":
+            return False
+        end = pos + 1
+        while pos >= 0 and _identifier_char(text[pos]):
+            pos -= 1
+        return text[pos + 1:end] not in ("def", "class")
     if pos < 0 or text[pos] != ".":
         return pos >= 0 and text[pos] in "\r\n\\"  # a line break: read no further
     pos -= 1

@@ -392,9 +392,11 @@ class LoopAnalysis:
 
     def callers(self, func: ast.AST) -> list[CallSite]:
         name = func.name  # type: ignore[attr-defined]
-        return [
+        # `self.f(...)` asked of the index as such: `super().__init__(...)` is no caller,
+        # and asking for every `.__init__(` walked trl's 940-line `__init__` (issue 15).
+        return self.index.calls_to_method_on(("self", "cls"), name) + [
             site
-            for site in self.index.calls_to_method(name) + self.index.calls_named(name)
+            for site in self.index.calls_named(name)
             if (site.method is None and isinstance(site.node.func, ast.Name))
             or site.receiver in ("self", "cls")
         ]
@@ -586,23 +588,35 @@ class ScopeFlow:
     """Name bindings and expression parents of one scope (a function body, or the module's
     top-level statements), computed only for scopes that hold a candidate.
 
-    The bindings come from statements alone; the expression side (`parent`, `loads`,
-    `nested_names`) is walked only when first read. CFX302's first look needs only the
+    The bindings come from statements alone, the expression side (`parent`, `loads`,
+    `nested_names`) from one walk; each is built only when first read. CFX302's first look needs only the
     bindings, and on trl's GRPO trainer the eager expression walk of its three candidate
     scopes was 8 of CFX302's 10 ms, for candidates that mostly stop there (issue 15)."""
 
     def __init__(self, body: list[ast.stmt]) -> None:
-        self.statements = list(scope_statements(body))
-        self.bindings: dict[str, list[tuple[int, int, ast.stmt, ast.AST | None]]] = {}
-        self.declared: set[str] = set()  # global / nonlocal
+        self._body = body
+
+    @cached_property
+    def statements(self) -> list[ast.stmt]:
+        return list(scope_statements(self._body))
+
+    @cached_property
+    def bindings(self) -> dict[str, list[tuple[int, int, ast.stmt, ast.AST | None]]]:
+        """name -> (line, column, statement, value) of each binding, in order. Built on the
+        first question: CFX302's first look asks none for a call's value (`x += f(...)`),
+        and trl's GRPO trainer's 940-line `__init__` held two such candidates only."""
+        self._bindings: dict[str, list[tuple[int, int, ast.stmt, ast.AST | None]]] = {}
         for stmt in self.statements:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            if isinstance(stmt, (ast.Global, ast.Nonlocal)):
-                self.declared.update(stmt.names)
-            self._bind(stmt)
-        for entries in self.bindings.values():
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._bind(stmt)
+        for entries in self._bindings.values():
             entries.sort(key=lambda e: (e[0], e[1]))
+        return self._bindings
+
+    @cached_property
+    def declared(self) -> set[str]:
+        """Names declared global / nonlocal."""
+        return {name for stmt in self.statements if isinstance(stmt, (ast.Global, ast.Nonlocal)) for name in stmt.names}
 
     @property
     def parent(self) -> dict[int, ast.AST]:
@@ -652,11 +666,11 @@ class ScopeFlow:
     def _bind(self, stmt: ast.stmt) -> None:
         def add(target: ast.AST, value: ast.AST | None) -> None:
             if isinstance(target, ast.Name):
-                self.bindings.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, stmt, value))
+                self._bindings.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, stmt, value))
             elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
                 for sub in ast.walk(target):
                     if isinstance(sub, ast.Name):
-                        self.bindings.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, stmt, None))
+                        self._bindings.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, stmt, None))
 
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:

@@ -160,12 +160,15 @@ class ModuleIndex:
         if self._bodies_left:
             # `torch.cuda.empty_cache()` ends in its last name; `ec()` after
             # `from torch.cuda import empty_cache as ec` is spelled by its alias.
+            # A name without a dot is only ever a plain call (`evaluate(...)`, never
+            # `super().evaluate(...)`: an attribute's qualified name has a dot).
             aliases = self.imports.aliases
             for name in names:
-                self._walk_calling(name.rsplit(".", 1)[-1])
+                plain = "." not in name
+                self._walk_calling(name.rsplit(".", 1)[-1], plain)
                 for local, target in aliases.items():
                     if target == name:
-                        self._walk_calling(local)
+                        self._walk_calling(local, plain)
         return [site for name in names for part in self._parts() for site in part.by_name.get(name, ())]
 
     def calls_to_method(self, *methods: str) -> list[CallSite]:
@@ -174,19 +177,22 @@ class ModuleIndex:
                 self._walk_calling(method)
         return [site for method in methods for part in self._parts() for site in part.by_method.get(method, ())]
 
-    def calls_to_method_on(self, receiver: str, *methods: str) -> list[CallSite]:
-        """`calls_to_method(*methods)` whose receiver is `receiver` (`model.eval()`), walking
-        only the bodies where the name before the `.` may be the receiver's: asking whether
-        one name is a module walked trl's 500-line `__init__` for its `named_parameters()`
-        on another receiver (issue 15)."""
+    def calls_to_method_on(self, receivers: str | tuple[str, ...], *methods: str) -> list[CallSite]:
+        """`calls_to_method(*methods)` whose receiver is `receivers` (or one of them:
+        `model.eval()`), walking only the bodies where the name before the `.` may be the
+        receiver's: asking whether one name is a module walked trl's 500-line `__init__`
+        for its `named_parameters()` on another receiver (issue 15)."""
+        if isinstance(receivers, str):
+            receivers = (receivers,)
         if self._bodies_left:
             for method in methods:
-                for line in self._text.lines_calling_on(method, receiver):  # type: ignore[union-attr]
-                    body = self._body_at(line)
-                    if body is not None and body.part is None:
-                        self._walk_body(body)
+                for receiver in receivers:
+                    for line in self._text.lines_calling_on(method, receiver):  # type: ignore[union-attr]
+                        body = self._body_at(line)
+                        if body is not None and body.part is None:
+                            self._walk_body(body)
         return [site for method in methods for part in self._parts()
-                for site in part.by_method.get(method, ()) if site.receiver == receiver]
+                for site in part.by_method.get(method, ()) if site.receiver in receivers]
 
     def context_of_stmt(self, stmt: ast.stmt) -> Context:
         context = self.context_of(stmt)
@@ -201,8 +207,10 @@ class ModuleIndex:
             return context
         body = self._body_at(node.lineno)
         if body is not None and body.part is None:
-            self._walk_body(body)
-            context = self._known.get(id(node))
+            context = _context_by_statements(body, node)  # what the walk would give, unwalked
+            if context is None:
+                self._walk_body(body)
+                context = self._known.get(id(node))
         if context is None:  # not where its line says: a node of another tree, or a surprise
             self._walk_all()
             context = self._known.get(id(node))
@@ -236,16 +244,19 @@ class ModuleIndex:
         if len(self._pieces) == 1:
             return self._pieces[0].calls  # type: ignore[union-attr]
         body = self._body_at(stmt.lineno)
-        if body is not None and body.function is not stmt and id(stmt) in body.part.contexts:  # type: ignore[union-attr]
-            return body.part.calls  # type: ignore[union-attr]
+        if body is not None and body.function is not stmt:
+            self._walk_body(body)
+            if id(stmt) in body.part.contexts:  # type: ignore[union-attr]
+                return body.part.calls  # type: ignore[union-attr]
         if self._outside is None:
             self._outside = [site for piece in self._pieces if isinstance(piece, _Part) for site in piece.calls]
         return self._outside
 
     # -- walking bodies on demand ----------------------------------------------------------
-    def _walk_calling(self, name: str) -> None:
-        """Walk every body whose text may call `name`."""
-        lines = self._text.lines_calling(name)  # type: ignore[union-attr]
+    def _walk_calling(self, name: str, plain: bool = False) -> None:
+        """Walk every body whose text may call `name` (with `plain`, as `name(`, not `x.name(`)."""
+        text = self._text
+        lines = text.lines_calling_on(name, "") if plain else text.lines_calling(name)  # type: ignore[union-attr]
         for line in lines:
             body = self._body_at(line)
             if body is not None and body.part is None:
@@ -393,6 +404,50 @@ _NO_CALL_FIELDS = frozenset({
 _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 _FIELDS = _Fields()
 _SKIP = _Skip()
+
+
+def _context_by_statements(body: _Body, node: ast.stmt) -> Context | None:
+    """The context the walk gives `node` inside an unwalked body, found by going down the
+    statements whose lines hold it (no expression visited): CFX302 asks where two
+    accumulations of trl's GRPO trainer sit, inside its 940-line `__init__` (issue 15).
+    None where the lines do not lead to `node`."""
+    line = node.lineno
+    block: list = body.function.body  # type: ignore[attr-defined]
+    loops: tuple = ()
+    withs: tuple = ()
+    function: ast.AST | None = body.function
+    classdef = body.classdef
+    while True:
+        holder = None
+        for stmt in block:
+            if stmt is node:
+                return Context(node, tuple(block), loops, withs, function, classdef)
+            if stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
+                holder = stmt
+        if holder is None:
+            return None
+        if isinstance(holder, Function):
+            block, loops, withs, function = holder.body, (), (), holder
+            continue
+        if isinstance(holder, ast.ClassDef):
+            block, loops, withs, function, classdef = holder.body, (), (), None, holder
+            continue
+        inner_loops = loops + (holder,) if isinstance(holder, Loop) else loops
+        inner_withs = withs + (holder,) if isinstance(holder, (ast.With, ast.AsyncWith)) else withs
+        blocks = []
+        for name in ("body", "orelse", "finalbody"):
+            if isinstance(holder, Loop) and name == "orelse":
+                blocks.append((getattr(holder, name), loops, withs))
+            else:
+                blocks.append((getattr(holder, name, None) or [], inner_loops, inner_withs))
+        for child in getattr(holder, "handlers", None) or getattr(holder, "cases", None) or ():
+            blocks.append((child.body, inner_loops, inner_withs))
+        for candidate, candidate_loops, candidate_withs in blocks:
+            if candidate and candidate[0].lineno <= line <= (candidate[-1].end_lineno or candidate[-1].lineno):
+                block, loops, withs = candidate, candidate_loops, candidate_withs
+                break
+        else:
+            return None
 
 
 def _defaults(args: ast.arguments) -> list[ast.expr]:
