@@ -66,6 +66,11 @@ def _valid_meta(meta) -> bool:
             and len(meta["stat"]) == 4 and all(type(n) is int for n in meta["stat"]))
 
 
+def _valid_entry(entry) -> bool:
+    return (isinstance(entry, list) and len(entry) in (2, 3) and isinstance(entry[0], str)
+            and isinstance(entry[1], dict) and (len(entry) == 2 or _valid_meta(entry[2])))
+
+
 class Cache:
     def __init__(self, root: Path, fingerprint: str) -> None:
         self.root = Path(root)
@@ -104,16 +109,23 @@ class Cache:
             entries = json.loads(body)
         except (ValueError, RecursionError):
             return {}
-        if not isinstance(entries, dict):
-            return {}
-        return {k: v for k, v in entries.items()
-                if isinstance(v, list) and len(v) in (2, 3) and isinstance(v[0], str) and isinstance(v[1], dict)
-                and (len(v) == 2 or _valid_meta(v[2]))}
+        # Entries are checked when read (`_entry`) and before a write (`save`), not here: a
+        # pre-commit run reads 5 entries of a whole tree's thousands (~20 ms, issue 15).
+        return entries if isinstance(entries, dict) else {}
+
+    def _entry(self, relpath: str) -> list | None:
+        """The entry for `relpath` when it has the shape this code writes; one that does not
+        (edited by hand, written by other code) is dropped."""
+        entry = self.entries.get(relpath)
+        if entry is not None and not _valid_entry(entry):
+            del self.entries[relpath]
+            return None
+        return entry
 
     def get_unchanged(self, relpath: str, key: list[int] | None, extra: str) -> dict | None:
         """The cached result when the file's stat signature `key` (taken now, before any
         read) is the recorded one and `extra` is unchanged: no read, no hash."""
-        entry = self.entries.get(relpath)
+        entry = self._entry(relpath)
         if key is None or entry is None or len(entry) < 3 or entry[2]["stat"] != key:
             return None
         if entry[0][_HASH_CHARS:] != extra:
@@ -123,14 +135,14 @@ class Cache:
     def may_hold_directive(self, relpath: str) -> bool:
         """Whether the file held `cfgfix:` (a suppression comment) when its entry was written;
         True when unknown. A result with no findings and no directive needs no read."""
-        entry = self.entries.get(relpath)
+        entry = self._entry(relpath)
         return entry is None or len(entry) < 3 or entry[2]["directive"]
 
     def get(self, relpath: str, data: bytes, extra: str, key: list[int] | None = None) -> dict | None:
         """The cached result when the bytes and `extra` (what else the result depends on,
         such as the file's project versions) are unchanged. With the stat signature `key`
         taken before `data` was read, a hit records it for the next run."""
-        entry = self.entries.get(relpath)
+        entry = self._entry(relpath)
         if entry is not None and entry[0] == content_hash(data) + extra:
             meta = _meta(data, key)
             if meta is not None and (len(entry) < 3 or entry[2] != meta):
@@ -159,7 +171,8 @@ class Cache:
             if not os.path.lexists(ignore):
                 ignore.write_text("# Created by cfgfix\n*\n", encoding="utf-8")
             self._remove_stale()
-            body = json.dumps(self.entries, separators=(",", ":")).encode("utf-8")
+            valid = {k: v for k, v in self.entries.items() if _valid_entry(v)}
+            body = json.dumps(valid, separators=(",", ":")).encode("utf-8")
             import tempfile  # only when writing (~10 ms to import: a warm run never pays it)
 
             handle, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
