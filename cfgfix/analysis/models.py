@@ -1058,17 +1058,19 @@ class _Survey:
                         stack.extend((c, inner) for c in child.body)
         self._tree = tree
 
-    def may_hold_model(self, method: ast.AST, module_seeds: dict, seeds: dict) -> bool:
+    def may_hold_model(self, method: ast.AST, module_seeds: dict, seeds: dict, local_names: set[str]) -> bool:
         """Whether walking a method can record anything: it holds a load (or a loader's
-        call), names a module-level model, or mentions an attribute that holds one. The
-        same gate as for functions outside classes; most methods of a large trainer class
-        pass none of it (two fifths of its model analysis, issue 15). An attribute is
-        tested by its name as a word in the method's lines, so `getattr(self, "model")`
-        and `self.model` alike keep the method."""
+        call), names a module-level model, mentions an attribute that holds one, or names
+        one of the module's own functions or classes (a call there is a call site whose
+        arguments decide what that callee is analysed with, model or not). The same gate
+        as for functions outside classes; most methods of a large trainer class pass none
+        of it (two fifths of its model analysis, issue 15). Names are tested as words in
+        the method's lines, so `getattr(self, "model")` and `self.model` alike keep it."""
         if method in self.load_scopes or self.uses(method, {key.split(".")[0] for key in module_seeds}):
             return True
-        attributes = {key.split(".", 1)[1].split(".")[0] for key in seeds if key not in module_seeds and "." in key}
-        return bool(attributes) and self._mentions(method, attributes)
+        words = {key.split(".", 1)[1].split(".")[0] for key in seeds if key not in module_seeds and "." in key}
+        words |= local_names
+        return bool(words) and self._mentions(method, words)
 
     def _mentions(self, scope: ast.AST, words: set[str]) -> bool:
         if self._text is None:
@@ -1155,6 +1157,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
               if all(value is not None for _, value in places) and _may_hold_load(places) else None)
         for key, places in assigned.items()
     }
+    table = resolver.functions
+    local_names = set(table.defs) | set(table.classes) if table is not None else set()
     for method in methods:
         if method is init:
             for node in nested[id(method)]:  # nested functions inside __init__
@@ -1169,8 +1173,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
                 # family): if every assignment is a load no rule can tell apart, this method
                 # sees that load, with an unknown dtype (another method may have cast it).
                 seeds[key] = state
-        if survey is not None and not survey.may_hold_model(method, module_seeds, seeds):
-            continue  # no load, no tracked attribute, no module-level model: nothing to record
+        if survey is not None and not survey.may_hold_model(method, module_seeds, seeds, local_names):
+            continue  # nothing it could record: no load, tracked value or call site of this module
         _analyze_function(method, analysis, resolver, seeds, cls)
         for node in nested[id(method)]:  # nested functions inside methods
             _analyze_function(node, analysis, resolver, seeds, cls)
