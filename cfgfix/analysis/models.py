@@ -529,25 +529,12 @@ class FunctionTable:
             )
         return self._default_dtype
 
-    def class_library(self, node: ast.expr, depth: int = 0) -> str | None:
+    def class_library(self, node: ast.expr) -> str | None:
         """"transformers" or "diffusers" for a model class the project defines on top of a
         library's base (`class ChatGLMForConditionalGeneration(ChatGLMPreTrainedModel)`,
         `ChatGLMPreTrainedModel(PreTrainedModel)`): its `from_pretrained` is the library's."""
-        if depth > 4:
-            return None
-        found = self.lookup(node, None) if isinstance(node, (ast.Name, ast.Attribute)) else None
-        if found is None or not isinstance(found[1], ast.ClassDef):
-            return None
-        table, cls, _ = found
-        for base in cls.bases:
-            qualified = table.imports.qualify(base) or ""
-            root = qualified.split(".")[0]
-            if "." in qualified and root in _LIBRARIES:
-                return _LIBRARIES[root]
-            inner = table.class_library(base, depth + 1)
-            if inner is not None:
-                return inner
-        return None
+        base = self.library_base(node, lambda name: "." in name and name.split(".")[0] in _LIBRARIES)
+        return _LIBRARIES[base.split(".")[0]] if base is not None else None
 
     def library_base(self, node: ast.expr, wanted, depth: int = 0) -> str | None:
         """The qualified name of a library class (`transformers.Trainer`) that a class the
