@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from cfgfix import __version__
@@ -100,20 +99,20 @@ def _fewer_collections() -> None:
 FEW_FILES = 64
 
 
-@contextmanager
-def _no_collections_for_a_few_files(files):
-    """A run over a few files allocates a few syntax trees and their analyses, then reports:
-    collecting cycles among them frees little, and the passes still cost ~10 ms of a 5-file
-    pre-commit run (issue 15). Larger runs keep the tuned collector, so memory stays bounded
-    over thousands of files; the collector is back on afterwards (a test session runs many
-    checks in one process)."""
+def _run_without_collections_if_few(engine, files):
+    """`engine.run(files)`; over a few files without the cyclic collector. Such a run
+    allocates a few syntax trees and their analyses, then reports: collecting cycles among
+    them frees little, and the passes still cost ~10 ms of a 5-file pre-commit run (issue
+    15). Larger runs keep the tuned collector, so memory stays bounded over thousands of
+    files; the collector is back on afterwards (a test session runs many checks in one
+    process)."""
     import gc
 
     pause = len(files) <= FEW_FILES and gc.isenabled()
     if pause:
         gc.disable()
     try:
-        yield
+        return engine.run(files)
     finally:
         if pause:
             gc.enable()
@@ -188,8 +187,7 @@ def check(paths, select, ignore, extend_select, output_format, config_file, no_c
     no_files(files, output_format, quiet)
     if simulate:
         engine.settings = replace(engine.settings, simulate=True)
-    with _no_collections_for_a_few_files(files):
-        result = engine.run(files)
+    result = _run_without_collections_if_few(engine, files)
     hidden = sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
     render_findings(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden)
     for error in result.errors:
