@@ -92,7 +92,7 @@ def _run_check(options: dict, fast_exit: bool = False) -> None:
     try:
         from cfgfix.checking import check
 
-        check(**options)
+        check(**options, exiting=fast_exit)
     except SystemExit as done:
         if fast_exit:
             _exit_without_teardown(done.code)

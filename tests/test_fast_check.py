@@ -118,3 +118,23 @@ def test_the_entry_point_exits_quietly_into_a_closed_pipe():
     reader.wait()
     assert "Traceback" not in writer.stderr
     assert writer.returncode in (0, 1)
+
+
+@pytest.mark.parametrize("exiting", [False, True])
+def test_the_collector_is_back_on_unless_the_process_is_ending(exiting, monkeypatch):
+    """A few files are checked with the cyclic collector paused; a caller that goes on in
+    the same process gets it back, the CLI's own process (which ends at once) does not pay
+    for a pass over everything the run made."""
+    import gc
+
+    from cfgfix.checking import check
+
+    monkeypatch.chdir(FIXTURE)
+    assert gc.isenabled()
+    try:
+        with pytest.raises(SystemExit):
+            check(paths=(Path("train.py"),), select=None, ignore=None, extend_select=None, output_format="json",
+                  config_file=None, no_cache=True, quiet=True, statistics=False, exiting=exiting)
+        assert gc.isenabled() is not exiting
+    finally:
+        gc.enable()
