@@ -10,6 +10,15 @@ CPU is user+sys of the one child (os.wait4), wall is perf_counter around it.
     python bench/keystroke.py --tree --tree-rounds 3  # and the whole-tree rows
     python bench/keystroke.py --baseline DIR        # and the same cfgfix rows for another
                                                     # checkout (DIR holds its cfgfix/ package)
+    python bench/keystroke.py --hook-env            # and the rows of the environment the
+                                                    # pre-commit hook runs in (see below)
+
+The bench venv holds cfgfix as an editable install next to ruff, TorchFix and Fixit: its
+interpreter starts slower than the one pre-commit gives the hook (an editable finder and
+more `.pth` files run at every start). `--hook-env` lets pre-commit itself install this
+checkout's HEAD commit as a hook (`repo:` this repository, `rev:` HEAD, its own
+PRE_COMMIT_HOME under the bench dir) and adds the same rows for the `cfgfix` and `python`
+of the environment it built: what a developer's commit runs.
 
 It uses the bench venv and corpus that `bench/run.py` builds (`bash bench/setup.sh`).
 Results go to bench/keystroke.json and into bench/results.md (its "Keystroke" section).
@@ -65,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, help="a folder holding another checkout's cfgfix/ package")
     ap.add_argument("--label", default="this checkout", help="what the cfgfix rows measure")
     ap.add_argument("--baseline-label", default="baseline")
+    ap.add_argument("--hook-env", action="store_true",
+                    help="also the rows of the environment pre-commit builds for this checkout's HEAD")
     ap.add_argument("--out", type=Path, default=HERE / "keystroke.json")
     ap.add_argument("--no-results-md", action="store_true", help="do not rewrite bench/results.md's section")
     args = ap.parse_args(argv)
@@ -79,31 +90,39 @@ def main(argv: list[str] | None = None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), NO_COLOR="1")
-    variants = [(args.label, env)]
+    # (label, cfgfix, python, env) for each cfgfix measured
+    variants = [(args.label, cfgfix, py, env)]
     if args.baseline:
-        variants.append((args.baseline_label, {**env, "PYTHONPATH": str(args.baseline.resolve())}))
+        variants.append((args.baseline_label, cfgfix, py, {**env, "PYTHONPATH": str(args.baseline.resolve())}))
+    if args.hook_env:
+        hook_bin = pre_commit_env(bench, venv)
+        hook_env = {**env, "PATH": f"{hook_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+                    "VIRTUAL_ENV": str(hook_bin.parent)}
+        variants.append((f"pre-commit env, {_head()[:7]}", hook_bin / "cfgfix", hook_bin / "python", hook_env))
     files = [f for f in TRAINING_FILES if (corpus / f).is_file()]
     lines = sum(len((corpus / f).read_bytes().splitlines()) for f in files)
     ruff_cache = scratch / "keystroke_ruff_cache"
 
     small: list[tuple[str, list[str], dict]] = [("python -c pass", [str(py), "-c", "pass"], env)]
-    for label, venv_env in variants:
-        small.append((f"cfgfix --version [{label}]", [str(cfgfix), "--version"], venv_env))
+    for label, exe, python, venv_env in variants:
+        if python != py:
+            small.append((f"python -c pass [{label}]", [str(python), "-c", "pass"], venv_env))
+        small.append((f"cfgfix --version [{label}]", [str(exe), "--version"], venv_env))
     small.append(("ruff --version", [str(ruff), "--version"], env))
-    for label, venv_env in variants:
+    for label, exe, _, venv_env in variants:
         small.append((f"cfgfix check --no-cache, 5 files (cold) [{label}]",
-                      [str(cfgfix), "check", "--no-cache", *files], venv_env))
-        small.append((f"cfgfix check, 5 files (cached) [{label}]", [str(cfgfix), "check", *files], venv_env))
+                      [str(exe), "check", "--no-cache", *files], venv_env))
+        small.append((f"cfgfix check, 5 files (cached) [{label}]", [str(exe), "check", *files], venv_env))
     small.append(("ruff check --select ALL --no-cache, 5 files (cold)", [str(ruff), *RUFF_ALL, "--no-cache", *files], env))
     small.append(("ruff check --select ALL, 5 files (cached)",
                   [str(ruff), *RUFF_ALL, "--cache-dir", str(ruff_cache), *files], env))
 
     tree: list[tuple[str, list[str], dict]] = []
     if args.tree:
-        for label, venv_env in variants:
+        for label, exe, _, venv_env in variants:
             tree.append((f"cfgfix check --no-cache, whole tree (cold) [{label}]",
-                         [str(cfgfix), "check", ".", "--no-cache", "--output-format", "json", "--quiet"], venv_env))
-            tree.append((f"cfgfix check, whole tree (warm) [{label}]", [str(cfgfix), "check", "."], venv_env))
+                         [str(exe), "check", ".", "--no-cache", "--output-format", "json", "--quiet"], venv_env))
+            tree.append((f"cfgfix check, whole tree (warm) [{label}]", [str(exe), "check", "."], venv_env))
         tree.append(("ruff check --select ALL --no-cache, whole tree (cold)",
                      [str(ruff), *RUFF_ALL, "--no-cache", "--output-format", "json", "."], env))
         tree.append(("ruff check --select ALL, whole tree (warm)",
@@ -143,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         return by[a][key] / by[b][key] if a in by and b in by and by[b][key] else None
 
     checks = []
-    for label, _ in variants:
+    for label, _, python, _ in variants:
+        start = by.get(f"python -c pass [{label}]") if python != py else by["python -c pass"]
         for kind in ("cold", "cached"):
             row = by.get(f"cfgfix check{' --no-cache' if kind == 'cold' else ''}, 5 files ({kind}) [{label}]")
             if row:
@@ -151,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                                row["cpu_min"] < 0.150))
         version = by.get(f"cfgfix --version [{label}]")
         if version:
-            diff = version["cpu_min"] - by["python -c pass"]["cpu_min"]
+            diff = version["cpu_min"] - start["cpu_min"]
             checks.append((f"cfgfix --version minus python -c pass, CPU min [{label}]", f"{diff * 1000:+.1f} ms",
                            "≤ 5 ms", diff <= 0.005))
-            wdiff = version["wall_min"] - by["python -c pass"]["wall_min"]
+            wdiff = version["wall_min"] - start["wall_min"]
             checks.append((f"cfgfix --version minus python -c pass, wall min [{label}]", f"{wdiff * 1000:+.1f} ms",
                            "≤ 5 ms", wdiff <= 0.005))
         warm = ratio(f"cfgfix check, whole tree (warm) [{label}]", "ruff check --select ALL, whole tree (warm)")
@@ -175,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     commit = subprocess.run(["git", "-C", str(HERE.parent), "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
+    if args.hook_env and commit.endswith("-dirty"):
+        print("note: the pre-commit env rows measure HEAD, without the uncommitted changes", file=sys.stderr)
     meta = {
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cores": os.cpu_count(), "python": platform.python_version(),
         "checkout": commit, "baseline": str(args.baseline) if args.baseline else None, "files": files, "lines": lines,
@@ -189,6 +211,41 @@ def main(argv: list[str] | None = None) -> int:
         head = text.split(SECTION)[0].rstrip("\n")
         path.write_text((head + "\n\n" if head else "") + md, encoding="utf-8")
     return 0
+
+
+def _head() -> str:
+    return subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def pre_commit_env(bench: Path, venv: Path) -> Path:
+    """The bin folder of the environment pre-commit builds for this checkout's HEAD as a
+    hook repository: pre-commit clones the commit and `pip install`s it (not editable), as
+    for a user's `.pre-commit-config.yaml`. Built once per commit (pre-commit reuses it)."""
+    import sqlite3
+
+    pre_commit = venv / "bin" / "pre-commit"
+    if not pre_commit.exists():
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "-q", "pre-commit"],
+                       check=True)
+    home, project = bench / "pre-commit-home", bench / "scratch" / "hook-project"
+    project.mkdir(parents=True, exist_ok=True)
+    repo, rev = str(HERE.parent), _head()
+    (project / ".pre-commit-config.yaml").write_text(
+        f"repos:\n- repo: {repo}\n  rev: {rev}\n  hooks:\n  - id: cfgfix\n", encoding="utf-8")
+    if not (project / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PRE_COMMIT_HOME"] = str(home)
+    proc = subprocess.run([str(pre_commit), "install-hooks"], cwd=project, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"pre-commit install-hooks failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    with sqlite3.connect(home / "db.db") as db:
+        row = db.execute("SELECT path FROM repos WHERE repo = ? AND ref = ?", (repo, rev)).fetchone()
+    found = sorted(Path(row[0]).glob("py_env-*/bin/cfgfix")) if row else []
+    if not found:
+        raise SystemExit(f"pre-commit built no cfgfix for {repo}@{rev} under {home}")
+    return found[-1].parent
 
 
 def render(meta, rows, checks, args) -> str:
