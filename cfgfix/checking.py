@@ -184,7 +184,7 @@ def check(paths, select, ignore, extend_select, output_format, config_file, no_c
           exiting=False):
     """`cfgfix check`. `exiting`: the process ends once the report is written (the CLI's
     fast exit), so it need not tidy its memory first."""
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     from cfgfix.core import Applicability
 

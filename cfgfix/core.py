@@ -6,7 +6,7 @@ the fixer, the reporters and the cache can pass them around (and serialise them)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from enum import Enum
 
 

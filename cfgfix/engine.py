@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions

@@ -14,7 +14,7 @@ import json
 import os
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Applicability, Edit, Finding
@@ -215,7 +215,7 @@ def keep_launchable(engine, outcomes) -> dict[str, str]:
 def _native(edits, data: bytes) -> list[Edit]:
     """The edits with their inserted lines in the file's own line ending (a CR-only file is
     linted as LF, see `lone_cr_as_lf`, and must be written back with CRs)."""
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     return [replace(e, content=file_newline_edit(e.content, data)) for e in edits]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 

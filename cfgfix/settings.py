@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 

@@ -6,7 +6,7 @@ a quoted string on that line (good enough for a marker this specific)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.core import Edit, Finding, LazyRegex, Span
 from cfgfix.documents.text import SourceText

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING

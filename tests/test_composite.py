@@ -6,7 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
+from cfgfix.records import replace
 
 import pytest
 from conftest import REPO, lint_project, write_project

@@ -7,7 +7,7 @@ and `estimate --device cpu`."""
 
 import importlib.util
 import json
-from dataclasses import replace
+from cfgfix.records import replace
 
 import pytest
 from click.testing import CliRunner

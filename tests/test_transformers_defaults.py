@@ -3,7 +3,7 @@ T5's tied head per version (both read from released wheels, memory/transformers_
 and the CUDA context and cuBLAS workspaces (measured on an H200, torch's CublasHandlePool)."""
 
 import re
-from dataclasses import replace
+from cfgfix.records import replace
 from pathlib import Path
 
 import pytest

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import gpu_branch, iter_statements, walk_scope
 

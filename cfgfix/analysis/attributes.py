@@ -13,7 +13,7 @@ placeholders) in the whole class, a name bound once in its scope or at module le
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
 

@@ -14,7 +14,7 @@ than divide by a guess. A size of 1 divides nothing, whatever its name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.core import Related
 

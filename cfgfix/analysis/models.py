@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 
 from cfgfix.analysis.keyword_dicts import spread_keywords
 from cfgfix.analysis.names import (

@@ -41,7 +41,7 @@ handed to code we cannot see make the dtype unknown, and rules stay silent.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
+from cfgfix.records import replace
 from typing import NamedTuple
 
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.analysis.arms import ArmPaths
 from cfgfix.analysis.checkpointing import (

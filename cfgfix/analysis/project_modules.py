@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 # A module file over this size is a vendored library or generated code, not a loader.

@@ -6,7 +6,7 @@ Names are resolved through the script's imports (`import deepspeed as ds`)."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.analysis.names import ImportMap
 

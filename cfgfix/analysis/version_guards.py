@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import ImportMap, dotted, walk
 

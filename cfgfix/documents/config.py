@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.documents.text import SourceText
 

@@ -9,7 +9,7 @@ from the file: a literal, or a variable whose last assignment before the launch 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 
 
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.core import Edit
 from cfgfix.documents.text import DecodeError, SourceText
@@ -238,7 +238,7 @@ class NotebookSource(SourceText):
         """`finding` with its spans in the .ipynb file's own positions (related spans in this
         notebook that cannot be mapped are dropped) and its fix as one edit of the file's
         JSON; None when its own span cannot be mapped."""
-        from dataclasses import replace
+        from cfgfix.records import replace
 
         span = self.file_span(finding.span)
         if span is None:

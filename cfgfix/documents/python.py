@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import warnings
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.documents.text import SourceText
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.core import Span
 from cfgfix.documents.text import SourceText

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from cfgfix.core import LazyRegex, Span
 

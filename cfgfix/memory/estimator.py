@@ -13,7 +13,7 @@ Pure functions, no torch. Sources (facts.md section letters):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import ModelShape, params_only, with_head

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 from functools import lru_cache
 from importlib import resources
 

@@ -9,7 +9,7 @@ in tests/test_composite.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from cfgfix.records import dataclass, replace
 
 from cfgfix.memory.shapes import ModelShape
 

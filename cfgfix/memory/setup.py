@@ -7,7 +7,7 @@ command-line flags. `None` means "unknown": the estimator states the assumption 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from cfgfix.records import dataclass, field, replace
 from typing import Literal
 
 Dtype = Literal["fp32", "bf16", "fp16"]

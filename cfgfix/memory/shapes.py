@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 Linear = tuple[str, int, int]  # module name, in features, out features
@@ -112,7 +112,7 @@ def with_head(shape: ModelShape, head: str | None) -> ModelShape:
     num_labels x hidden score/classifier Linear, left out); BERT's "masked-lm"
     (BertForMaskedLM, modeling_bert.py): no pooler, a transform (dense h x h with bias,
     LayerNorm) and a vocabulary bias; the decoder weight is tied to the word embeddings."""
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     if head is None or shape.family in ("params", "unet", "t5"):
         return shape
@@ -514,7 +514,7 @@ def shape_from_catalog(model_id: str) -> ModelShape | None:
         return None
     shape = shape_from_config(row["config"], source=f"catalog: {row['id']} ({row['source']})")
     if "params" in row:  # multimodal: the catalog's total overrides the language model's count
-        from dataclasses import replace
+        from cfgfix.records import replace
 
         shape = replace(shape, params=int(row["params"]), family=shape.family,
                         notes=shape.notes + ("activation dimensions are the language model's",))
@@ -537,7 +537,7 @@ def _shape_from_name(model: str) -> ModelShape | None:
     """The catalog shape of the base model a name points to, or None when the name does not
     say both the family and the size unambiguously."""
     import re
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     name = model.strip().rstrip("/").split("/")[-1].lower()
     sizes = set(re.findall(r"(?<![\d.])(\d+(?:\.\d+)?b)(?![a-z])", name))

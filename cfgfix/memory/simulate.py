@@ -24,7 +24,7 @@ import logging
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 from packaging.version import Version
 

@@ -52,7 +52,7 @@ def simulate_text(setup, model: str | None, analytic_peak: int, shape=None) -> s
     if shape is not None:
         # like with like: the analytic model on the CPU's kernels (attention, dropout masks, no
         # CUDA context) and the optimizer implementation the simulator ran
-        from dataclasses import replace
+        from cfgfix.records import replace
 
         from cfgfix.memory.estimator import estimate
 

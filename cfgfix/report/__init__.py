@@ -7,7 +7,7 @@ the one it prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 from importlib import import_module
 
 from cfgfix.core import Edit, Finding
@@ -107,7 +107,7 @@ def stored_in(sources: dict, finding: Finding) -> Finding:
     mapped = source.file_finding(finding)
     if mapped is not None:
         return mapped
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     from cfgfix.core import Span
 

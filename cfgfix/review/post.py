@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.review.review import MARKER
 

@@ -10,7 +10,7 @@ commented lines of the commented file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Applicability, Finding, Span

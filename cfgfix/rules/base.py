@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Iterator
 
 from cfgfix.core import Finding, Fix, Related, Severity, Span

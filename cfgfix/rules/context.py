@@ -3,7 +3,7 @@ the project's library versions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from functools import cached_property
 
 from cfgfix.analysis.versions import Versions

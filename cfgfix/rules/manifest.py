@@ -15,7 +15,7 @@ Regenerate after adding or changing a rule's code, name, kinds, triggers or scop
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 from importlib import import_module
 from pathlib import Path
 

@@ -11,7 +11,7 @@ open."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from cfgfix.records import replace
 
 from cfgfix.core import Related
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.memory.parts import CONTAINERS, TORCH_LAYERS, Part, composite_shape, torch_layer_params
@@ -157,7 +157,7 @@ def size_custom_model(custom: CustomModel, args: list, kwargs: dict, parse, mode
         from cfgfix.memory.shapes import params_only
 
         base = composite_shape(out, source, checkpointed) if any(p.params for p in out) else params_only(overrides["params"])
-        from dataclasses import replace
+        from cfgfix.records import replace
 
         sized.shape = replace(base, params=int(overrides["params"]),
                               source=f"{custom.class_name}: {int(overrides['params']) / 1e9:.3g}B parameters stated in the cfgfix settings (model.params)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.fixing import apply_edits, create_atomically, sound, write_atomically

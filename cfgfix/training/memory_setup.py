@@ -4,7 +4,7 @@ assumptions made for what the files do not say, each stated in words for the rep
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.memory.setup import ATTENTIONS, HEADS, OPTIMIZER_IMPLS, OPTIMIZERS, MemorySetup
@@ -153,7 +153,7 @@ def _composite(sized, assumptions: list[str]):
         return None, f"{sized.class_name} in the script: none of its parts could be sized" + (
             f" ({sized.unresolved[0].problem})" if sized.unresolved else "")
     parts = ", ".join(f"{p.name} {_count(p.params)}" for p in sized.parts if p.params is not None)
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     return replace(sized.shape, source=f"{sized.shape.source} ({parts})"), None
 

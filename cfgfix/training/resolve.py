@@ -18,7 +18,7 @@ that parses them from the command line. Anything else is "unknown".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.analysis.deepspeed_config import offload_device, zero_entry

@@ -6,7 +6,7 @@ literal path) names. Every value keeps where it came from.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.training.references import Ref, ScriptRefs
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.analysis.models import _is_training_call
@@ -84,7 +84,7 @@ def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
     (`from utils.training_utils import parse_args`): `args` holds the flags that function's
     parser declares, with their defaults (a flag the script itself declares keeps its own;
     one the function declares twice has no sure default and is left out)."""
-    from dataclasses import replace
+    from cfgfix.records import replace
 
     from cfgfix.training.references import read_refs
 

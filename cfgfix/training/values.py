@@ -14,7 +14,7 @@ the setup says "unknown" rather than guess.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from cfgfix.records import dataclass
 
 from cfgfix.analysis.training_keys import LORA_BLOCKS, NAME_TO_SETTING, SETTING_NAMES
 from cfgfix.core import Span

@@ -9,7 +9,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from cfgfix.records import asdict, dataclass
 from pathlib import Path
 
 from . import guard

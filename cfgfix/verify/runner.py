@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 HARNESS = Path(__file__).with_name("harness") / "sitecustomize.py"

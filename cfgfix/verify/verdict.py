@@ -18,7 +18,7 @@ verdict is then "could not run" (exit 2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 
 LOSS_RTOL = 0.02
 LOSS_ATOL = 1e-6

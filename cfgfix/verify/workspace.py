@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tarfile
-from dataclasses import dataclass, field
+from cfgfix.records import dataclass, field
 from pathlib import Path
 
 SKIP_NAMES = frozenset({
