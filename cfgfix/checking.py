@@ -184,9 +184,8 @@ def check(paths, select, ignore, extend_select, output_format, config_file, no_c
           exiting=False):
     """`cfgfix check`. `exiting`: the process ends once the report is written (the CLI's
     fast exit), so it need not tidy its memory first."""
-    from cfgfix.records import replace
-
     from cfgfix.core import Applicability
+    from cfgfix.records import replace
 
     engine, files, _ = prepare(paths, select, ignore, extend_select, config_file, no_cache)
     no_files(files, output_format, quiet)

@@ -6,8 +6,9 @@ the fixer, the reporters and the cache can pass them around (and serialise them)
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field
 from enum import Enum
+
+from cfgfix.records import dataclass, field
 
 
 class LazyRegex:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from cfgfix.records import dataclass, field, replace
 from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
@@ -23,6 +22,7 @@ from cfgfix.core import Finding, Severity, Span, is_huge_number_error, well_type
 from cfgfix.documents.files import MAX_PYTHON_BYTES, FileTooLarge, read_file
 from cfgfix.documents.text import DecodeError, SourceText, lone_cr_as_lf
 from cfgfix.project import LaunchFacts, ProjectModel
+from cfgfix.records import dataclass, field, replace
 from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
 from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile

@@ -14,11 +14,11 @@ import json
 import os
 import stat
 import tempfile
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Applicability, Edit, Finding
 from cfgfix.documents.text import SourceText, file_newline_edit
+from cfgfix.records import dataclass, field
 
 MAX_ROUNDS = 10
 

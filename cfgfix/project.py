@@ -12,16 +12,15 @@ when every per-file result came from the cache.
 
 from __future__ import annotations
 
-import copy
 import os
 import re
-from cfgfix.records import dataclass, field, replace
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from cfgfix.core import LazyRegex, Related, Span
 from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
 from cfgfix.documents.text import lone_cr_as_lf
+from cfgfix.records import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -345,7 +344,7 @@ class ProjectModel:
     # -- reading configs (memoised per path; overrides hold a file's unsaved edits) -----------
     def with_override(self, path: Path, data: bytes) -> "ProjectModel":
         """The same project with one file's bytes replaced (the fixer's edited text)."""
-        other = copy.copy(self)
+        other = _shallow_copy(self)
         other._overrides = {**self._overrides, _real(path): data}
         other._docs = {}
         other._scripts = {}
@@ -385,7 +384,7 @@ class ProjectModel:
         for link in self.accelerate_links():  # an accelerate config no launch uses that names `path`
             if real in (link.path, link.deepspeed_path):
                 linked.update(p for p in (link.path, link.deepspeed_path) if p is not None)
-        other = copy.copy(self)
+        other = _shallow_copy(self)
         other.launches = [self.launches[i] for i in keep]
         other.configs = {p: kinds for p, kinds in self.configs.items() if p in linked}
         other._links = None
@@ -646,3 +645,10 @@ def _accelerate_world_size(written: str, launch_file: Path, root: Path) -> int |
         return accelerate_config_world_size(read_file(path).decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, absurd numbers or nesting
         return None
+
+
+def _shallow_copy(model: ProjectModel) -> ProjectModel:
+    """`copy.copy(model)`, without importing `copy` on every check (issue 15)."""
+    import copy
+
+    return copy.copy(model)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from cfgfix.records import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from cfgfix.core import LazyRegex
+from cfgfix.records import dataclass, field, replace
 
 CONFIG_NAMES = ("cfgfix.toml", ".cfgfix.toml")  # beat pyproject.toml in the same folder
 

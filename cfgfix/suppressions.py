@@ -6,10 +6,9 @@ a quoted string on that line (good enough for a marker this specific)."""
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field
-
 from cfgfix.core import Edit, Finding, LazyRegex, Span
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass, field
 
 _DIRECTIVE = LazyRegex(r"#\s*cfgfix:\s*(ignore-file|ignore)\b(?:\[([A-Za-z0-9,\s]*)\])?")
 ALL = None  # a directive without a code list covers every code

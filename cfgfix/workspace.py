@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-from cfgfix.records import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from cfgfix.records import dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time (issue 15)
 
 from .documents.files import is_regular_file, read_file
 from .settings import DEFAULT_EXCLUDE, Settings

@@ -6,13 +6,13 @@ import json
 import shutil
 import subprocess
 import sys
-from cfgfix.records import replace
 
 import pytest
 from conftest import REPO, lint_project, write_project
 from test_training_setup import _setups
 
 from cfgfix.memory.parts import torch_layer_params
+from cfgfix.records import replace
 from cfgfix.settings import SettingsError, load_settings
 from cfgfix.training.memory_setup import memory_input
 

@@ -3,9 +3,9 @@ shapes under FakeTensorMode) across a grid of families and setups. Decoder LMs m
 within 3% and inside the estimator's own band; T5 within 5% (measured: -1.2% to 0.0% on this
 grid; -3.5% to 0.0% at 512/128 and 1024/256 tokens, the worst with checkpointing)."""
 
-from cfgfix.records import replace
-
 import pytest
+
+from cfgfix.records import replace
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -7,16 +7,16 @@ and `estimate --device cpu`."""
 
 import importlib.util
 import json
-from cfgfix.records import replace
 
 import pytest
 from click.testing import CliRunner
+from conftest import REPO, lint_project, write_project
 
 from cfgfix.commands import cli
 from cfgfix.memory.estimator import attention_kernel, estimate
 from cfgfix.memory.setup import MemorySetup
-from cfgfix.memory.shapes import shape_from_config, shape_from_catalog
-from conftest import REPO, lint_project, write_project
+from cfgfix.memory.shapes import shape_from_catalog, shape_from_config
+from cfgfix.records import replace
 
 RESULTS = json.loads((REPO / "bench" / "gpu_results.json").read_text("utf-8"))
 ROWS = {row["spec"]["name"]: row for row in RESULTS["rows"]}

@@ -3,7 +3,6 @@ T5's tied head per version (both read from released wheels, memory/transformers_
 and the CUDA context and cuBLAS workspaces (measured on an H200, torch's CublasHandlePool)."""
 
 import re
-from cfgfix.records import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from cfgfix.memory.estimator import (
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import shape_from_catalog
 from cfgfix.memory.transformers_versions import ATTENTION_DEFAULTS, default_attention, exact_version, t5_head_tied
+from cfgfix.records import replace
 
 
 @pytest.mark.parametrize("family,version,kernel", [

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import gpu_branch, iter_statements, walk_scope
+from cfgfix.records import dataclass
 
 VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 CUDA_VARIABLE = "PYTORCH_CUDA_ALLOC_CONF"

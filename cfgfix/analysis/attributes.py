@@ -13,9 +13,9 @@ placeholders) in the whole class, a name bound once in its scope or at module le
 from __future__ import annotations
 
 import ast
-from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
+from cfgfix.records import dataclass
 
 NOTE = "cfgfix.analysis.attributes"
 

@@ -14,9 +14,9 @@ than divide by a guess. A size of 1 divides nothing, whatever its name.
 from __future__ import annotations
 
 import re
-from cfgfix.records import dataclass, field
 
 from cfgfix.core import Related
+from cfgfix.records import dataclass, field
 
 # name (lower case, `-` as `_`) -> which dimension it sizes
 SIZES = {

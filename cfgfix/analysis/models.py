@@ -19,13 +19,22 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from cfgfix.records import dataclass, field, replace
 
 from cfgfix.analysis.keyword_dicts import spread_keywords
 from cfgfix.analysis.names import (
-    DTYPE_ALIASES, ImportMap, child_nodes, dotted, iter_statements, single_assignments, walk, walk_scope, walk_statements,
+    DTYPE_ALIASES,
+    ImportMap,
+    child_nodes,
+    dotted,
+    iter_statements,
+    single_assignments,
+    walk,
+    walk_scope,
+    walk_statements,
 )
-from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS, single_process_side
+from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS
+from cfgfix.analysis.process_tests import single_process_side
+from cfgfix.records import dataclass, field, replace
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
 _MODEL_CLASS = re.compile(

@@ -41,12 +41,12 @@ handed to code we cannot see make the dtype unknown, and rules stay silent.
 from __future__ import annotations
 
 import ast
-from cfgfix.records import replace
 from typing import NamedTuple
 
 from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
 from cfgfix.analysis.optimizer_sites import LIBRARY_TRAINER, OPTIMIZER, PARAM_METHODS, optimizer_sites
+from cfgfix.records import replace
 
 HALF = ("float16", "bfloat16")
 HALF_PART = "float16-part"  # some submodule holds float16 Parameters, the rest may not

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-from cfgfix.records import dataclass, field
 
 from cfgfix.analysis.arms import ArmPaths
 from cfgfix.analysis.checkpointing import (
@@ -21,6 +20,7 @@ from cfgfix.analysis.checkpointing import (
 from cfgfix.analysis.names import dotted, single_assignments
 from cfgfix.core import Applicability, Fix, Related
 from cfgfix.documents import python_edits
+from cfgfix.records import dataclass, field
 
 HF_TRAINERS = {
     "transformers.Trainer",

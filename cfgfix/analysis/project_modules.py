@@ -15,8 +15,9 @@ import os
 import re
 import sys
 import warnings
-from cfgfix.records import dataclass, field
 from pathlib import Path
+
+from cfgfix.records import dataclass, field
 
 # A module file over this size is a vendored library or generated code, not a loader.
 MAX_MODULE_BYTES = 2_000_000

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 import re
-from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import ImportMap, dotted
+from cfgfix.records import dataclass
 
 # Hook names per framework family, each run once per optimizer step or micro-batch.
 # Callbacks: HF `TrainerCallback` (on_step_*, on_substep_end, on_*optimizer_step), Lightning

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import bisect
-from typing import NamedTuple
+from collections import namedtuple
 
 from cfgfix.analysis.call_text import CallText
 from cfgfix.analysis.names import LEAVES, ImportMap, dotted
@@ -23,29 +23,37 @@ Function = (ast.FunctionDef, ast.AsyncFunctionDef)
 # Context and CallSite are named tuples, not frozen dataclasses: one of each per statement
 # and per call, and a frozen dataclass's __init__ (object.__setattr__ per field) cost 2.5
 # against 0.5 us, ~5 ms on trl's GRPO trainer; defining the two dataclasses cost ~2 ms of
-# import (issue 15). Both stay immutable and compare and hash by their fields.
-class Context(NamedTuple):
+# import (issue 15). Both stay immutable and compare and hash by their fields. They are
+# `collections.namedtuple`s: `typing.NamedTuple` would import `typing` (2.7 ms) for them.
+class Context(namedtuple("Context", "stmt block loops withs function classdef")):
     """Where a node sits. Tuples run outermost first; loops and withs stop at the
-    enclosing function (a loop around a `def` does not run the function's body)."""
+    enclosing function (a loop around a `def` does not run the function's body).
 
-    stmt: ast.stmt  # the innermost statement holding the node (the node itself if a statement)
-    block: tuple[ast.stmt, ...]  # the statement list that holds `stmt`
-    loops: tuple[ast.stmt, ...]
-    withs: tuple[ast.stmt, ...]
-    function: ast.AST | None  # FunctionDef / AsyncFunctionDef / Lambda, or None at module level
-    classdef: ast.ClassDef | None
+    - stmt: the innermost statement holding the node (the node itself if a statement)
+    - block: the statement list that holds `stmt` (a tuple)
+    - loops, withs: the enclosing loop and `with` statements (tuples)
+    - function: the FunctionDef / AsyncFunctionDef / Lambda, or None at module level
+    - classdef: the enclosing ClassDef, or None
+    """
+
+    __slots__ = ()
 
     @property
     def sole_in_block(self) -> bool:
         return len(self.block) == 1
 
 
-class CallSite(NamedTuple):
-    node: ast.Call
-    name: str | None  # qualified (`torch.cuda.empty_cache`), or dotted as written (`scaler.step`)
-    method: str | None  # the attribute called (`step`), None for a plain name call
-    receiver: str | None  # dotted receiver (`self.scaler`), None when not a name chain
-    context: Context
+class CallSite(namedtuple("CallSite", "node name method receiver context")):
+    """One call and where it sits.
+
+    - node: the ast.Call
+    - name: qualified (`torch.cuda.empty_cache`), or dotted as written (`scaler.step`)
+    - method: the attribute called (`step`), None for a plain name call
+    - receiver: the dotted receiver (`self.scaler`), None when not a name chain
+    - context: its Context
+    """
+
+    __slots__ = ()
 
 
 class _Part:

@@ -6,9 +6,9 @@ Names are resolved through the script's imports (`import deepspeed as ds`)."""
 from __future__ import annotations
 
 import ast
-from cfgfix.records import dataclass, field
 
 from cfgfix.analysis.names import ImportMap
+from cfgfix.records import dataclass, field
 
 
 @dataclass

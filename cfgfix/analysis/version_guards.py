@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import ast
 import re
-from cfgfix.records import dataclass
 
 from cfgfix.analysis.names import ImportMap, dotted, walk
+from cfgfix.records import dataclass
 
 # What a file must contain for the walk to be worth it.
 TOKENS = ("__version__", "_version(", "greater_or_equal", "_than_", "_less_than")

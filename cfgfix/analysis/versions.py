@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from cfgfix.records import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from cfgfix.records import dataclass, field
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time (issue 15)
 
 from cfgfix.core import LazyRegex
 from cfgfix.documents.files import read_text

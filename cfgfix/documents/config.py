@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from cfgfix.records import dataclass, field
 
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass, field
 
 MAX_BYTES = 10 * 1024 * 1024  # a config larger than this is refused, not read
 MAX_DEPTH = 100  # nesting levels; real configs use fewer than 10

@@ -9,10 +9,10 @@ from the file: a literal, or a variable whose last assignment before the launch 
 from __future__ import annotations
 
 import re
-from cfgfix.records import dataclass, field, replace
-
 
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments
+from cfgfix.records import dataclass, field, replace
+
 
 @dataclass(frozen=True)
 class Launch:

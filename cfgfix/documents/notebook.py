@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from cfgfix.records import dataclass, field
 
 from cfgfix.core import Edit
 from cfgfix.documents.text import DecodeError, SourceText
+from cfgfix.records import dataclass, field
 
 # Cell magics whose body is still Python run by the kernel (IPython's own list of the ones
 # that execute their cell); any other cell magic (%%bash, %%writefile, %%html) makes the

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 import warnings
-from cfgfix.records import dataclass
 
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass
 
 
 class NewerSyntaxError(SyntaxError):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import re
 from contextlib import contextmanager
-from cfgfix.records import dataclass, field
 
 from cfgfix.core import Span
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass, field
 
 DIALECTS = ("sh", "makefile", "dockerfile", "env")
 

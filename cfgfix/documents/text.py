@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 import codecs
 import re
-from cfgfix.records import dataclass, field
 
 from cfgfix.core import LazyRegex, Span
+from cfgfix.records import dataclass, field
 
 _NEWLINE = LazyRegex(r"\r\n|\r|\n")
 

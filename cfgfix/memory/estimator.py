@@ -13,10 +13,9 @@ Pure functions, no torch. Sources (facts.md section letters):
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field, replace
-
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import ModelShape, params_only, with_head
+from cfgfix.records import dataclass, field, replace
 
 GIB = 1024**3
 MIB = 1024**2

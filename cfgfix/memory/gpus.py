@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from cfgfix.records import dataclass
 from functools import lru_cache
 from importlib import resources
+
+from cfgfix.records import dataclass
 
 GIB = 1024**3
 

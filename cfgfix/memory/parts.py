@@ -9,9 +9,8 @@ in tests/test_composite.py.
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, replace
-
 from cfgfix.memory.shapes import ModelShape
+from cfgfix.records import dataclass, replace
 
 
 @dataclass(frozen=True)

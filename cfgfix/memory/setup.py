@@ -7,8 +7,9 @@ command-line flags. `None` means "unknown": the estimator states the assumption 
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field, replace
 from typing import Literal
+
+from cfgfix.records import dataclass, field, replace
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from cfgfix.records import dataclass, field
 from pathlib import Path
+
+from cfgfix.records import dataclass, field
 
 Linear = tuple[str, int, int]  # module name, in features, out features
 
@@ -537,6 +538,7 @@ def _shape_from_name(model: str) -> ModelShape | None:
     """The catalog shape of the base model a name points to, or None when the name does not
     say both the family and the size unambiguously."""
     import re
+
     from cfgfix.records import replace
 
     name = model.strip().rstrip("/").split("/")[-1].lower()

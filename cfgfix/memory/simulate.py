@@ -24,12 +24,12 @@ import logging
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, nullcontext
-from cfgfix.records import dataclass, field
 
 from packaging.version import Version
 
 from cfgfix.memory.estimator import CUDA_CONTEXT_BYTES
 from cfgfix.memory.setup import MemorySetup
+from cfgfix.records import dataclass, field
 
 INSTALL_HINT = "pip install 'cfgfix[verify]'"
 

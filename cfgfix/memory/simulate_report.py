@@ -52,9 +52,8 @@ def simulate_text(setup, model: str | None, analytic_peak: int, shape=None) -> s
     if shape is not None:
         # like with like: the analytic model on the CPU's kernels (attention, dropout masks, no
         # CUDA context) and the optimizer implementation the simulator ran
-        from cfgfix.records import replace
-
         from cfgfix.memory.estimator import estimate
+        from cfgfix.records import replace
 
         cpu_peak = estimate(replace(setup, device="cpu", optimizer_impl=setup.optimizer_impl or "foreach"), shape).peak
         lines.append(f"Analytic estimate on the same CPU kernels: {cpu_peak / GIB:.2f} GiB "

@@ -7,11 +7,11 @@ the one it prints.
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass
 from importlib import import_module
 
 from cfgfix.core import Edit, Finding
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass
 from cfgfix.rules.base import DOCS_URL, Rule
 
 FORMATS = ("text", "json", "sarif", "github")
@@ -107,9 +107,8 @@ def stored_in(sources: dict, finding: Finding) -> Finding:
     mapped = source.file_finding(finding)
     if mapped is not None:
         return mapped
-    from cfgfix.records import replace
-
     from cfgfix.core import Span
+    from cfgfix.records import replace
 
     span = source.cell_span(finding.span.line) or Span(finding.path, 1, 1, 1, 1)
     return replace(finding, span=span, related=(), fix=None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time (issue 15)
 
 from cfgfix.core import Applicability, Finding, Severity, Span
 from cfgfix.report import sorted_findings, span_in_cell

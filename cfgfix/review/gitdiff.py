@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from cfgfix.records import dataclass, field
 from pathlib import Path
+
+from cfgfix.records import dataclass, field
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 ALL_LINES = None  # a new file: every line is changed

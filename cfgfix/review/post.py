@@ -15,8 +15,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from cfgfix.records import dataclass
 
+from cfgfix.records import dataclass
 from cfgfix.review.review import MARKER
 
 DEFAULT_API = "https://api.github.com"

@@ -10,11 +10,11 @@ commented lines of the commented file.
 from __future__ import annotations
 
 import os
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.core import Applicability, Finding, Span
 from cfgfix.fixing import apply_edits
+from cfgfix.records import dataclass, field
 from cfgfix.review.gitdiff import ChangedFile
 
 MARKER = "<!-- cfgfix-review -->"

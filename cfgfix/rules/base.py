@@ -8,13 +8,15 @@ analysis) and yield findings. They never read files, print, or import the CLI.
 from __future__ import annotations
 
 import re
-import textwrap
-from cfgfix.records import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from cfgfix.core import Finding, Fix, Related, Severity, Span
+from cfgfix.records import dataclass, field
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time (issue 15)
 if TYPE_CHECKING:
+    from typing import ClassVar
+
     from cfgfix.project import ProjectModel
 
 DOCS_URL = "https://github.com/cfgfix/cfgfix/blob/main/rules/{code}.md"
@@ -92,6 +94,7 @@ class Rule:
     @classmethod
     def doc(cls) -> str:
         import inspect  # documentation only: not on the check path
+        import textwrap
 
         return textwrap.dedent(inspect.getdoc(cls) or "").strip()
 

@@ -3,12 +3,12 @@ the project's library versions."""
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field
 from functools import cached_property
 
 from cfgfix.analysis.versions import Versions
 from cfgfix.documents.python import PythonDocument
 from cfgfix.documents.text import SourceText
+from cfgfix.records import dataclass, field
 
 
 @dataclass

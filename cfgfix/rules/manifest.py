@@ -15,9 +15,10 @@ Regenerate after adding or changing a rule's code, name, kinds, triggers or scop
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass
 from importlib import import_module
 from pathlib import Path
+
+from cfgfix.records import dataclass
 
 DATA = Path(__file__).with_name("manifest_data.py")
 

@@ -11,9 +11,8 @@ open."""
 
 from __future__ import annotations
 
-from cfgfix.records import replace
-
 from cfgfix.core import Related
+from cfgfix.records import replace
 
 
 class _Budget:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import ast
 import json
 import os
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.memory.parts import CONTAINERS, TORCH_LAYERS, Part, composite_shape, torch_layer_params
+from cfgfix.records import dataclass, field
 
 UNKNOWN = object()
 _MAX_DEPTH = 3  # nested user classes followed

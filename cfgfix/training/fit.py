@@ -12,10 +12,10 @@ fine-tuning, a quantised base) are never written: CFX702 names them as advice.
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field, replace
-
 from cfgfix.memory.estimator import GIB, Estimate, estimate, verdict
 from cfgfix.memory.setup import MemorySetup
+from cfgfix.records import dataclass, field, replace
+
 
 @dataclass(frozen=True)
 class Rung:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.fixing import apply_edits, create_atomically, sound, write_atomically
+from cfgfix.records import dataclass, field
 from cfgfix.training.fit import gib
 
 

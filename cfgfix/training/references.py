@@ -20,6 +20,7 @@ script with different `--config` files get different values, each with its origi
 from __future__ import annotations
 
 import ast
+
 from cfgfix.records import dataclass, field
 
 _LOADERS = {"safe_load", "load", "full_load", "unsafe_load"}  # yaml.* / json.load / OmegaConf.load / toml.load

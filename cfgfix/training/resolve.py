@@ -18,11 +18,11 @@ that parses them from the command line. Anything else is "unknown".
 
 from __future__ import annotations
 
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.analysis.deepspeed_config import offload_device, zero_entry
 from cfgfix.analysis.training_keys import NAME_TO_SETTING, TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
+from cfgfix.records import dataclass, field
 from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
 # The order `cfgfix explain` shows, and the settings the memory model reads.

@@ -6,8 +6,8 @@ literal path) names. Every value keeps where it came from.
 from __future__ import annotations
 
 import ast
-from cfgfix.records import dataclass
 
+from cfgfix.records import dataclass
 from cfgfix.training.references import Ref, ScriptRefs
 
 UNKNOWN = object()  # the launch sets it to something we cannot read (`--model $MODEL`)

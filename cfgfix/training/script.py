@@ -12,12 +12,12 @@ from __future__ import annotations
 import ast
 import os
 import re
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
 from cfgfix.analysis.models import _is_training_call
 from cfgfix.analysis.names import ImportMap, single_assignments
 from cfgfix.analysis.training_keys import NAME_TO_SETTING
+from cfgfix.records import dataclass, field
 from cfgfix.training.values import Value, from_keywords, literal
 
 _ARGUMENT_CLASSES = re.compile(r"(^|\.)(\w*TrainingArguments|SFTConfig|DPOConfig|ORPOConfig|KTOConfig|GRPOConfig|RewardConfig|\w*TrainerConfig)$")
@@ -85,7 +85,6 @@ def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
     parser declares, with their defaults (a flag the script itself declares keeps its own;
     one the function declares twice has no sure default and is left out)."""
     from cfgfix.records import replace
-
     from cfgfix.training.references import read_refs
 
     imported: dict[str, tuple[str, str]] = {}  # local name -> (module, function)

@@ -14,10 +14,10 @@ the setup says "unknown" rather than guess.
 from __future__ import annotations
 
 import ast
-from cfgfix.records import dataclass
 
 from cfgfix.analysis.training_keys import LORA_BLOCKS, NAME_TO_SETTING, SETTING_NAMES
 from cfgfix.core import Span
+from cfgfix.records import dataclass
 
 BOOL_SETTINGS = frozenset({"bf16", "fp16", "gradient_checkpointing", "use_8bit_adam", "load_in_4bit", "load_in_8bit"})
 

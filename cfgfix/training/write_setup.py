@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from cfgfix.records import dataclass, field
 from pathlib import Path
 
-from cfgfix.core import Edit
 from cfgfix.analysis.deepspeed_config import zero_entries
+from cfgfix.core import Edit
 from cfgfix.documents.config_edits import insert_entry, replace_scalar, replace_text
+from cfgfix.records import dataclass, field
 
 # The HF TrainingArguments name / training-config key for each setting written.
 HF_NAMES = {

@@ -9,8 +9,9 @@ import shlex
 import shutil
 import sys
 import tempfile
-from cfgfix.records import asdict, dataclass
 from pathlib import Path
+
+from cfgfix.records import asdict, dataclass
 
 from . import guard
 from .progress import Progress

@@ -17,8 +17,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from cfgfix.records import dataclass, field
 from pathlib import Path
+
+from cfgfix.records import dataclass, field
 
 HARNESS = Path(__file__).with_name("harness") / "sitecustomize.py"
 LIVE_BYTES = Path(__file__).resolve().parents[1] / "memory" / "live_bytes.py"

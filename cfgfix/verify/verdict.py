@@ -18,6 +18,7 @@ verdict is then "could not run" (exit 2).
 from __future__ import annotations
 
 import math
+
 from cfgfix.records import dataclass, field
 
 LOSS_RTOL = 0.02

@@ -15,8 +15,9 @@ import os
 import shutil
 import subprocess
 import tarfile
-from cfgfix.records import dataclass, field
 from pathlib import Path
+
+from cfgfix.records import dataclass, field
 
 SKIP_NAMES = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".cfgfix_cache", ".mypy_cache",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.loop_text import header_span, in_loop_text
 from cfgfix.analysis.loops import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.loop_text import LOOP_WORDS, in_loop_text
 from cfgfix.analysis.loops import (
@@ -21,7 +21,6 @@ from cfgfix.analysis.loops import (
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
-
 
 _LOSS_WORDS = (b"oss", b"criterion")  # "oss": loss, Loss, cross_entropy
 _LOSS_WORD = re.compile(rb"loss|Loss|criterion|cross_entropy")

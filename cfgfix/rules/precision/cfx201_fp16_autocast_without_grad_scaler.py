@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import ast
-from typing import Iterable
+import re
+from collections.abc import Iterable
 
 from cfgfix.analysis.amp import (
     AUTOCAST_CUDA,

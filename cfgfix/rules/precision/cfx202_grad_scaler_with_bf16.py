@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.amp import AmpFacts, Scaler, parent_of, short
 from cfgfix.analysis.fp16_text import may_run_float16, may_run_float16_text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.core import Finding, Severity
 from cfgfix.rules.base import Example, Rule, register

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.optimizer_sites import flow_may_report
 from cfgfix.core import Finding, Related, Severity

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.model_calls import LOAD_TRIGGERS, dtype_source_text, may_load_model
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 from cfgfix.rules.precision.common import V5
-
 
 _AUTOCAST = {
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",

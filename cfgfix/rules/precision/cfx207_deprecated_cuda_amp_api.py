@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from cfgfix.analysis.amp import AUTOCAST_CUDA, LEGACY_PARAMS, SCALER_CUDA, bind, parent_of, scope_resolver
 from cfgfix.analysis.feature_checks import fallback_import_names, fallback_nodes
