@@ -62,6 +62,63 @@ def test_refs_near_misses():
     assert refs.ref(ast.parse("model.config", mode="eval").body) is None
 
 
+def _namespaces(text):
+    return read_refs(ast.parse(text)).namespaces
+
+
+_PARSER_FN = ("import argparse\n"
+              "def parse_args():\n"
+              "    parser = argparse.ArgumentParser()\n"
+              "    parser.add_argument('--model', default='gpt2')\n"
+              "    {ret}\n")
+
+
+@pytest.mark.parametrize("ret", ["return parser.parse_args()", "args = parser.parse_args()\n    return args"])
+def test_the_scripts_own_parse_function_gives_the_flags(ret):
+    """`args = parse_args()` with `def parse_args(): ... return parser.parse_args()` in the
+    script itself (before: only an imported one, or a parameter named `args`)."""
+    refs = read_refs(ast.parse(_PARSER_FN.format(ret=ret) + "def main():\n    config = parse_args()\n"
+                               "    load(config.model)\n"))
+    assert "config" in refs.namespaces
+    assert refs.ref(ast.parse("config.model", mode="eval").body) == Ref("model")
+
+
+@pytest.mark.parametrize("call", ["main(parse_args())", "main(cfg=parse_args())", "cfg = parse_args()\nmain(cfg)",
+                                  "main(parser.parse_args())", "main(parser.parse_known_args()[0])",
+                                  "cfg, _ = parser.parse_known_args()\nmain(cfg)"])
+def test_the_parameter_the_parsed_flags_are_passed_to(call):
+    """`main(parse_args())`, `main(parser.parse_args())`: the parameter of the script's own
+    function holds the flags, also down further calls (`train(cfg)` -> `def train(hp):`,
+    which passes `hp` on to `def tokenize(x, hp):`)."""
+    text = (_PARSER_FN.format(ret="return parser.parse_args()") + "parser = argparse.ArgumentParser()\n"
+            "def train(hp):\n    load(hp.model)\n    data = [tokenize(x, hp) for x in 'ab']\n"
+            "def tokenize(x, hp):\n    return x[:hp.max_length]\n"
+            "def main(cfg):\n    train(cfg)\n" + call + "\n")
+    assert {"cfg", "hp"} <= _namespaces(text)
+
+
+@pytest.mark.parametrize("text", [
+    # a function that returns the flags on one path only
+    _PARSER_FN.format(ret="if x:\n        return parser.parse_args()\n    return {}") + "config = parse_args()\n",
+    # one call passes the flags, another passes something else
+    _PARSER_FN.format(ret="return parser.parse_args()") + "def main(config):\n    pass\n"
+    "main(parse_args())\nmain(load_yaml('a.yaml'))\n",
+    # another function's parameter of the same name gets something else (the names are file-wide)
+    _PARSER_FN.format(ret="return parser.parse_args()") + "def main(config):\n    build(config.model)\n"
+    "def build(config):\n    pass\nmain(parse_args())\n",
+    # a parameter of a function no call passes the flags to
+    _PARSER_FN.format(ret="return parser.parse_args()") + "def main(config):\n    pass\n"
+    "def helper(config):\n    pass\nmain(parse_args())\n",
+    # the name is assigned somewhere else in the file
+    _PARSER_FN.format(ret="return parser.parse_args()") + "def main(config):\n    pass\n"
+    "def other():\n    config = {}\nmain(parse_args())\n",
+    # parse_known_args() itself is a pair, not the flags
+    "import argparse\ndef main(config):\n    pass\nmain(argparse.ArgumentParser().parse_known_args())\n",
+])
+def test_parsed_flags_near_misses(text):
+    assert "config" not in _namespaces(text)
+
+
 # -- resolving per launch ------------------------------------------------------------------------
 SDXL = (
     "import argparse\nimport yaml\nimport torch\n"
@@ -182,3 +239,48 @@ def test_hf_argument_parser_yaml_file(tmp_path, yaml_text, expected):
     _, _, result = lint_project(tmp_path)
     found = [f.message.split(" disagrees")[0] for f in result.findings if f.code == "CFX511"]
     assert found == expected
+
+
+# -- the parsed flags passed on as a call argument, read by the rules and the estimator ---------
+_ACC_NO = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: 'no'\n"
+_OPTIONS = ("import argparse\n\ndef parse_args():\n    parser = argparse.ArgumentParser()\n"
+            "    parser.add_argument('--mixed_precision', default={default})\n"
+            "    parser.add_argument('--model', default='Qwen/Qwen2.5-7B')\n"
+            "    return parser.parse_args()\n")
+_MAIN = ("from accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n{imports}\n\n"
+         "def main(cfg):\n    accelerator = Accelerator(mixed_precision=cfg.mixed_precision)\n"
+         "    model = AutoModelForCausalLM.from_pretrained(cfg.model)\n"
+         "    model = accelerator.prepare(model)\n\n"
+         "if __name__ == '__main__':\n    main({call})\n")
+
+
+@pytest.mark.parametrize("imports,call,options", [
+    ("from options import parse_args", "parse_args()", True),  # imported from the project's module
+    ("import argparse\n" + _OPTIONS.split("\n", 2)[2].replace("{default}", "None"), "parse_args()", False),
+    ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--mixed_precision', default=None)\n"
+     "parser.add_argument('--model', default='Qwen/Qwen2.5-7B')", "parser.parse_args()", False),
+])
+def test_cfx401_reads_flags_passed_to_main(tmp_path, imports, call, options):
+    """`main(parse_args())` with `def main(cfg): Accelerator(mixed_precision=cfg.mixed_precision)`:
+    the flag defaults to None and the launch leaves it out, so the config's 'no' decides
+    (before: `cfg` was not known to hold the flags, and the rule stayed silent)."""
+    files = {"acc.yaml": _ACC_NO, "train.sh": "accelerate launch --config_file acc.yaml train.py\n",
+             "train.py": _MAIN.format(imports=imports, call=call)}
+    if options:
+        files["options.py"] = _OPTIONS.format(default="None")
+    write_project(tmp_path, files)
+    _, _, result = lint_project(tmp_path)
+    assert [(f.code, f.span.path) for f in result.findings if f.code == "CFX401"] == [("CFX401", "acc.yaml")]
+    setup = _setups(tmp_path)[0][0]
+    assert setup.values["model"].value == "Qwen/Qwen2.5-7B"  # the estimator sizes the flag's default model
+
+
+@pytest.mark.parametrize("change", ["default", "launch"])
+def test_cfx401_flags_passed_to_main_near_misses(tmp_path, change):
+    """The same flow where the flag decides: its default is 'bf16', or the launch passes it."""
+    launch = "accelerate launch --config_file acc.yaml train.py" + (" --mixed_precision bf16" if change == "launch" else "")
+    write_project(tmp_path, {"acc.yaml": _ACC_NO, "train.sh": launch + "\n",
+                             "train.py": _MAIN.format(imports="from options import parse_args", call="parse_args()"),
+                             "options.py": _OPTIONS.format(default="'bf16'" if change == "default" else "None")})
+    _, _, result = lint_project(tmp_path)
+    assert [f for f in result.findings if f.code == "CFX401"] == []

@@ -78,11 +78,19 @@ class ScriptRefs:
         return None
 
 
-def read_refs(tree: ast.Module) -> ScriptRefs:
+def read_refs(tree: ast.Module, parsers: frozenset[str] = frozenset()) -> ScriptRefs:
+    """The flags, config files and names holding the parsed flags of `tree`. `parsers`:
+    names of imported functions whose result is the parsed flags (`from opts import
+    parse_args`)."""
     found = ScriptRefs()
     assigned: dict[str, list[ast.expr]] = {}
     opened: dict[str, ast.expr] = {}  # `with open(P) as f`: f -> P
+    defs: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    calls: list[ast.Call] = []
+    unpacked: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (node.args or node.keywords):
+            calls.append(node)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
             _argument(node, found)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -91,7 +99,7 @@ def read_refs(tree: ast.Module) -> ScriptRefs:
                 assigned.setdefault(target.id, []).append(node.value)
             elif isinstance(target, ast.Tuple) and target.elts and isinstance(target.elts[0], ast.Name):
                 if _is_parse_args(node.value):  # `args, unknown = parser.parse_known_args()`
-                    found.namespaces.add(target.elts[0].id)
+                    unpacked.add(target.elts[0].id)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 call = item.context_expr
@@ -99,13 +107,12 @@ def read_refs(tree: ast.Module) -> ScriptRefs:
                         and call.args and isinstance(item.optional_vars, ast.Name)):
                     opened[item.optional_vars.id] = call.args[0]
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.append(node)
             for arg in node.args.args:  # `def main(args):` called with the parsed namespace
                 if arg.arg in ("args", "opt", "opts"):
                     found.namespaces.add(arg.arg)
     found.bound = {name: values[0] for name, values in assigned.items() if len(values) == 1}
-    for name, value in found.bound.items():
-        if _is_parse_args(value):
-            found.namespaces.add(name)
+    _parsed_names(found, assigned, defs, calls, parsers, unpacked)
     # Configs: `cfg = yaml.safe_load(open(args.config))`, then the parts bound to names.
     for _ in range(3):  # `cfg` before `tcfg = cfg["training"]` before `opt = tcfg["optim"]`
         for name, value in found.bound.items():
@@ -158,6 +165,124 @@ def _argument(call: ast.Call, found: ScriptRefs) -> None:
 def _is_parse_args(node: ast.expr) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("parse_args", "parse_known_args"))
+
+
+def _parsed_names(found: ScriptRefs, assigned: dict[str, list[ast.expr]], defs: list, calls: list[ast.Call],
+                  parsers: frozenset[str], unpacked: set[str]) -> None:
+    """Add to `found.namespaces` the names that hold the parsed flags: a name bound once to
+    `parser.parse_args()`, `parser.parse_known_args()[0]` or a call of a function that
+    returns them (the script's own `def parse_args(): ... return parser.parse_args()`, or an
+    imported one in `parsers`); and the parameter of the script's own function that every
+    call passes them to (`main(parse_args())`, `train(args)` with `def train(cfg):`). The
+    names are read file-wide, so a parameter counts only where no function has a parameter
+    of that name that is passed anything else, and the name is never assigned."""
+    functions: dict = {}  # name -> its one def (None: defined twice, as methods of two classes are)
+    for func in defs:
+        functions[func.name] = None if func.name in functions else func
+    producers = set(parsers)
+    for _ in range(3):  # `def get_args(): return parse_args()` over `def parse_args():`
+        for name, func in functions.items():
+            if func is not None and name not in producers and _returns_parsed(func, producers):
+                producers.add(name)
+
+    def parsed(node: ast.expr, names: set[str]) -> bool:
+        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "parse_known_args"):
+            return True  # `parser.parse_known_args()[0]`
+        if isinstance(node, ast.Call):
+            return ((isinstance(node.func, ast.Attribute) and node.func.attr == "parse_args")
+                    or (isinstance(node.func, ast.Name) and node.func.id in producers))
+        return isinstance(node, ast.Name) and node.id in names
+
+    sure = set(unpacked)  # names that surely hold the parsed flags (not only named `args`)
+    for name, value in found.bound.items():
+        if _is_parse_args(value) or parsed(value, set()):  # (`args = parser.parse_known_args()` as before)
+            sure.add(name)
+    # Parameters: the largest set where every call passes the flags (or a name of the set)
+    # to each, and every function with a parameter of that name is so called; then only
+    # those reached from a parse (`def f(x): g(x)` and `def g(x): f(x)` alone hold nothing).
+    sites = []  # (function, {parameter: value}) of each call of the script's own functions
+    for call in calls:
+        func = functions.get(call.func.id)
+        if func is None:
+            continue
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]
+        if any(isinstance(value, ast.Starred) for value in call.args):
+            sites.append((func, dict.fromkeys(params)))  # `f(*xs)`: anything
+            continue
+        passed = {params[i]: value for i, value in enumerate(call.args) if i < len(params)}
+        passed.update((kw.arg, kw.value) for kw in call.keywords if kw.arg in params)
+        sites.append((func, passed))
+    having: dict[str, set[int]] = {}
+    for func in defs:
+        for arg in _all_args(func):
+            having.setdefault(arg.arg, set()).add(id(func))
+    candidates = {param for _, passed in sites for param in passed} - sure - set(assigned)
+    while candidates:
+        names = sure | candidates
+        receives: dict[str, set[int]] = {}
+        bad = set()
+        for func, passed in sites:
+            for param, value in passed.items():
+                if value is not None and parsed(value, names):
+                    receives.setdefault(param, set()).add(id(func))
+                else:
+                    bad.add(param)
+        bad |= {param for param in candidates if having.get(param, set()) - receives.get(param, set())}
+        if not bad & candidates:
+            break
+        candidates -= bad
+    grown = True
+    while grown:
+        grown = False
+        for _, passed in sites:
+            for param, value in passed.items():
+                if param in candidates and param not in sure and value is not None and parsed(value, sure):
+                    sure.add(param)
+                    grown = True
+    found.namespaces |= sure
+
+
+def _all_args(func) -> list[ast.arg]:
+    a = func.args
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []), *([a.kwarg] if a.kwarg else [])]
+
+
+def _own_nodes(func):
+    """The nodes of `func`'s body, not those of functions, classes or lambdas nested in it."""
+    todo = list(func.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node)
+                    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
+
+
+def _returns_parsed(func, producers: set[str]) -> bool:
+    """Every `return` of `func` (at least one) gives the parsed flags: `return
+    parser.parse_args()`, or a name that every assignment in it binds to them (`args =
+    parser.parse_args(); ...; return args`)."""
+    def gives(value) -> bool:
+        return isinstance(value, ast.Call) and (
+            (isinstance(value.func, ast.Attribute) and value.func.attr == "parse_args")
+            or (isinstance(value.func, ast.Name) and value.func.id in producers))
+
+    held: dict[str, bool] = {}
+    returns: list[ast.expr | None] = []
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        held[name.id] = held.get(name.id, True) and isinstance(target, ast.Name) and gives(node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
+            held[node.target.id] = False
+        elif isinstance(node, ast.Return):
+            returns.append(node.value)
+    return bool(returns) and all(
+        value is not None and (gives(value) or (isinstance(value, ast.Name) and held.get(value.id, False)))
+        for value in returns)
 
 
 def _subscript(node: ast.AST) -> tuple[str | None, ast.expr | None]:

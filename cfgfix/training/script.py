@@ -64,9 +64,10 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
     cache = project._scripts
     if key not in cache:
         parsed = project.script(path)
-        cache[key] = read_script(parsed[0], parsed[1], path) if parsed is not None else None
+        parsers = _imported_parsers(project, parsed[1], path) if parsed is not None else {}
+        cache[key] = read_script(parsed[0], parsed[1], path, frozenset(parsers)) if parsed is not None else None
         if cache[key] is not None:
-            _imported_parser(project, parsed[1], path, cache[key].refs)
+            _merge_parsers(parsers, cache[key].refs)
         if cache[key] is not None and "Module" in parsed[0].text + "".join(
                 _module_text(project, m) for m in cache[key].config_modules):
             from cfgfix.training.custom_model import find_custom_model
@@ -79,12 +80,11 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
     return cache[key]
 
 
-def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
-    """`args = parse_args()` with `parse_args` imported from one of the project's modules
-    (`from utils.training_utils import parse_args`): `args` holds the flags that function's
-    parser declares, with their defaults (a flag the script itself declares keeps its own;
-    one the function declares twice has no sure default and is left out)."""
-    from cfgfix.records import replace
+def _imported_parsers(project, tree: ast.Module, path: Path) -> dict:
+    """The functions imported from the project's own modules (`from utils.training_utils
+    import parse_args`) whose call gives the parsed flags, by local name, each with (its
+    module, the flags its parser declares): called as `args = parse_args()` or passed on as
+    `main(parse_args())`."""
     from cfgfix.training.references import read_refs
 
     imported: dict[str, tuple[str, str]] = {}  # local name -> (module, function)
@@ -92,10 +92,18 @@ def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
         if isinstance(node, ast.ImportFrom) and node.module and node.level <= 1:
             for alias in node.names:
                 imported[alias.asname or alias.name] = (node.module, alias.name)
-    for name, value in list(refs.bound.items()):
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported):
-            continue
-        module, function = imported[value.func.id]
+    if not imported:
+        return {}
+    called: set[str] = set()  # imported names whose result is bound or passed on
+    for node in ast.walk(tree):
+        values = [node.value] if isinstance(node, ast.Assign) else \
+            [*node.args, *(kw.value for kw in node.keywords)] if isinstance(node, ast.Call) else ()
+        for value in values:
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
+                called.add(value.func.id)
+    found = {}
+    for name in sorted(called):
+        module, function = imported[name]
         module_path = next((c for base in [path.parent, *list(path.parents)[1:4]]
                             if os.path.isfile(c := base.joinpath(*module.split(".")).with_suffix(".py"))), None)
         parsed = project.script(module_path) if module_path is not None and module_path != path else None
@@ -104,9 +112,18 @@ def _imported_parser(project, tree: ast.Module, path: Path, refs) -> None:
         if func is None:
             continue
         flags = read_refs(func)
-        if not flags.options:
-            continue  # not a parser
-        refs.namespaces.add(name)
+        if flags.options:  # a parser
+            found[name] = (module_path, flags)
+    return found
+
+
+def _merge_parsers(parsers: dict, refs) -> None:
+    """The flags of the imported parsers into the script's: with their defaults (a flag the
+    script itself declares keeps its own; one a function declares twice has no sure default
+    and is left out)."""
+    from cfgfix.records import replace
+
+    for module_path, flags in parsers.values():
         for option, dest in flags.options.items():
             refs.options.setdefault(option, dest)
         for dest, default in flags.defaults.items():
@@ -119,7 +136,9 @@ def _module_text(project, module: Path) -> str:
     return found[0].text if found is not None else ""
 
 
-def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
+def read_script(source, tree: ast.Module, path: Path, parsers: frozenset[str] = frozenset()) -> ScriptSetup:
+    """What the script at `path` says; `parsers`: its imported functions that return the
+    parsed flags (`_imported_parsers`)."""
     imports = ImportMap(tree)
     consts = single_assignments(tree.body)
     found = ScriptSetup()
@@ -130,7 +149,7 @@ def read_script(source, tree: ast.Module, path: Path) -> ScriptSetup:
     conditional = _conditional_nodes(tree)
     from cfgfix.training.references import read_refs
 
-    found.refs = refs = read_refs(tree)
+    found.refs = refs = read_refs(tree, parsers)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _local_modules(node, path, found)
