@@ -381,19 +381,19 @@ class FunctionTable:
 
     def __init__(self, tree: ast.Module, imports: ImportMap, project=None, path=None, depth: int = 0,
                  origin=None) -> None:
-        self.tree = tree
+        self._tree = tree
         self.imports = imports
         self.project = project
         self.path = path
         self.depth = depth
         self.origin = origin  # the ParsedModule when this table is another module's
-        self.defs: dict[str, ast.AST] = {}
-        self.classes: dict[str, ast.ClassDef] = {}
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.defs[node.name] = node
-            elif isinstance(node, ast.ClassDef):
-                self.classes[node.name] = node
+        # Another module parsed in parts (analysis/module_parts.py): a block is parsed when
+        # its name is asked for (`_need`); `tree`, `defs` and `classes` read from outside
+        # parse the whole module first.
+        self._parts = origin if getattr(origin, "pending", None) is not None and not origin.whole else None
+        self._defs: dict[str, ast.AST] = {}
+        self._classes: dict[str, ast.ClassDef] = {}
+        self._index()
         self._summaries: dict[int, object] = {}
         self._tables: dict[str, FunctionTable | None] = {}
         self.deps: set[str] = set()
@@ -410,6 +410,59 @@ class FunctionTable:
         # or a training step (a step function, a returned loss).
         self.needs = (b"from_pretrained", b"get_peft_model", b"backward(", b"loss")
 
+    def _index(self) -> None:
+        defs, classes = self._defs, self._classes
+        defs.clear()
+        classes.clear()
+        for node in self._tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs[node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                classes[node.name] = node
+
+    def _need(self, name: str) -> None:
+        """Parse the blocks named `name` when the module is in parts (the whole module
+        when that fails); the tables and the imports then include them. The imports of the
+        parts agree with the whole module's on every name the parsed code uses
+        (module_parts.py), so resolvers made before keep reading the same answers."""
+        parts = self._parts
+        if parts is not None and name in parts.pending:
+            if not parts.need(name):
+                parts.complete()
+            self._refresh()
+
+    def _complete(self) -> None:
+        parts = self._parts
+        if parts is not None:
+            parts.complete()
+            self._refresh()
+
+    def _refresh(self) -> None:
+        parts = self._parts
+        self._tree = parts.tree
+        if parts.whole or not parts.pending:
+            self._parts = None
+        self._index()
+        # new objects: what resolvers made before hold agrees on the names they ask about
+        self.imports = ImportMap(self._tree)
+        self._consts = None
+
+    @property
+    def tree(self) -> ast.Module:
+        """The module's tree (another module's parsed whole first, when in parts)."""
+        self._complete()
+        return self._tree
+
+    @property
+    def defs(self) -> dict[str, ast.AST]:
+        self._complete()
+        return self._defs
+
+    @property
+    def classes(self) -> dict[str, ast.ClassDef]:
+        self._complete()
+        return self._classes
+
     def mentions_process_tests(self) -> bool:
         """Whether the module's text holds a word of a single-process test (LOCAL_RANK,
         WORLD_SIZE, ...): asked by every walker, read once per module (a scan of a 200 kB
@@ -422,7 +475,7 @@ class FunctionTable:
     @property
     def consts(self) -> dict[str, ast.expr]:
         if self._consts is None:
-            self._consts = single_assignments(self.tree.body)
+            self._consts = single_assignments(self._tree.body)  # the same in parts (module_parts.py)
         return self._consts
 
     def loader_names(self, text: str | None) -> set[str]:
@@ -483,9 +536,12 @@ class FunctionTable:
     def _table(self, module: str, level: int) -> FunctionTable | None:
         key = f"{level}:{module}"
         if key not in self._tables:
+            from cfgfix.analysis.module_parts import parse_in_parts
+
             self._tables[key] = None
             target = self.project.resolve(self.path, module, level)
-            parsed = self.project.parse(target, self.needs) if target is not None else None
+            # in parts: a 2,000-line utils.py is followed for one function (issue 15)
+            parsed = parse_in_parts(self.project, target, self.needs) if target is not None else None
             if parsed is not None:
                 self.deps.add(str(target))
                 table = parsed.notes.get("function-table")
@@ -499,13 +555,15 @@ class FunctionTable:
     def lookup(self, func: ast.expr, cls: ast.ClassDef | None):
         """(table, definition, is_method) for a call's target, or None when unknown."""
         if isinstance(func, ast.Name):
-            node = self.defs.get(func.id) or self.classes.get(func.id)
+            self._need(func.id)
+            node = self._defs.get(func.id) or self._classes.get(func.id)
             if node is not None:
                 return self, node, False
             found = self._imported(func.id)
             if found is not None:
                 table, name = found
-                node = table.defs.get(name) or table.classes.get(name)
+                table._need(name)
+                node = table._defs.get(name) or table._classes.get(name)
                 if node is not None:
                     self.deps.update(table.deps)
                     return table, node, False
@@ -519,7 +577,8 @@ class FunctionTable:
                 qualified = self.imports.aliases[func.value.id]
                 table = self._table(qualified, 0) if self.project is not None and self.path is not None else None
                 if table is not None:
-                    node = table.defs.get(func.attr)
+                    table._need(func.attr)
+                    node = table._defs.get(func.attr)
                     if node is not None:
                         return table, node, False
         return None
@@ -534,7 +593,7 @@ class FunctionTable:
                 isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
                 and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id)
                 in ("set_default_dtype", "set_default_tensor_type")
-                for n in walk(self.tree)
+                for n in walk(self._tree)  # in parts: every block that says `set_default_` is parsed
             )
         return self._default_dtype
 
@@ -598,7 +657,8 @@ class FunctionTable:
         that loads or wraps one, or a project function the module binds to a model-like name
         (`model = build_model(cfg)`). Decided without parsing another module."""
         if isinstance(func, ast.Name):
-            node = self.defs.get(func.id)
+            self._need(func.id)
+            node = self._defs.get(func.id)
             if node is not None:
                 return self.mentions_load(node)
             return func.id in self.loader_callees
@@ -1427,7 +1487,8 @@ class _Resolver:
         the call (analysis/keyword_dicts.py); a `**` that cannot be followed stays."""
         if all(k.arg is not None for k in call.keywords):
             return call.keywords
-        tree = self.functions.tree if self.functions is not None else None
+        # the parsed part of a module in parts: the scope of a call is the function around it
+        tree = self.functions._tree if self.functions is not None else None
         out: list[ast.keyword] = []
         for keyword in call.keywords:
             spread = None
@@ -1809,11 +1870,13 @@ class _Walker:
             and func.value.id in ("self", "cls")) else None
         # Another module is parsed only for a callee bound like a loader (`model =
         # build_model(cfg)`, `model = add_lora(model, cfg)`); this module's own are free.
-        local = isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes) or method is not None
+        if isinstance(func, ast.Name):
+            table._need(func.id)
+        local = isinstance(func, ast.Name) and (func.id in table._defs or func.id in table._classes) or method is not None
         wanted = table.may_build_model(func, self.cls) or passes_model and (local or table.bound_like_loader(func))
         found = table.lookup(func, self.cls) if wanted else None
-        if found is None and isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes):
-            found = (table, table.defs.get(func.id) or table.classes[func.id], False)  # local: no parse
+        if found is None and isinstance(func, ast.Name) and (func.id in table._defs or func.id in table._classes):
+            found = (table, table._defs.get(func.id) or table._classes[func.id], False)  # local: no parse
             if not passes_model:  # a call site that passes no model: its callee binds nothing
                 self._record(table, found[1], positional, named)
                 self.escape(call, env)
