@@ -10,7 +10,7 @@ import re
 
 from cfgfix.analysis.models import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
-from cfgfix.analysis.project_modules import may_call_project_loader
+from cfgfix.analysis.project_modules import may_call_project_loader, may_subclass_project_class
 from cfgfix.core import Edit, Related
 from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
@@ -51,9 +51,10 @@ def may_load_model(data: bytes) -> bool:
 
 
 def may_hold_model(data: bytes) -> bool:
-    """A model class's `from_pretrained(` here, or a call of a project function that may
-    return one (followed into its module by the model analysis)."""
-    return may_load_model(data) or may_call_project_loader(data)
+    """A model class's `from_pretrained(` here, a call of a project function that may
+    return one, or a class built on one of the project's classes, whose `__init__` may load
+    it (both followed into their modules by the model analysis)."""
+    return may_load_model(data) or may_call_project_loader(data) or may_subclass_project_class(data)
 
 
 def may_hold_model_with(*words: bytes):
@@ -62,7 +63,7 @@ def may_hold_model_with(*words: bytes):
     def check(data: bytes) -> bool:
         if any(word in data for word in words) and may_load_model(data):
             return True
-        return may_call_project_loader(data)
+        return may_call_project_loader(data) or may_subclass_project_class(data)
     return check
 
 

@@ -250,7 +250,8 @@ def analyze_models(
     if functions.text is None:
         functions.text = text
     survey = _Survey(tree, text, functions.loader_names(text))
-    if not survey.load_scopes:
+    heirs = _heirs(tree, functions, survey)
+    if not survey.load_scopes and not heirs:
         analysis.deps = sorted(functions.deps)
         return analysis  # most files: `from_pretrained` only in docstrings or for tokenizers
     module_consts = functions.consts
@@ -265,6 +266,10 @@ def analyze_models(
     done: dict[int, dict] = {}
     for node in classes:
         if node in survey.load_scopes or survey.uses(node, seeded):
+            _analyze_class(node, analysis, resolver, module_seeds, survey=survey)
+            done[id(node)] = {}
+    for node in heirs:  # its model comes from a base class of the project
+        if id(node) not in done:
             _analyze_class(node, analysis, resolver, module_seeds, survey=survey)
             done[id(node)] = {}
     for func, seeds in _functions_outside_classes(tree, module_seeds):
@@ -1198,15 +1203,20 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
                 if key and key.startswith("self.") and key.count(".") == 1:
                     assigned.setdefault(key, []).append((method, value))
     init = next((m for m in methods if m.name == "__init__"), None)
+    # What the project's base classes leave in the `self.x` this class never binds.
+    inherited = _inherited_states(cls, resolver, set(assigned), {m.name for m in methods}, init)
     # What `__init__` leaves in `self.x`, for attributes no other method rebinds: every other
     # method runs after it (`self.model = self.model.to(dtype)` in `__init__` included).
     after_init: dict[str, ModelState] = {}
     if init is not None:
-        end = _analyze_function(init, analysis, resolver, module_seeds, cls, params=init_params)
+        start = {**module_seeds, **inherited} if inherited and _calls_super_init(init) else module_seeds
+        end = _analyze_function(init, analysis, resolver, start, cls, params=init_params)
         for key, state in end.items():
             if key.startswith("self.") and key.count(".") == 1 and isinstance(state, (ModelState, Choice)) \
                     and all(method is init for method, _ in assigned.get(key, [])):
                 after_init[key] = _loosen(state)
+        if start is not module_seeds:  # what this `__init__` did to them after `super().__init__()`
+            inherited = {key: after_init.pop(key) for key in inherited if key in after_init}
     # Each attribute's values are evaluated once for the whole class, not once per method.
     attribute_states = {
         key: (_class_attribute_state(analysis, resolver, cls, key, [value for _, value in places])
@@ -1220,7 +1230,7 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
             for node in nested[id(method)]:  # nested functions inside __init__
                 _analyze_function(node, analysis, resolver, dict(module_seeds), cls)
             continue
-        seeds = dict(module_seeds)
+        seeds = {**module_seeds, **inherited}
         for key, state in attribute_states.items():
             if key in after_init:
                 seeds[key] = after_init[key]
@@ -1234,6 +1244,166 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
         _analyze_function(method, analysis, resolver, seeds, cls)
         for node in nested[id(method)]:  # nested functions inside methods
             _analyze_function(node, analysis, resolver, seeds, cls)
+
+
+def _project_bases(cls: ast.ClassDef, table, moved: set[str] | None, depth: int = 0) -> list:
+    """(table, class) of each of the project's own classes `cls` builds on, nearest first:
+    in its module or imported from another project module (`from trainers.base import
+    BaseTrainer`). Libraries' classes are not followed, and another module is parsed only
+    when its text names `self.<attr>` for an attribute in `moved` (when given)."""
+    found = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in table.classes:
+            hit = (table, table.classes[base.id])
+        elif isinstance(base, (ast.Name, ast.Attribute)) and table.project is not None and table.path is not None:
+            where = _base_module(base, table)
+            if where is None:
+                continue  # a builtin or a library's class: no lookup
+            if moved is not None:
+                data = table.project.raw(where)
+                if data is None or not any(b"self." + attr.encode("ascii", "replace") in data for attr in moved):
+                    continue  # the base's module never mentions what this class moves: not parsed
+            hit = table.lookup(base, None)
+        else:
+            continue
+        if hit is None or not isinstance(hit[1], ast.ClassDef) or hit[1] is cls:
+            continue
+        found.append((hit[0], hit[1]))
+        if depth < 3:
+            found.extend(_project_bases(hit[1], hit[0], moved, depth + 1))
+    return found
+
+
+def _base_module(base: ast.expr, table):
+    """The project file that an imported base class comes from (`from .base import
+    BaseTrainer`, `import trainers.base as tb` then `tb.BaseTrainer`); None for libraries."""
+    if isinstance(base, ast.Name):
+        if base.id in table.imports.relative:
+            level, module, _ = table.imports.relative[base.id]
+            return table.project.resolve(table.path, module, level)
+        module = table.imports.aliases.get(base.id, "").rpartition(".")[0]
+    elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+        if base.value.id in table.imports.relative:
+            level, module, name = table.imports.relative[base.value.id]
+            return table.project.resolve(table.path, f"{module}.{name}" if module else name, level)
+        module = table.imports.aliases.get(base.value.id, "")
+    else:
+        return None
+    return table.project.resolve(table.path, module, 0) if module else None
+
+
+def _heirs(tree: ast.Module, functions, survey) -> list[ast.ClassDef]:
+    """The module's classes that hold no load themselves but build on a project class that
+    does (`class LoraTrainer(BaseTrainer)`): their methods may cast or move what the base
+    loaded into `self.model`."""
+    found = []
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.bases and node not in survey.load_scopes):
+            continue
+        moved = _moved_attributes(functions, node)
+        if moved is not None and not moved:
+            continue
+        for table, base in _project_bases(node, functions, moved):
+            base_text = table.text_of(base)
+            if base_text is not None and moved is not None and not any(f"self.{attr}" in base_text for attr in moved):
+                continue  # the base does not hold what this class moves
+            if any(table.mentions_load(method) for method in base.body
+                   if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                found.append(node)
+                break
+    return found
+
+
+_SELF_MOVE: list = []  # (the cast/move pattern, the model-like name pattern), compiled on first use
+
+
+def _moved_attributes(table, cls: ast.ClassDef) -> set[str] | None:
+    """The attributes named like a model that the class casts or moves (`self.model.to(`,
+    `self.policy.half(`): only those can gain a finding from a base class's load, and a
+    class with none has its bases looked up (another module parsed) not at all. None when
+    the module's text is not known."""
+    text = table.text_of(cls)
+    if text is None:
+        return None
+    if not _SELF_MOVE:
+        from cfgfix.analysis.project_modules import _MODEL_TARGET, SELF_MOVE
+
+        _SELF_MOVE.extend(re.compile(p.pattern.decode("ascii")) for p in (SELF_MOVE, _MODEL_TARGET))
+    moves, model_like = _SELF_MOVE
+    return {m.group(1) for m in moves.finditer(text) if model_like.search(m.group(1))}
+
+
+def _calls_super_init(init) -> bool:
+    """`super().__init__(...)` in the body of `init` (not in a nested function)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+               and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
+               and n.func.value.func.id == "super" for n in walk_scope(init))
+
+
+def _inherited_states(cls: ast.ClassDef, resolver, own: set[str], overridden: set[str], init) -> dict:
+    """What `self.x` holds, for each attribute that the project's base classes of `cls`
+    bind and `cls` never does but casts or moves (`_moved_attributes`): what a base's
+    `__init__` leaves there when it runs (`cls`
+    has no `__init__`, or calls `super().__init__()`), else the loads every base assignment
+    makes, with an unknown dtype (as for a class's own attributes). A base method that
+    `cls` (or a nearer base) overrides is not the one that runs: an attribute whose
+    assignments call one is left unknown, and a base `__init__` that calls one is not used."""
+    table = resolver.functions
+    if table is None or not cls.bases:
+        return {}
+    moved = _moved_attributes(table, cls)
+    if moved is not None and not moved:
+        return {}  # nothing a base's load could tell about this class's casts and moves
+    bases = _project_bases(cls, table, moved)
+    if not bases:
+        return {}
+    states: dict = {}
+    seen = set(own)  # a nearer class's binding hides the farther ones
+    overridden = set(overridden)
+    runs_init = init is None or _calls_super_init(init)
+    for base_table, base in bases:
+        methods = [n for n in base.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        base_init = next((m for m in methods if m.name == "__init__"), None)
+        live = [m for m in methods if m.name not in overridden or m is base_init and runs_init]
+        assigned: dict[str, list] = {}
+        for method in live:
+            for node in walk_statements(method):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else ()
+                for target in targets:
+                    key = dotted(target)
+                    if key and key.startswith("self.") and key.count(".") == 1:
+                        assigned.setdefault(key, []).append((method, node.value))
+        fresh = [key for key in assigned if key not in seen and (moved is None or key[5:] in moved)]
+        seen.update(assigned)
+        if fresh:
+            local = resolver if base_table is table else _Resolver(base_table.imports, base_table.consts, base_table)
+            scratch = ModelAnalysis(imports=base_table.imports)  # findings belong to the base's own module
+            after: dict = {}
+            if runs_init and base_init is not None and base_init in live and not _calls_any(base_init, overridden):
+                end = _analyze_function(base_init, scratch, local, {}, base)
+                after = {key: _loosen(state) for key, state in end.items()
+                         if key in assigned and isinstance(state, (ModelState, Choice))
+                         and all(method is base_init for method, _ in assigned[key])}
+            for key in fresh:
+                places = assigned[key]
+                if key in after:
+                    states[key] = after[key]
+                elif all(value is not None for _, value in places) and _may_hold_load(places) \
+                        and not any(_calls_any(value, overridden) for _, value in places):
+                    state = _class_attribute_state(scratch, local, base, key, [value for _, value in places])
+                    if state is not None:
+                        states[key] = state
+        overridden.update(m.name for m in methods)
+        runs_init = runs_init and (base_init is None or _calls_super_init(base_init))
+    return states
+
+
+def _calls_any(node: ast.AST, methods: set[str]) -> bool:
+    """`self.name(...)` for a name in `methods` anywhere in `node`."""
+    return bool(methods) and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in methods
+        and isinstance(n.func.value, ast.Name) and n.func.value.id == "self" for n in ast.walk(node))
 
 
 def _seeds_from(body: list[ast.stmt], resolver, prefix: str) -> dict[str, ModelState]:
@@ -1884,8 +2054,9 @@ class _Walker:
         if found is None:
             if method is not None:
                 self.escape(call, env, method)
-            elif isinstance(func, ast.Attribute) and dotted(func.value) == "self":
-                _forget(env, "self.")  # an inherited method we cannot see
+            elif isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or func.attr != "__init__" and (
+                    isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")):
+                _forget(env, "self.")  # an inherited method we cannot see (`self.reload()`, `super().reload()`)
                 self.escape(call, env)
             elif (self.resolver.imports.qualify(func) or "") not in _HARMLESS_CALLS:
                 self.escape(call, env)

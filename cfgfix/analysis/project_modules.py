@@ -255,3 +255,41 @@ def may_call_project_loader(data: bytes) -> bool:
     if not names:
         return False
     return bool(model_assignment_callees(data) & set(names))
+
+
+# `self.model.to(`, `self.net.half(`: a cast or move of an attribute (group 1), which a base
+# class may have loaded. Starts with its literal, so `re` skips from one `self.` to the next.
+SELF_MOVE = re.compile(rb"self\.(\w+)\s*\.\s*(?:to|cuda|half|bfloat16|float)\s*\(")
+# `class Name(` (then its bases); the line start is checked by hand, as for `_FROM_IMPORT`.
+_CLASS_BASES = re.compile(rb"class[ \t]+\w+[ \t]*\(([^)\n]*)")
+
+
+@functools.lru_cache(maxsize=32)
+def may_subclass_project_class(data: bytes) -> bool:
+    """Text only, before parsing: a class of this file builds on a class it imports from
+    the project's own modules (`from trainers.base import BaseTrainer` then `class
+    LoraTrainer(BaseTrainer):`), whose `__init__` may load the model the subclass's
+    methods cast or move (`self.model.to(...)`, `self.policy.half()`: the file must say so,
+    of an attribute named like a model). The model analysis decides, from the base's
+    module."""
+    if b"class" not in data or not any(_MODEL_TARGET.search(m.group(1)) for m in SELF_MOVE.finditer(data)):
+        return False  # (a model-like attribute: `self.inv_freq.to(x.device)` in a rotary embedding is not one)
+    names = set()
+    for match in _from_imports(data):
+        dots, module = match.group(1), match.group(2)
+        root = module.split(b".")[0].decode("ascii", "replace")
+        if not dots and (root in _LIBRARY_ROOTS or root in _STDLIB or not root):
+            continue
+        for part in match.group(3).split(b","):
+            words = part.split()
+            if words and words[-1][:1].isupper():
+                names.add(words[-1])
+    if not names:
+        return False
+    for match in _CLASS_BASES.finditer(data):
+        start = match.start()
+        if data[data.rfind(b"\n", 0, start) + 1:start].strip(b" \t"):
+            continue  # not at the start of a line
+        if any(base.strip().split(b"[")[0] in names for base in match.group(1).split(b",")):
+            return True
+    return False
