@@ -132,3 +132,13 @@ def test_the_text_prefilter(text, expected):
     from cfgfix.analysis.model_calls import may_hold_model
 
     assert may_hold_model(text.encode()) is expected
+
+
+def test_a_base_in_a_large_module_parsed_in_parts(tmp_path):
+    """A base module over the size that is parsed in parts (analysis/module_parts.py): the
+    base class's block is parsed when asked for, and its load still reaches the subclass."""
+    pad = "".join(f"\n\ndef helper_{i}(x):\n    return [x + {i} * k for k in range(10)]\n" for i in range(400))
+    base = BASE.replace("\n\nclass BaseTrainer", pad + "\n\nclass BaseTrainer") + pad
+    assert len(base) > 20_000
+    found = _findings(tmp_path, "device_map='auto'", ".to('cuda')", base=base)
+    assert [f for f in found if f[:2] == ("CFX103", "trainers/lora.py")]

@@ -1253,8 +1253,10 @@ def _project_bases(cls: ast.ClassDef, table, moved: set[str] | None, depth: int 
     when its text names `self.<attr>` for an attribute in `moved` (when given)."""
     found = []
     for base in cls.bases:
-        if isinstance(base, ast.Name) and base.id in table.classes:
-            hit = (table, table.classes[base.id])
+        if isinstance(base, ast.Name):
+            table._need(base.id)  # another module parsed in parts (module_parts.py): that block
+        if isinstance(base, ast.Name) and base.id in table._classes:
+            hit = (table, table._classes[base.id])
         elif isinstance(base, (ast.Name, ast.Attribute)) and table.project is not None and table.path is not None:
             where = _base_module(base, table)
             if where is None:
