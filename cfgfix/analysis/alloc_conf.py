@@ -14,7 +14,7 @@ import ast
 import difflib
 import re
 
-from cfgfix.analysis.names import gpu_branch, iter_statements, walk_scope
+from cfgfix.analysis.names import gpu_branch, module_statements, walk_scope
 from cfgfix.records import dataclass
 
 VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -463,7 +463,7 @@ def _python_settings(ctx) -> list[Setting]:
     imports = index.imports
     found: list[Setting] = []
     scopes = _Scopes(index)
-    for stmt in iter_statements(index.tree.body):
+    for stmt in module_statements(index.tree):
         if not isinstance(stmt, ast.Assign):
             continue
         for target in stmt.targets:

@@ -23,47 +23,54 @@ DTYPE_ALIASES = {
 
 class ImportMap:
     def __init__(self, tree: ast.Module) -> None:
-        self.aliases: dict[str, str] = {}
+        aliases: dict[str, str] = {}
         # `from .build import build_model`: local name -> (level, module, imported name),
         # resolved to a project file by `analysis.project_modules` when a rule follows it.
-        self.relative: dict[str, tuple[int, str, str]] = {}
-        assigned: dict[str, list[ast.expr | None]] = {}
-        for node in iter_statements(tree.body):
-            if isinstance(node, ast.Assign):
+        relative: dict[str, tuple[int, str, str]] = {}
+        self.aliases, self.relative = aliases, relative
+        # name -> its value when the whole file binds it once, by `name = value`; None
+        # when it is bound more than once or otherwise (`a, name = ...`, `name += 1`).
+        assigned: dict[str, ast.expr | None] = {}
+        # One pass over the module's statements (shared, `module_statements`), dispatched on
+        # the exact node type: the isinstance chain per statement was most of this (issue 15).
+        for node in module_statements(tree):
+            kind = type(node)
+            if kind is ast.Assign:
                 for target in node.targets:
-                    if type(target) is ast.Name:  # the usual case, without a walk
-                        assigned.setdefault(target.id, []).append(node.value)
-                        continue
-                    for sub in walk(target):
-                        if isinstance(sub, ast.Name):
-                            assigned.setdefault(sub.id, []).append(node.value if sub is target else None)
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-                assigned.setdefault(node.target.id, []).extend([None, None])
-            elif isinstance(node, ast.ImportFrom) and node.level:
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.relative[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
-            if isinstance(node, ast.Import):
+                    if type(target) is ast.Name:  # the usual case
+                        name = target.id
+                        assigned[name] = None if name in assigned else node.value
+                    else:  # `a, b = ...`, `self.x = ...`, `config[key] = ...`: no one value
+                        for name in _target_names(target):
+                            assigned[name] = None
+            elif kind is ast.ImportFrom:
+                if node.level:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            relative[alias.asname or alias.name] = (node.level, node.module or "", alias.name)
+                elif node.module:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif kind is ast.Import:
                 for alias in node.names:
                     if alias.asname:
-                        self.aliases[alias.asname] = alias.name
+                        aliases[alias.asname] = alias.name
                     else:  # `import torch.nn` binds `torch`
                         root = alias.name.split(".")[0]
-                        self.aliases.setdefault(root, root)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    if alias.name != "*":
-                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                        aliases.setdefault(root, root)
+            elif (kind is ast.AnnAssign or kind is ast.AugAssign) and type(node.target) is ast.Name:
+                assigned[node.target.id] = None
         # A local alias of an imported name, bound once in the whole file
         # (`autocast = torch.cuda.amp.autocast`): it names the same thing.
-        for name, values in assigned.items():
-            if len(values) != 1 or values[0] is None or name in self.aliases:
+        for name, value in assigned.items():
+            if value is None or name in aliases:
                 continue
-            target = dotted(values[0])
+            target = dotted(value)
             # Two dots at least: an API path (`torch.utils.checkpoint.checkpoint`), not a value
             # such as `torch.float16` that a parameter of the same name may shadow.
-            if target and target.count(".") >= 2 and target.split(".")[0] in self.aliases:
-                self.aliases[name] = self.qualify(values[0])  # type: ignore[assignment]
+            if target and target.count(".") >= 2 and target.split(".")[0] in aliases:
+                aliases[name] = self.qualify(value)  # type: ignore[assignment]
 
     def qualify(self, node: ast.AST) -> str | None:
         """Dotted qualified name of a Name/Attribute chain, or None for anything else."""
@@ -95,6 +102,21 @@ def dotted(node: ast.AST) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    """Every name in an assignment target that is not a plain name, as `walk` finds them:
+    those it binds (`a, (b, *c)`), those it writes into (`self.x`, `config["fmt"]`) and those
+    it reads (`d[k]`). `analysis/module_parts.py` counts the same names as assigned. An
+    attribute chain (`self.x.y = ...`, most such targets) is read down to its root, not
+    walked."""
+    kind = type(target)
+    while kind is ast.Attribute:
+        target = target.value
+        kind = type(target)
+    if kind is ast.Name:
+        return [target.id]
+    return [node.id for node in walk(target) if type(node) is ast.Name]
 
 
 def gpu_branch(node: ast.If | ast.IfExp, imports: "ImportMap"):
@@ -246,17 +268,40 @@ def _walk_scope_branches(node: ast.AST):
 
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+# Per node type, its statement-holding fields (in `_BLOCK_FIELDS` order); filled as types
+# are met, so simple statements (most of a module) cost one dict lookup.
+_BLOCKS_OF: dict[type, tuple[str, ...]] = {}
+
+
+def _blocks_of(kind: type) -> tuple[str, ...]:
+    fields = _BLOCKS_OF[kind] = tuple(name for name in _BLOCK_FIELDS if name in kind._fields)
+    return fields
 
 
 def iter_statements(body: list[ast.stmt]):
     """Every statement, nested ones included, without visiting expressions: imports and
     definitions are statements, and skipping expressions makes this ~10x cheaper than
-    `ast.walk` on large modules."""
+    `ast.walk` on large modules. (In a stack's order: a block's `orelse`, `finalbody` and
+    `handlers` come before its `body`.)"""
     stack = list(reversed(body))
+    pop, extend, blocks_of = stack.pop, stack.extend, _BLOCKS_OF
     while stack:
-        node = stack.pop()
+        node = pop()
         yield node
-        for name in _BLOCK_FIELDS:
+        kind = type(node)
+        fields = blocks_of.get(kind)
+        if fields is None:
+            fields = _blocks_of(kind)
+        for name in fields:
             children = getattr(node, name, None)
             if children:
-                stack.extend(reversed(children))
+                extend(reversed(children))
+
+
+def module_statements(tree: ast.AST) -> list[ast.stmt]:
+    """`list(iter_statements(tree.body))`, memoised on the tree: the import map and several
+    analyses each read every statement of the module once."""
+    cached = tree.__dict__.get("_cfgfix_statements")
+    if cached is None:
+        cached = tree._cfgfix_statements = list(iter_statements(tree.body))  # type: ignore[attr-defined]
+    return cached

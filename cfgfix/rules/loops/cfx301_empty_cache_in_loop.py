@@ -15,7 +15,7 @@ from cfgfix.analysis.loops import (
     module_like,
     over_spelled_out_collection,
 )
-from cfgfix.analysis.names import dotted, iter_statements
+from cfgfix.analysis.names import dotted, module_statements
 from cfgfix.analysis.steps import STEP_HOOK_DEF, step_functions
 from cfgfix.analysis.structure import Loop
 from cfgfix.core import Applicability, Finding, Fix, Related, Severity
@@ -622,7 +622,7 @@ def _call_line_in_loop(ctx, word: str) -> bool:
         pos = src.text.find(word, pos + 1)
     if not lines:
         return False
-    for stmt in iter_statements(ctx.document.tree.body):
+    for stmt in module_statements(ctx.document.tree):
         if isinstance(stmt, Loop) and any(stmt.lineno < line <= (stmt.end_lineno or stmt.lineno) for line in lines):
             return True
     return False

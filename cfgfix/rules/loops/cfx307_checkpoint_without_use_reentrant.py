@@ -15,7 +15,7 @@ from cfgfix.analysis.checkpointing import (
     trainer_drops,
     use_reentrant_of,
 )
-from cfgfix.analysis.names import LEAVES, child_nodes, dotted, iter_statements, walk_scope
+from cfgfix.analysis.names import LEAVES, child_nodes, dotted, module_statements, walk_scope
 from cfgfix.analysis.word_lines import calls_on_lines, word_lines
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
@@ -88,7 +88,7 @@ def _kwargs_without_reentrant(ctx) -> dict[int, str]:
     found = ctx.notes.get("cfx307-kwargs")
     if found is None:
         found = ctx.notes["cfx307-kwargs"] = {}
-        for func in iter_statements(ctx.document.tree.body):
+        for func in module_statements(ctx.document.tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.args.kwarg is None:
                 continue
             named = {a.arg for a in func.args.args + func.args.kwonlyargs}  # not positional-only
