@@ -122,3 +122,22 @@ def test_call_text():
     odd = CallText("a = 1\nmodel.ｅval()\n")  # `ast` reads `eval`
     assert odd.lines_calling("eval") == [2]
     assert odd.lines_defining(lambda name: True) == [2]
+
+
+def test_call_text_answers_do_not_depend_on_the_order_of_questions():
+    """One scan per name serves every receiver asked about: the answers are those of a
+    fresh `CallText` per question."""
+    code = ("model.eval()\nself.model.eval()\nevaluate(model)\nx.evaluate ()\ndef eval_(a): pass\n"
+            "y = eval\n(1)\nteacher.eval() # c\nsuper().eval()\n")
+    questions = [("eval", None), ("eval", "model"), ("eval", "self.model"), ("eval", ""), ("eval", "teacher"),
+                 ("evaluate", ""), ("evaluate", "x"), ("evaluate", None), ("eval", "super")]
+    shared = CallText(code)
+    for method, receiver in questions + list(reversed(questions)):
+        fresh = CallText(code)
+        if receiver is None:
+            assert shared.lines_calling(method) == fresh.lines_calling(method)
+        else:
+            assert shared.lines_calling_on(method, receiver) == fresh.lines_calling_on(method, receiver)
+    assert shared.lines_calling_on("eval", "model") == [1, 2]
+    assert shared.lines_calling_on("eval", "") == [6]
+    assert shared.lines_calling("eval") == [1, 2, 6, 8, 9]

@@ -26,13 +26,14 @@ class CallText:
         self.text = text
         self._line_starts = line_starts
         self._lines: dict[str, list[int]] = {}
+        self._found: dict[str, list[tuple[int, int]]] = {}
         self._odd: list[tuple[int, str]] | None = None
 
     def lines_calling(self, name: str) -> list[int]:
         """Line numbers (1-based, repeats possible) where `name(` may be a call."""
         lines = self._lines.get(name)
         if lines is None:
-            lines = self._lines[name] = self._find(name) + [
+            lines = self._lines[name] = [line for _, line in self._calls(name)] + [
                 number for number, line in self._odd_lines() if _calls_in_line(line, name)]
         return lines
 
@@ -44,7 +45,8 @@ class CallText:
         lines = self._lines.get(key)
         if lines is None:
             last = receiver.rsplit(".", 1)[-1]
-            lines = self._lines[key] = self._find(method, last) + [
+            text = self.text
+            lines = self._lines[key] = [line for pos, line in self._calls(method) if _may_be_on(text, pos, last)] + [
                 number for number, line in self._odd_lines() if _calls_in_line(line, method)]
         return lines
 
@@ -65,20 +67,27 @@ class CallText:
             self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(self.text)]
         return self._line_starts
 
-    def _find(self, name: str, receiver: str | None = None) -> list[int]:
+    def _calls(self, name: str) -> list[tuple[int, int]]:
+        """(offset, line) of every `name` in the text that may be called, whatever the
+        receiver: one scan per name, shared by `lines_calling` and every receiver that
+        `lines_calling_on` is asked about (several per method: `model.eval()`,
+        `self.model.eval()`, ...; scanning the text again for each was ~half of the finds
+        on five trl trainers, issue 15)."""
+        found = self._found.get(name)
+        if found is not None:
+            return found
         text, size = self.text, len(name)
         find = text.find
-        lines = []
+        found = self._found[name] = []
         pos = find(name)
         while pos >= 0:
             end = pos + size
             after = text[end:end + 1]  # most hits go on with a name (`train_dataset`): no call
             if (after == "(" or (after in _MAY_PRECEDE_PAREN and _paren_follows(text, end))) \
-                    and (pos == 0 or not _identifier_char(text[pos - 1])) \
-                    and (receiver is None or _may_be_on(text, pos, receiver)):
-                lines.append(bisect.bisect_right(self.line_starts, pos))
+                    and (pos == 0 or not _identifier_char(text[pos - 1])):
+                found.append((pos, bisect.bisect_right(self.line_starts, pos)))
             pos = find(name, pos + 1)
-        return lines
+        return found
 
     def _odd_lines(self) -> list[tuple[int, str]]:
         """(number, NFKC form) of the lines where an identifier may be spelled otherwise
