@@ -302,6 +302,64 @@ def test_statements_in_loops_stop_at_functions():
     assert found == [(2, None, 1), (3, None, 1), (6, "f", 5)]
 
 
+def test_statements_in_loops_in_every_kind_of_block():
+    import ast
+
+    from cfgfix.analysis.loops import statements_in_loops
+
+    tree = ast.parse(
+        "class C:\n"                     # 1
+        "    def m(self):\n"             # 2
+        "        async def g():\n"       # 3
+        "            async for a in b:\n"  # 4
+        "                try:\n"         # 5
+        "                    x = 1\n"    # 6
+        "                except E:\n"    # 7
+        "                    y = 2\n"    # 8
+        "                finally:\n"     # 9
+        "                    z = 3\n"    # 10
+        "        while t:\n"             # 11
+        "            match v:\n"         # 12
+        "                case 1:\n"      # 13
+        "                    w = 4\n"    # 14
+        "            class D:\n"         # 15
+        "                q = 5\n"        # 16
+    )
+    found = sorted((stmt.lineno, getattr(func, "name", None), outer.lineno) for stmt, func, outer in statements_in_loops(tree))
+    assert found == [(5, "g", 4), (6, "g", 4), (8, "g", 4), (10, "g", 4), (12, "m", 11), (14, "m", 11), (15, "m", 11)]
+
+
+def test_scope_flow_bindings_and_statements():
+    import ast
+
+    from cfgfix.analysis.loops import ScopeFlow, scope_statements
+
+    tree = ast.parse(
+        "a = 1\n"
+        "b: int = 2\n"
+        "a += 3\n"
+        "for i, (j, *k) in x:\n"
+        "    with m() as n, o() as (p, q), r():\n"
+        "        self.s, t[u] = 1, 2\n"
+        "def f():\n"
+        "    v = 1\n"
+        "try:\n"
+        "    w = 1\n"
+        "except E as e:\n"
+        "    y = 2\n"
+    )
+    # not into `def f`; a block's handlers before its body (a stack's order)
+    assert [s.lineno for s in scope_statements(tree.body)] == [1, 2, 3, 4, 5, 6, 7, 9, 12, 10]
+    bindings = ScopeFlow(tree.body).bindings
+    assert {name: [(line, value is not None) for line, _, _, value in entries] for name, entries in bindings.items()} == {
+        "a": [(1, True), (3, True)], "b": [(2, True)], "i": [(4, False)], "j": [(4, False)], "k": [(4, False)],
+        "n": [(5, False)], "p": [(5, False)], "q": [(5, False)],
+        # names read in a tuple target's attribute or subscript count as bound (a superset)
+        "self": [(6, False)], "t": [(6, False)], "u": [(6, False)],
+        "w": [(10, True)], "y": [(12, True)],
+    }
+
+
 @pytest.mark.parametrize(
     "line, flagged",
     [
@@ -422,3 +480,32 @@ def test_cfx301_a_callback_the_module_never_builds_may_be_built_elsewhere(tmp_pa
             "    def on_step_end(self, args, state, control, **kwargs):\n"
             "        torch.cuda.empty_cache()\n")
     assert [f.code for f in _check(tmp_path, code, ["CFX301"])[2]] == ["CFX301"]
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (b"for b in loader:\n    loss = f(b)\n    total += loss\n", True),
+        (b"for b in loader:\n    losses.append(criterion(out, y))\n", True),
+        (b"while True:\n    total = total + out.loss\n", True),
+        (b"while True:\n    total = out.loss + total  # sum\n", True),
+        (b"total += loss\n", False),  # not in a loop
+        (b"for b in loader:\n    total += 1\n    print(loss + 1)\n", False),  # `+` lines that accumulate no loss
+        (b"for b in loader:\n    n += 1\n    loss.backward()\n", False),
+        (b"def compute_loss(x):\n    for b in x:\n        total += loss\n", False),  # a loss builder's own sum
+    ],
+)
+def test_cfx302_text_look_finds_accumulated_losses(code, expected):
+    from cfgfix.rules.loops.cfx302_loss_accumulates_graph import _loss_word_accumulated
+
+    assert _loss_word_accumulated(code) is expected
+
+
+def test_cfx302_text_look_finds_accumulated_call_results():
+    from cfgfix.rules.loops.cfx302_loss_accumulates_graph import _accumulated_names, _call_result_accumulated
+
+    code = b"from m import step\nfor b in loader:\n    cost = step(b)\n    a[0] += 1\n    avg_cost += cost  # c\n    n+= 1\n"
+    assert {name: match.group(0) for name, match in _accumulated_names(code).items()} == {
+        b"cost": b"    avg_cost += cost  # c", b"1": b"    n+= 1"}
+    assert _call_result_accumulated(code)
+    assert not _call_result_accumulated(code.replace(b"cost = step(b)", b"cost = 2"))

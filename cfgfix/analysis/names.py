@@ -268,13 +268,18 @@ def _walk_scope_branches(node: ast.AST):
 
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
-# Per node type, its statement-holding fields (in `_BLOCK_FIELDS` order); filled as types
-# are met, so simple statements (most of a module) cost one dict lookup.
-_BLOCKS_OF: dict[type, tuple[str, ...]] = {}
+# Per node type, its statement-holding fields (in `_BLOCK_FIELDS` order), filled by
+# `block_fields` as types are met: a walk reads `BLOCKS_OF.get(type(node))` first, so a
+# simple statement (most of a module) costs one dict lookup.
+BLOCKS_OF: dict[type, tuple[str, ...]] = {}
 
 
-def _blocks_of(kind: type) -> tuple[str, ...]:
-    fields = _BLOCKS_OF[kind] = tuple(name for name in _BLOCK_FIELDS if name in kind._fields)
+def block_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that hold statements, handlers or match cases, in
+    `_BLOCK_FIELDS` order (`()` for a simple statement)."""
+    fields = BLOCKS_OF.get(kind)
+    if fields is None:
+        fields = BLOCKS_OF[kind] = tuple(name for name in _BLOCK_FIELDS if name in kind._fields)
     return fields
 
 
@@ -284,14 +289,14 @@ def iter_statements(body: list[ast.stmt]):
     `ast.walk` on large modules. (In a stack's order: a block's `orelse`, `finalbody` and
     `handlers` come before its `body`.)"""
     stack = list(reversed(body))
-    pop, extend, blocks_of = stack.pop, stack.extend, _BLOCKS_OF
+    pop, extend, blocks_of = stack.pop, stack.extend, BLOCKS_OF
     while stack:
         node = pop()
         yield node
         kind = type(node)
         fields = blocks_of.get(kind)
         if fields is None:
-            fields = _blocks_of(kind)
+            fields = block_fields(kind)
         for name in fields:
             children = getattr(node, name, None)
             if children:
