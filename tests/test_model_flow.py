@@ -601,3 +601,146 @@ def test_a_plain_keyword_beside_a_flag_still_splits_on_the_flag(tmp_path):
             model.cuda()
     """})
     assert possible(analysis) == [(5, "cuda", "model", None, "4bit", 2), (5, "cuda", "model", None, None, 2)]
+
+
+# -- statements the walker skips (models._Walker._inert) ---------------------------------
+
+def _detail(analysis):
+    loads = [(l.line, l.class_name, l.dtype, l.device_map and l.device_map.kind, l.quantized, l.library,
+              l.single_process) for l in analysis.loads]
+    moves = [(c.call.lineno, c.method, c.key, c.state.dtype, c.stmt.lineno, c.sole_in_block, c.target_dtype,
+              c.moves_device, c.alternatives) for c in [*analysis.calls, *analysis.possible_calls]]
+    return loads, moves, analysis.deps
+
+
+def _gated_and_not(tmp_path, monkeypatch, files: dict[str, str]):
+    """The analysis with the walker's gate and without it (they must agree), and how many
+    statements the gate skipped."""
+    from cfgfix.analysis import models
+
+    skipped = []
+    inert = models._Walker._inert
+
+    def counting(self, stmt, env, words):
+        found = inert(self, stmt, env, words)
+        if found:
+            skipped.append(stmt.lineno if self.returns is None else ("summary", stmt.lineno))
+        return found
+
+    monkeypatch.setattr(models._Walker, "_inert", counting)
+    gated = _detail(analyze(tmp_path, files))
+    monkeypatch.setattr(models.FunctionTable, "walk_words", lambda self, cls: None)
+    plain = _detail(analyze(tmp_path, files))
+    assert gated == plain
+    return gated, skipped
+
+
+def test_the_walker_skips_statements_that_can_change_nothing(tmp_path, monkeypatch):
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        class Trainer:
+            def __init__(self, args):
+                self.args = args
+                self.steps = 0
+                self.log = []
+                print("starting", args.name)
+                self.model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+                self.lr = args.lr * 2
+                self.model.to(torch.bfloat16)
+    """})
+    assert [m[:4] for m in result[1]] == [(13, "to", "self.model", "bfloat16")]
+    assert skipped == [2, 3, 7, 8, 9, 10]  # before the load; after it, `self` may reach the model
+
+
+def test_a_call_site_that_passes_no_model_is_still_walked(tmp_path, monkeypatch):
+    # `train(None)` passes no model, but it is a call site of `train`: with it the calls
+    # disagree, and `train` is not analysed with the model
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def train(net):
+            net.to(torch.bfloat16)
+
+        def main():
+            model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+            train(model)
+            size = 3
+            train(None)
+    """})
+    assert result[1] == []
+    assert skipped == [2, 3, 11]
+
+
+def test_handing_self_on_forgets_what_self_holds(tmp_path, monkeypatch):
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        class Trainer:
+            def __init__(self):
+                self.model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+                register(self)
+                self.model.to(torch.bfloat16)
+    """})
+    assert result[1] == []  # `register` may have replaced it: no longer tracked
+    assert skipped == [2, 3, 9]  # then nothing is tracked: the cast is skipped too
+
+
+def test_rebinding_a_branch_condition_is_walked(tmp_path, monkeypatch):
+    # `args.q = True` names no model, but the choice's options are conditioned on it
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def main(args):
+            if args.q:
+                model = AutoModelForCausalLM.from_pretrained("m", load_in_8bit=True)
+            else:
+                model = AutoModelForCausalLM.from_pretrained("n", device_map="auto")
+            steps = 10
+            args.q = True
+            if not args.q:
+                model.cuda()
+    """})
+    assert skipped == [2, 3, 10]
+    assert result[1] == []  # the test no longer tells the options apart: the call is not reported
+
+
+def test_a_method_that_loads_is_walked_where_it_is_called(tmp_path, monkeypatch):
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        class Trainer:
+            def build(self):
+                return AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float32)
+
+            def __init__(self):
+                self.steps = 0
+                self.net = self.build()
+                self.net.half()
+    """})
+    assert [m[:4] for m in result[1]] == [(12, "half", "self.net", "float32")]
+    assert skipped == [2, 3, 10]
+
+
+def test_a_summary_keeps_every_return(tmp_path, monkeypatch):
+    # returns that name nothing (`return None`) still decide what a function returns
+    result, skipped = _gated_and_not(tmp_path, monkeypatch, {"train.py": """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def build(name, fallback):
+            if fallback:
+                return None
+            return AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float16)
+
+        def main():
+            model = build("m", False)
+            model.half()
+    """})
+    assert [m[:4] for m in result[1]] == [(12, "half", "model", "float16")]
+    assert ("summary", 7) not in skipped and 7 in skipped  # skipped only where returns are not collected

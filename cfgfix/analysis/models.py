@@ -257,7 +257,7 @@ def analyze_models(
     module_consts = functions.consts
     resolver = _Resolver(imports, module_consts, functions)
     bindings = functions.bindings
-    _Walker(analysis, resolver, {}).block(tree.body, {})
+    _Walker(analysis, resolver, {}, skip_inert=True).block(tree.body, {})
     module_seeds = _seeds_from(tree.body, resolver, prefix="") if tree in survey.load_scopes else {}
     seeded = {key.split(".")[0] for key in module_seeds}
     classes = survey.classes
@@ -408,6 +408,7 @@ class FunctionTable:
         self._default_dtype: bool | None = None
         self._self_attributes: dict[tuple[int, int], set[str] | None] = {}
         self._mentions: dict[int, bool] = {}
+        self._walk_words: dict[int, frozenset] = {}
         self._loader_callees: frozenset[str] | None = None
         self.text: str | None = None  # the module's source, when the caller has it
         self._line_starts: list[int] | None = None
@@ -467,6 +468,25 @@ class FunctionTable:
     def classes(self) -> dict[str, ast.ClassDef]:
         self._complete()
         return self._classes
+
+    def walk_words(self, cls: ast.ClassDef | None) -> frozenset | None:
+        """Words whose mention makes a statement matter to the model walker whatever it
+        holds (`_Walker._inert`): `from_pretrained`, this module's functions and classes
+        (those of blocks not parsed yet included), the names it binds like loaders, and the
+        methods of `cls` that load. None without the module's text."""
+        if (self.origin.text if self.origin is not None else self.text) is None:
+            return None
+        key = id(cls) if cls is not None else 0
+        found = self._walk_words.get(key)
+        if found is None:
+            words = {"from_pretrained", *self._defs, *self._classes, *self.loader_callees}
+            if self._parts is not None:
+                words.update(self._parts.pending)
+            if cls is not None:
+                words.update(node.name for node in cls.body
+                             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and self.mentions_load(node))
+            found = self._walk_words[key] = frozenset(words)
+        return found
 
     def mentions_process_tests(self) -> bool:
         """Whether the module's text holds a word of a single-process test (LOCAL_RANK,
@@ -641,7 +661,7 @@ class FunctionTable:
         params = _positional_params(func, method=cls is not None)
         env = {name: ModelState(ParamLoad(i, name), PARAM_DTYPE) for i, name in enumerate(params)}
         resolver = _Resolver(self.imports, _ScopeConsts(self.consts, func.body), self)
-        walker = _Walker(ModelAnalysis(self.imports), resolver, {}, cls=cls)
+        walker = _Walker(ModelAnalysis(self.imports), resolver, {}, cls=cls, skip_inert=True)
         walker.returns = []
         walker.block(func.body, env)
         result = _merge_returns(walker.returns)
@@ -1472,7 +1492,7 @@ def _analyze_function(func, analysis, resolver, seeds, cls: ast.ClassDef | None 
     names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
     env = {k: v for k, v in seeds.items() if k.split(".")[0] not in names or k.startswith("self.")}
     env.update(params or {})
-    return _Walker(analysis, local, {}, cls=cls).block(func.body, env)
+    return _Walker(analysis, local, {}, cls=cls, skip_inert=True).block(func.body, env)
 
 
 class _ScopeConsts(Mapping):
@@ -1724,10 +1744,19 @@ def _native_model_id(call: ast.Call) -> bool:
     return isinstance(first, ast.Constant) and isinstance(first.value, str) and bool(_NATIVE_FAMILY.search(first.value))
 
 
+# Statements with no statement inside: the walker's gate (`_Walker._inert`) may skip them.
+_SIMPLE_STATEMENTS = frozenset({
+    ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Delete, ast.Pass, ast.Raise, ast.Assert,
+    ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Break, ast.Continue,
+})
+_WORD = re.compile(r"\w+")
+
+
 class _Walker:
     """One forward pass over a statement list, updating `env` (key -> ModelState)."""
 
-    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, _unused, cls: ast.ClassDef | None = None) -> None:
+    def __init__(self, analysis: ModelAnalysis, resolver: _Resolver, _unused, cls: ast.ClassDef | None = None,
+                 skip_inert: bool = False) -> None:
         self.analysis = analysis
         self.resolver = resolver
         self.stmt: ast.stmt | None = None
@@ -1743,10 +1772,16 @@ class _Walker:
         self.single_process = False
         functions = resolver.functions
         self.process_tests = functions is None or functions.mentions_process_tests()
+        # The words that make a simple statement matter (`_inert`); None: walk every one
+        # (a subclass that does more per statement, or no text to read the words from).
+        self.words = functions.walk_words(cls) if skip_inert and functions is not None else None
 
     # -- statements ----------------------------------------------------------------------
     def block(self, body: list[ast.stmt], env: dict) -> dict:
+        words = self.words
         for stmt in body:
+            if words is not None and type(stmt) in _SIMPLE_STATEMENTS and self._inert(stmt, env, words):
+                continue
             self.stmt, self.sole = stmt, len(body) == 1
             if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)) \
                     or type(stmt).__name__ == "TryStar":
@@ -1756,6 +1791,36 @@ class _Walker:
             else:
                 env = self.statement(stmt, env)
         return env
+
+    def _inert(self, stmt: ast.stmt, env: dict, words: frozenset) -> bool:
+        """A simple statement whose walk can change nothing: its words name no load, no
+        function or class of this module (a call there records a call site, and may be
+        followed), no loader (`model = build_model()` is followed into another module), no
+        method of the class that loads, nothing `env` holds or conditions on (by the names
+        in its key: `self` and `model` for `self.model`, as `foo(self)` and `self.method()`
+        may rebind it). What a statement does is then nothing: an
+        expression evaluates to no state, binds or forgets no key (a key or a prefix of it
+        is in its words), escapes no tracked argument, records no load, cast or call site,
+        parses no module. A `return` matters while a summary collects them. Words are read
+        from the statement's lines (comments and strings included: more walked, never
+        less). Most statements of a large trainer's `__init__` hold no such word."""
+        if self.returns is not None and isinstance(stmt, ast.Return):
+            return False
+        text = self.resolver.functions.text_of(stmt)
+        if text is None:
+            return False
+        mentioned = set(_WORD.findall(text))
+        if not words.isdisjoint(mentioned):
+            return False
+        for key, value in env.items():
+            if not mentioned.isdisjoint(key.split(".")):
+                return False
+            if isinstance(value, Choice):
+                for option in value.options:
+                    for fact in option.when:
+                        if not mentioned.isdisjoint(fact[0].split(".")):
+                            return False
+        return True
 
     def statement(self, stmt: ast.stmt, env: dict) -> dict:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -1808,7 +1873,7 @@ class _Walker:
             else:
                 self.expr(stmt.iter, env)
             # A later iteration may see what the body rebinds: forget those names first.
-            bound = _bound_in(stmt)
+            bound = _bound_in(stmt) if env else ()  # nothing to forget in an empty env
             loop_env = {k: v for k, v in env.items() if k not in bound}
             for key in bound:
                 _forget_facts(loop_env, key)
@@ -1825,7 +1890,7 @@ class _Walker:
             # What follows sees the body (and `else`) completed, or a handler that does
             # not re-raise having run after part of the body: a fallback load in `except`
             # and the load it replaces are both possible. A handler starts from `safe`.
-            bound = _bound_in(stmt)
+            bound = _bound_in(stmt) if env else ()
             safe = {k: v for k, v in env.items() if k not in bound}
             imports = self.resolver.imports
             paths = []
@@ -1849,7 +1914,7 @@ class _Walker:
             return self.block(stmt.finalbody, joined)
         if isinstance(stmt, ast.Match):
             self.expr(stmt.subject, env)
-            bound = _bound_in(stmt)
+            bound = _bound_in(stmt) if env else ()
             safe = {k: v for k, v in env.items() if k not in bound}
             for case in stmt.cases:
                 self.block(case.body, dict(safe))
