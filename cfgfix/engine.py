@@ -353,11 +353,16 @@ class Linter:
         return result
 
     def _run(self, rules, ctx, sf: SourceFile, result: FileResult) -> None:
+        from cfgfix.rules.base import Conditioned  # loaded with the rules themselves
+
         for rule in rules:
             try:
                 for finding in rule.check(ctx):
                     if rule.condition:
-                        result.conditional.append((rule.condition, finding))
+                        if isinstance(finding, Conditioned):  # the rule's condition, narrowed for this finding
+                            result.conditional.append((finding.condition, finding.finding))
+                        else:
+                            result.conditional.append((rule.condition, finding))
                     else:
                         result.findings.append(finding)
             except Exception as exc:  # a bug in a rule must not stop the other files

@@ -2,7 +2,8 @@
 processes, and which accelerate / DeepSpeed configs each launch uses. Built from the
 per-file facts (launches, config kinds) after every file was linted.
 
-CFX105 reads it through `condition_holds("multi-process-launch", script)`; the project
+CFX105 reads it through `condition_holds("multi-process-launch", script)` (narrowed per
+finding to the launches that do not turn a flag on, `;unless:--use_deepspeed`); the project
 rules (`rules.base.ProjectRule`, CFX402/CFX502) read the config links through `accelerate_links()`
 and `deepspeed_uses()`. The model reads only the few config files that launches and
 accelerate configs reference (and the run's recognised configs), each once per run,
@@ -21,6 +22,30 @@ from cfgfix.core import LazyRegex, Related, Span
 from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
 from cfgfix.documents.text import lone_cr_as_lf
 from cfgfix.records import dataclass, field, replace
+
+
+# Values that may turn a flag off (HfArgumentParser's string_to_bool, argparse `type=str`
+# left as the text): a launch passing one of these may still reach the `else`.
+_FALSE_WORDS = frozenset({"false", "0", "no", "n", "f", "off", "none", ""})
+
+
+def turns_on(args, options: list[str]) -> bool:
+    """The script arguments `args` ((text, span) pairs) set one of `options` to a value
+    that is surely true (the last occurrence wins, as argparse does): a bare `--flag`,
+    `--flag true`, `--deepspeed ds.json`. `--flag false`, `--flag 0` or a value from a
+    variable (`$USE_DS`) may be false: not on."""
+    value = None
+    texts = [text for text, _ in args]
+    for i, text in enumerate(texts):
+        for option in options:
+            if text == option:
+                following = texts[i + 1] if i + 1 < len(texts) else None
+                value = True if following is None or following.startswith("-") else following
+            elif option.startswith("--") and text.startswith(option + "="):
+                value = text[len(option) + 1:]
+    if value is None or value is True:
+        return value is True
+    return "$" not in value and value.strip("'\"").lower() not in _FALSE_WORDS
 
 
 @dataclass(frozen=True)
@@ -333,10 +358,18 @@ class ProjectModel:
         return model
 
     def condition_holds(self, condition: str, sf) -> list[Related] | None:
-        """None when the condition does not hold for this file; else the spans that show it."""
-        if condition != "multi-process-launch":
+        """None when the condition does not hold for this file; else the spans that show it.
+        `multi-process-launch`, optionally narrowed by `;unless:--a,--b` (rules/base.py
+        `Conditioned`): a launch that turns one of those script flags on does not count."""
+        base, *qualifiers = condition.split(";")
+        if base != "multi-process-launch":
             return None
         launches = self.multi_process.get(Path(os.path.realpath(sf.path)))
+        for qualifier in qualifiers:
+            kind, _, options = qualifier.partition(":")
+            if kind == "unless" and launches:
+                launches = [(launch, world) for launch, world in launches
+                            if not turns_on(launch.args, options.split(","))]
         if not launches:
             return None
         return [Related(launch.span, f"launched here with {world} processes") for launch, world in launches]

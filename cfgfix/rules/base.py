@@ -8,6 +8,7 @@ analysis) and yield findings. They never read files, print, or import the CLI.
 from __future__ import annotations
 
 import re
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
 
 from cfgfix.core import Finding, Fix, Related, Severity, Span
@@ -41,6 +42,14 @@ class Example:
     line: int | None = None
     fixed: str | None = None
     files: dict[str, str] = field(default_factory=dict)
+
+
+# A finding of a rule with a `condition`, yielded with its own, narrower condition: the
+# rule's, then `;`-separated qualifiers the project stage also checks
+# (`"multi-process-launch;unless:--use_deepspeed"`: only the launches that do not turn that
+# flag on count; project.py `condition_holds`). (collections.namedtuple: no `typing` import
+# on the check path.)
+Conditioned = namedtuple("Conditioned", "finding condition")
 
 
 class Rule:

@@ -97,9 +97,11 @@ def read_refs(tree: ast.Module, parsers: frozenset[str] = frozenset()) -> Script
             target = node.targets[0]
             if isinstance(target, ast.Name):
                 assigned.setdefault(target.id, []).append(node.value)
-            elif isinstance(target, ast.Tuple) and target.elts and isinstance(target.elts[0], ast.Name):
+            elif isinstance(target, (ast.Tuple, ast.List)) and target.elts and isinstance(target.elts[0], ast.Name):
                 if _is_parse_args(node.value):  # `args, unknown = parser.parse_known_args()`
                     unpacked.add(target.elts[0].id)
+                elif _is_dataclass_parse(node.value):  # `model_args, training_args = parser.parse_args_into_dataclasses()`
+                    unpacked.update(e.id for e in target.elts if isinstance(e, ast.Name))
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 call = item.context_expr
@@ -167,10 +169,18 @@ def _is_parse_args(node: ast.expr) -> bool:
             and node.func.attr in ("parse_args", "parse_known_args"))
 
 
+def _is_dataclass_parse(node: ast.expr) -> bool:
+    """`HfArgumentParser(...).parse_args_into_dataclasses()`: a tuple of dataclasses whose
+    fields are the command line's flags (`--use_deepspeed true` sets `use_deepspeed`)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "parse_args_into_dataclasses")
+
+
 def _parsed_names(found: ScriptRefs, assigned: dict[str, list[ast.expr]], defs: list, calls: list[ast.Call],
                   parsers: frozenset[str], unpacked: set[str]) -> None:
     """Add to `found.namespaces` the names that hold the parsed flags: a name bound once to
-    `parser.parse_args()`, `parser.parse_known_args()[0]` or a call of a function that
+    `parser.parse_args()`, `parser.parse_known_args()[0]`, one of the dataclasses of
+    `HfArgumentParser.parse_args_into_dataclasses()` (their fields are flags too), or a call of a function that
     returns them (the script's own `def parse_args(): ... return parser.parse_args()`, or an
     imported one in `parsers`); and the parameter of the script's own function that every
     call passes them to (`main(parse_args())`, `train(args)` with `def train(cfg):`). The
@@ -190,6 +200,8 @@ def _parsed_names(found: ScriptRefs, assigned: dict[str, list[ast.expr]], defs: 
                 and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
                 and node.value.func.attr == "parse_known_args"):
             return True  # `parser.parse_known_args()[0]`
+        if isinstance(node, ast.Subscript) and _is_dataclass_parse(node.value):
+            return True  # `parser.parse_args_into_dataclasses()[0]`: one of the dataclasses
         if isinstance(node, ast.Call):
             return ((isinstance(node.func, ast.Attribute) and node.func.attr == "parse_args")
                     or (isinstance(node.func, ast.Name) and node.func.id in producers))

@@ -7,9 +7,40 @@ from collections.abc import Iterable
 from cfgfix.analysis.model_calls import LOAD_TRIGGERS, may_load_model
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
-from cfgfix.rules.base import Example, Rule, register
+from cfgfix.rules.base import Conditioned, Example, Rule, register
 
 _LAUNCH_2 = {"launch.sh": "torchrun --nproc_per_node 2 train.py\n"}
+_DS_BRANCH = (
+    "import argparse\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+    "parser = argparse.ArgumentParser()\nparser.add_argument('--deepspeed', default=None)\n"
+    "args = parser.parse_args()\n"
+    "if args.deepspeed:\n"
+    "    model = AutoModelForCausalLM.from_pretrained('m')\n"
+    "else:\n"
+    "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+    "Trainer(model=model).train()\n"
+)
+def _one_per_process(text: str) -> str:
+    """An example's text after the fix: PartialState imported after the transformers line."""
+    head, _, rest = text.partition("Trainer")
+    line_end = rest.index("\n") + 1
+    fixed = head + "Trainer" + rest[:line_end] + "from accelerate import PartialState\n" + rest[line_end:]
+    return fixed.replace("device_map='auto'", 'device_map={"": PartialState().local_process_index}')
+
+
+_HF_BRANCH = (
+    "from dataclasses import dataclass, field\n"
+    "from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments\n"
+    "@dataclass\nclass Args(TrainingArguments):\n    use_deepspeed: bool = field(default=False)\n"
+    "def load(training_args):\n"
+    "    if training_args.use_deepspeed:\n"
+    "        return AutoModelForCausalLM.from_pretrained('m')\n"
+    "    else:\n"
+    "        return AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+    "def train():\n"
+    "    (training_args,) = HfArgumentParser((Args,)).parse_args_into_dataclasses()\n"
+    "    Trainer(model=load(training_args), args=training_args).train()\n"
+)
 
 
 @register
@@ -54,7 +85,12 @@ class DeviceMapInDistributedTraining(Rule):
     os.environ:`, the `else` of `if local_rank != -1:`) or when `WORLD_SIZE` is 1 (`if
     world_size == 1:`, or `ddp = world_size != 1` then `if not ddp:`, reading the variables
     through names bound once) is a single-GPU fallback the launch never takes. A
-    command-line `args.local_rank` does not count: `torchrun` does not pass it.
+    command-line `args.local_rank` does not count: `torchrun` does not pass it. A load in
+    the branch a command-line flag turns off (the `else` of `if args.deepspeed:` or of `if
+    training_args.use_deepspeed:`, an `HfArgumentParser` field, also where the parsed flags
+    are passed to the loading function) counts only the launches that leave that flag off:
+    `--deepspeed ds.json`, `--use_deepspeed true` or a bare `--use_deepspeed` turn it on;
+    `false`, `0` or a `$VARIABLE` may not.
 
     ## References
     - facts A3: accelerate `accelerator.py` `verify_device_map` and the ValueError in
@@ -141,8 +177,32 @@ class DeviceMapInDistributedTraining(Rule):
             why="a `ddp` flag bound once to `WORLD_SIZE != 1`: the auto map is the single-process branch",
             files=_LAUNCH_2,
         ),
+        Example(
+            _DS_BRANCH,
+            why="`device_map='auto'` only in the `else` of `if args.deepspeed:`, and the launch passes `--deepspeed`",
+            files={"run.sh": "deepspeed --num_gpus 2 train.py --deepspeed ds.json\n"},
+        ),
+        Example(
+            _HF_BRANCH,
+            why="the HfArgumentParser flag `use_deepspeed` (a dataclass field, passed to the loader) is turned on",
+            files={"run.sh": "deepspeed --include localhost:0,1 train.py --use_deepspeed true --bf16 true\n"},
+        ),
     ]
     INVALID = [
+        Example(
+            _DS_BRANCH,
+            why="the same branch, but this launch leaves `--deepspeed` off: the `else` runs in both processes",
+            line=9,
+            files=_LAUNCH_2,
+            fixed=_one_per_process(_DS_BRANCH),
+        ),
+        Example(
+            _HF_BRANCH,
+            why="`--use_deepspeed false` turns the flag off: the auto map is loaded",
+            line=10,
+            files={"run.sh": "deepspeed --include localhost:0,1 train.py --use_deepspeed false\n"},
+            fixed=_one_per_process(_HF_BRANCH),
+        ),
         Example(
             "import os\nfrom transformers import AutoModelForCausalLM, Trainer\n"
             "local_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
@@ -240,7 +300,7 @@ class DeviceMapInDistributedTraining(Rule):
                 continue  # loaded to merge adapters or to generate: accelerate never prepares it
             device_map = load.device_map
             keyword = next((k for k in load.call.keywords if k.arg == "device_map"), None)
-            yield self.finding(
+            finding = self.finding(
                 src.span_of_node(keyword if keyword is not None else device_map.node),
                 f"`device_map={src.node_text(device_map.node)}` spreads the model over every GPU of "
                 "each process, but this script is launched with more than one process: "
@@ -249,6 +309,28 @@ class DeviceMapInDistributedTraining(Rule):
                 "one whole model per process instead.",
                 fix=self._fix(ctx, keyword) if keyword is not None else None,  # set in a kwargs dict
             )
+            options = self._flags_off(ctx, load) if load.path is None else []
+            # only the launches that leave those flags off reach the load (project.py condition_holds)
+            yield Conditioned(finding, f"{self.condition};unless:{','.join(options)}") if options else finding
+
+    @staticmethod
+    def _flags_off(ctx, load) -> list[str]:
+        """The command-line options of the flags the load's branch needs off (its `else` of
+        `if training_args.use_deepspeed:` or `if args.deepspeed:`), each flag as every
+        option that sets it: its argparse option strings, else `--name` (HfArgumentParser
+        also takes `--use-deepspeed`)."""
+        from cfgfix.analysis.flag_guards import falsy_flags
+        from cfgfix.training.references import read_refs
+
+        tree = ctx.document.tree
+        refs = read_refs(tree)
+        options: list[str] = []
+        for _, dest in falsy_flags(tree, load.call, refs.namespaces):
+            declared = [o for o, d in refs.options.items() if d == dest]
+            for option in declared or [f"--{dest}", f"--{dest.replace('_', '-')}"]:
+                if option not in options and option.startswith("-") and "," not in option and ";" not in option:
+                    options.append(option)
+        return options
 
     def _fix(self, ctx, keyword) -> Fix:
         src, imports = ctx.source, ctx.models.imports
