@@ -123,3 +123,27 @@ def test_other_spread_dicts_still_silence_cfx307(tmp_path):
         "    return torch.utils.checkpoint.checkpoint(fn, *args, **kwargs, **self_opts)\n"
     )
     assert _codes(tmp_path, code, {}) == []
+
+
+@pytest.mark.parametrize("data, calls, inline", [
+    (b"checkpoint(f, x)", True, False),
+    (b"y = cp.checkpoint (f, x)", True, False),
+    (b"checkpoint_sequential\n(fs, 2, x)", True, False),
+    (b"xcheckpoint(f)", False, False),
+    (b"_checkpoint(f)", False, False),
+    (b"checkpoint_sequentialx(f)", False, False),
+    (b"checkpoints(f) and checkpoint = 1", False, False),
+    (b"gradient_checkpointing_kwargs = {'use_reentrant': False}", False, True),
+    (b"model.gradient_checkpointing_enable( dict(use_reentrant=True))", False, True),
+    (b"gradient_checkpointing_kwargs == {}", False, False),
+    (b"args.gradient_checkpointing_kwargs = kwargs", False, False),
+])
+def test_cfx307_text_look(data, calls, inline):
+    """What the two patterns found, found from `bytes.find` hits."""
+    import re
+
+    from cfgfix.rules.loops.cfx307_checkpoint_without_use_reentrant import (
+        _INLINE_KWARGS, _calls_checkpoint, _inline_kwargs)
+
+    assert _calls_checkpoint(data) is calls is bool(re.search(rb"\bcheckpoint(?:_sequential)?\s*\(", data))
+    assert _inline_kwargs(data) is inline is bool(_INLINE_KWARGS.search(data))

@@ -45,3 +45,15 @@ def test_the_text_check_leaves_state_dict_files_to_the_tree():
     assert may_run_float16_text(b"model.half()\n")
     assert not may_run_float16_text(b"sd = {k: v.half() for k, v in model.state_dict().items()}\n")
     assert not may_run_float16_text(b"torch.bfloat16\n")
+
+
+@pytest.mark.parametrize("data", [
+    b"torch.half", b"torch.halfx", b"torch.half(", b"xtorch.half_", b"bfloat16 float16", b"Bfp16 fp16 bf16",
+    b"aFP16 _FP16 FP16x .FP16", b".half(torch.half(", b"torch.half.half(", b"float16fp16FP16", b"x.half(",
+    b"fp16fp16fp16", b"bfp16", b"FP16", b"", b"no mention", b"dtype=torch.bfloat16\nopt.fp16 = True\n",
+])
+def test_fp16_mentions_are_the_patterns_matches(data):
+    from cfgfix.analysis.fp16_text import FP16_TEXT, fp16_mentions
+
+    assert fp16_mentions(data) == [m.start() for m in FP16_TEXT.finditer(data)]
+    assert bool(fp16_mentions(data, first=True)) == (FP16_TEXT.search(data) is not None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from cfgfix.analysis.names import walk_scope, walk_statements
+from cfgfix.analysis.names import module_statements, walk_scope
 
 # Keys whose absence means the same as `None` (so "set only under a test" is `x if test else None`).
 NONE_WHEN_ABSENT = frozenset({"device_map", "quantization_config", "max_memory", "offload_folder"})
@@ -181,8 +181,11 @@ def _scope_of(tree: ast.Module, call: ast.Call, name: str) -> _Scope | None:
     CPU (issue 15)."""
     memo = getattr(tree, "_cfgfix_keyword_dicts", None)
     if memo is None:
-        # every function's span, from statements only (no expression is visited)
-        spans = [(node.body[0].lineno, node.end_lineno or node.lineno, node) for node in walk_statements(tree)
+        # every function's span, from the module's statements (shared, memoised). Their
+        # order differs from `ast.walk`'s, but the innermost function is found the same: a
+        # tie on the body's first line is a function and one nested in it, and both orders
+        # put the outer one first
+        spans = [(node.body[0].lineno, node.end_lineno or node.lineno, node) for node in module_statements(tree)
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         memo = tree._cfgfix_keyword_dicts = (spans, {})  # type: ignore[attr-defined]
     spans, scopes = memo

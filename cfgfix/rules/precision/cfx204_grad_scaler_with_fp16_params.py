@@ -624,8 +624,11 @@ class GradScalerWithFp16Params(Rule):
 def _may_scale(data: bytes) -> bool:
     """A GradScaler or an accelerator stepping an optimizer built here, or a library
     Trainer with fp16 arguments."""
-    steps = (b".step(" in data or b"unscale_(" in data) and b"parameters(" in data
-    return steps and (b"GradScaler" in data or b"mixed_precision" in data) or (b"Trainer(" in data and b"fp16" in data)
+    # the rarest words first: a file with no GradScaler and no mixed_precision (the prefilter
+    # found one of them, or `fp16`) needs no scan for the three common ones
+    scales = b"GradScaler" in data or b"mixed_precision" in data
+    steps = scales and (b".step(" in data or b"unscale_(" in data) and b"parameters(" in data
+    return steps or (b"Trainer(" in data and b"fp16" in data)
 
 
 def _half_part() -> str:
