@@ -29,23 +29,44 @@ from cfgfix.records import dataclass, field, replace
 _FALSE_WORDS = frozenset({"false", "0", "no", "n", "f", "off", "none", ""})
 
 
-def turns_on(args, options: list[str]) -> bool:
-    """The script arguments `args` ((text, span) pairs) set one of `options` to a value
-    that is surely true (the last occurrence wins, as argparse does): a bare `--flag`,
-    `--flag true`, `--deepspeed ds.json`. `--flag false`, `--flag 0` or a value from a
-    variable (`$USE_DS`) may be false: not on."""
-    value = None
+def _last_value(args, options: list[str]):
+    """The value the script arguments `args` ((text, span) pairs) give the first of
+    `options` they name, the last occurrence winning as in argparse: True for a bare
+    `--flag`, the text of `--flag X` / `--flag=X`, None when absent; and whether a word of
+    `args` is a variable that may hold more flags (`$EXTRA_ARGS`, `"$@"`)."""
+    value, hidden, previous = None, False, ""
     texts = [text for text, _ in args]
     for i, text in enumerate(texts):
+        if "$" in text and not text.startswith("-") and not previous.startswith("-"):
+            hidden = True
+        previous = text
         for option in options:
             if text == option:
                 following = texts[i + 1] if i + 1 < len(texts) else None
                 value = True if following is None or following.startswith("-") else following
             elif option.startswith("--") and text.startswith(option + "="):
                 value = text[len(option) + 1:]
+    return value, hidden
+
+
+def turns_on(args, options: list[str]) -> bool:
+    """The script arguments set one of `options` to a value that is surely true: a bare
+    `--flag`, `--flag true`, `--deepspeed ds.json`. `--flag false`, `--flag 0` or a value
+    from a variable (`$USE_DS`) may be false: not on."""
+    value, _ = _last_value(args, options)
     if value is None or value is True:
         return value is True
     return "$" not in value and value.strip("'\"").lower() not in _FALSE_WORDS
+
+
+def turns_off(args, options: list[str]) -> bool:
+    """The script arguments surely leave a flag whose default is off at off: none of
+    `options` is passed (and no variable may hold more flags), or the last one says
+    `false`/`0`/`no`."""
+    value, hidden = _last_value(args, options)
+    if value is None:
+        return not hidden
+    return value is not True and "$" not in value and value.strip("'\"").lower() in _FALSE_WORDS
 
 
 @dataclass(frozen=True)
@@ -360,7 +381,9 @@ class ProjectModel:
     def condition_holds(self, condition: str, sf) -> list[Related] | None:
         """None when the condition does not hold for this file; else the spans that show it.
         `multi-process-launch`, optionally narrowed by `;unless:--a,--b` (rules/base.py
-        `Conditioned`): a launch that turns one of those script flags on does not count."""
+        `Conditioned`): a launch that turns one of those script flags on does not count;
+        by `;only:--a,--b` (a flag whose default is off): one that surely leaves it off
+        does not count."""
         base, *qualifiers = condition.split(";")
         if base != "multi-process-launch":
             return None
@@ -370,6 +393,9 @@ class ProjectModel:
             if kind == "unless" and launches:
                 launches = [(launch, world) for launch, world in launches
                             if not turns_on(launch.args, options.split(","))]
+            elif kind == "only" and launches:  # a flag whose default is off
+                launches = [(launch, world) for launch, world in launches
+                            if not turns_off(launch.args, options.split(","))]
         if not launches:
             return None
         return [Related(launch.span, f"launched here with {world} processes") for launch, world in launches]

@@ -20,6 +20,44 @@ _DS_BRANCH = (
     "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
     "Trainer(model=model).train()\n"
 )
+_MP_BRANCH = (
+    "import argparse\nfrom transformers import AutoModelForCausalLM, Trainer\n"
+    "parser = argparse.ArgumentParser()\nparser.add_argument('--model_parallel', action='store_true')\n"
+    "args = parser.parse_args()\n"
+    "if args.model_parallel:\n"
+    "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+    "else:\n"
+    "    model = AutoModelForCausalLM.from_pretrained('m')\n"
+    "Trainer(model=model).train()\n"
+)
+
+
+def _default_off(refs, tree, dest: str) -> bool:
+    """The flag `dest` is off unless a launch sets it: an argparse flag with no default,
+    `default=None`/`False`/`0`/`""` or `action="store_true"`, or a field of the module's
+    own dataclass (`use_lora: bool = field(default=False)`) with such a default. A computed
+    default, a flag declared twice or one we cannot see (a TrainingArguments field) is not."""
+    import ast
+
+    default = refs.defaults.get(dest)
+    if default is not None:
+        if dest in refs.repeated:
+            return False
+        computed = default.node is not None and default.value is None and not (
+            isinstance(default.node, ast.Constant) and default.node.value is None)
+        return not computed and not default.value
+    values = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == dest:
+                    value = stmt.value
+                    if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field"):
+                        value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
+                    values.append(value)
+    return len(values) == 1 and isinstance(values[0], ast.Constant) and not values[0].value
+
+
 def _one_per_process(text: str) -> str:
     """An example's text after the fix: PartialState imported after the transformers line."""
     head, _, rest = text.partition("Trainer")
@@ -88,9 +126,12 @@ class DeviceMapInDistributedTraining(Rule):
     command-line `args.local_rank` does not count: `torchrun` does not pass it. A load in
     the branch a command-line flag turns off (the `else` of `if args.deepspeed:` or of `if
     training_args.use_deepspeed:`, an `HfArgumentParser` field, also where the parsed flags
-    are passed to the loading function) counts only the launches that leave that flag off:
+    are passed to the loading function, or after `if args.deepspeed: return ...`) counts
+    only the launches that leave that flag off:
     `--deepspeed ds.json`, `--use_deepspeed true` or a bare `--use_deepspeed` turn it on;
-    `false`, `0` or a `$VARIABLE` may not.
+    `false`, `0` or a `$VARIABLE` may not. Likewise a load under `if args.model_parallel:`
+    counts only the launches that may turn that flag on, when its default is off
+    (`action="store_true"`, no default, `default=None`, a dataclass field `= False`).
 
     ## References
     - facts A3: accelerate `accelerator.py` `verify_device_map` and the ValueError in
@@ -187,8 +228,20 @@ class DeviceMapInDistributedTraining(Rule):
             why="the HfArgumentParser flag `use_deepspeed` (a dataclass field, passed to the loader) is turned on",
             files={"run.sh": "deepspeed --include localhost:0,1 train.py --use_deepspeed true --bf16 true\n"},
         ),
+        Example(
+            _MP_BRANCH,
+            why="`device_map='auto'` only under `if args.model_parallel:`, a store_true flag this launch leaves off",
+            files=_LAUNCH_2,
+        ),
     ]
     INVALID = [
+        Example(
+            _MP_BRANCH,
+            why="the same branch, and this launch passes `--model_parallel`",
+            line=7,
+            files={"launch.sh": "torchrun --nproc_per_node 2 train.py --model_parallel\n"},
+            fixed=_one_per_process(_MP_BRANCH),
+        ),
         Example(
             _DS_BRANCH,
             why="the same branch, but this launch leaves `--deepspeed` off: the `else` runs in both processes",
@@ -309,28 +362,33 @@ class DeviceMapInDistributedTraining(Rule):
                 "one whole model per process instead.",
                 fix=self._fix(ctx, keyword) if keyword is not None else None,  # set in a kwargs dict
             )
-            options = self._flags_off(ctx, load) if load.path is None else []
-            # only the launches that leave those flags off reach the load (project.py condition_holds)
-            yield Conditioned(finding, f"{self.condition};unless:{','.join(options)}") if options else finding
+            qualifiers = self._flag_qualifiers(ctx, load) if load.path is None else ""
+            # only the launches that set those flags so reach the load (project.py condition_holds)
+            yield Conditioned(finding, self.condition + qualifiers) if qualifiers else finding
 
     @staticmethod
-    def _flags_off(ctx, load) -> list[str]:
-        """The command-line options of the flags the load's branch needs off (its `else` of
-        `if training_args.use_deepspeed:` or `if args.deepspeed:`), each flag as every
-        option that sets it: its argparse option strings, else `--name` (HfArgumentParser
-        also takes `--use-deepspeed`)."""
-        from cfgfix.analysis.flag_guards import falsy_flags
+    def _flag_qualifiers(ctx, load) -> str:
+        """`;unless:--a,--b` for each flag the load's branch needs off (the `else` of `if
+        training_args.use_deepspeed:` or `if args.deepspeed:`), `;only:--a` for each it
+        needs on whose default is surely off (the body of `if args.model_parallel:` with
+        `action="store_true"`). A flag is named by every option that sets it: its argparse
+        option strings, else `--name` (HfArgumentParser also takes `--use-deepspeed`)."""
+        from cfgfix.analysis.flag_guards import flag_needs
         from cfgfix.training.references import read_refs
 
         tree = ctx.document.tree
         refs = read_refs(tree)
-        options: list[str] = []
-        for _, dest in falsy_flags(tree, load.call, refs.namespaces):
+        needs = flag_needs(tree, load.call, refs.namespaces)
+        out = []
+        for (_, dest), on in needs:
+            if on and not _default_off(refs, tree, dest):
+                continue  # a flag that may be on by default: every launch may reach the load
             declared = [o for o, d in refs.options.items() if d == dest]
-            for option in declared or [f"--{dest}", f"--{dest.replace('_', '-')}"]:
-                if option not in options and option.startswith("-") and "," not in option and ";" not in option:
-                    options.append(option)
-        return options
+            options = [o for o in dict.fromkeys(declared or [f"--{dest}", f"--{dest.replace('_', '-')}"])
+                       if o.startswith("-") and "," not in o and ";" not in o]
+            if options:
+                out.append(f";{'only' if on else 'unless'}:{','.join(options)}")
+        return "".join(out)
 
     def _fix(self, ctx, keyword) -> Fix:
         src, imports = ctx.source, ctx.models.imports
