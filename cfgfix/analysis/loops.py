@@ -499,11 +499,11 @@ class LoopAnalysis:
             if last_part(name) in ("enable_grad", "grad", "vjp", "jvp", "jacobian", "hessian", "jacrev", "jacfwd"):
                 return True
         frozen = set()  # `x.requires_grad = False`: a store that turns gradients off
+        # one walk: breadth first, an assignment comes before its targets
         for node in walk(loop):
             if isinstance(node, ast.Assign) and _is_false(node.value):
                 frozen.update(id(t) for t in node.targets)
-        for node in walk(loop):
-            if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad") and id(node) not in frozen:
+            elif isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad") and id(node) not in frozen:
                 return True
             # `Variable(y, requires_grad=False)`, `torch.zeros(n, requires_grad=False)`: no request
             if isinstance(node, ast.keyword) and node.arg == "requires_grad" and not _is_false(node.value):
