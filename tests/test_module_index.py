@@ -128,9 +128,13 @@ def test_call_text_answers_do_not_depend_on_the_order_of_questions():
     """One scan per name serves every receiver asked about: the answers are those of a
     fresh `CallText` per question."""
     code = ("model.eval()\nself.model.eval()\nevaluate(model)\nx.evaluate ()\ndef eval_(a): pass\n"
-            "y = eval\n(1)\nteacher.eval() # c\nsuper().eval()\n")
+            "y = eval\n(1)\nteacher.eval() # c\nsuper().eval()\ntorch._set_grad_enabled(False)\n"
+            "set_grad_enabled(True)\nx_set_grad_enabled(0)\n")
+    # a name holding one asked before is found from that one's hits (`evaluate`, `_set_...`)
     questions = [("eval", None), ("eval", "model"), ("eval", "self.model"), ("eval", ""), ("eval", "teacher"),
-                 ("evaluate", ""), ("evaluate", "x"), ("evaluate", None), ("eval", "super")]
+                 ("evaluate", ""), ("evaluate", "x"), ("evaluate", None), ("eval", "super"),
+                 ("set_grad_enabled", None), ("_set_grad_enabled", None), ("_set_grad_enabled", "torch"),
+                 ("grad", None), ("set_grad_enabled", "")]
     shared = CallText(code)
     for method, receiver in questions + list(reversed(questions)):
         fresh = CallText(code)
@@ -141,3 +145,5 @@ def test_call_text_answers_do_not_depend_on_the_order_of_questions():
     assert shared.lines_calling_on("eval", "model") == [1, 2]
     assert shared.lines_calling_on("eval", "") == [6]
     assert shared.lines_calling("eval") == [1, 2, 6, 8, 9]
+    assert shared.lines_calling("_set_grad_enabled") == [10]
+    assert shared.lines_calling("set_grad_enabled") == [11]

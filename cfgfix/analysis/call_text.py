@@ -27,6 +27,7 @@ class CallText:
         self._line_starts = line_starts
         self._lines: dict[str, list[int]] = {}
         self._found: dict[str, list[tuple[int, int]]] = {}
+        self._seen: dict[str, list[int]] = {}
         self._odd: list[tuple[int, str]] | None = None
 
     def lines_calling(self, name: str) -> list[int]:
@@ -77,16 +78,36 @@ class CallText:
         if found is not None:
             return found
         text, size = self.text, len(name)
-        find = text.find
         found = self._found[name] = []
-        pos = find(name)
-        while pos >= 0:
+        for pos in self._occurrences(name):
             end = pos + size
             after = text[end:end + 1]  # most hits go on with a name (`train_dataset`): no call
             if (after == "(" or (after in _MAY_PRECEDE_PAREN and _paren_follows(text, end))) \
                     and (pos == 0 or not _identifier_char(text[pos - 1])):
                 found.append((pos, bisect.bisect_right(self.line_starts, pos)))
-            pos = find(name, pos + 1)
+        return found
+
+    def _occurrences(self, name: str) -> list[int]:
+        """Every offset where `name` stands in the text (overlaps included), ascending. A name
+        that holds one found before stands only where that one does: its hits are tested
+        instead of the text scanned again (`evaluate` after `eval`, `_set_grad_enabled`
+        after `set_grad_enabled`, `named_parameters` after `parameters`)."""
+        found = self._seen.get(name)
+        if found is None:
+            text = self.text
+            part = max((seen for seen in self._seen if seen in name), key=len, default=None)
+            if part is not None:
+                offset = name.find(part)
+                starts = text.startswith
+                found = [pos - offset for pos in self._seen[part] if pos >= offset and starts(name, pos - offset)]
+            else:
+                found = []
+                find = text.find
+                pos = find(name)
+                while pos >= 0:
+                    found.append(pos)
+                    pos = find(name, pos + 1)
+            self._seen[name] = found
         return found
 
     def _odd_lines(self) -> list[tuple[int, str]]:
