@@ -119,3 +119,25 @@ def test_a_trainer_base_class_two_project_modules_away(tmp_path):
     # the same class over a project base that is not a Trainer is the project's own loop
     files["lib/base.py"] = "class Base:\n    def compute_loss(self, model, inputs):\n        return model(**inputs).loss\n"
     assert _lines(tmp_path / "b", code, files) == [("train.py", 5)]
+
+
+@pytest.mark.parametrize("base,flagged", [
+    # a Trainer base in a module that holds no load, loss or backward: followed all the same
+    ("from transformers import Trainer\n\nclass BaseTrainer(Trainer):\n    def log_metrics(self, m):\n        print(m)\n",
+     False),
+    # near miss: the same module, but the base is the project's own class, not a Trainer
+    ("class BaseTrainer:\n    def log_metrics(self, m):\n        print(m)\n", True),
+])
+def test_a_trainer_base_in_a_module_without_the_parse_words(tmp_path, base, flagged):
+    code = (
+        "import torch\nfrom trainers.base import BaseTrainer\n"
+        "class MyTrainer(BaseTrainer):\n"
+        "    def training_step(self, model, inputs):\n"
+        "        with torch.autocast('cuda', dtype=torch.float16):\n"
+        "            out = model(**inputs)\n"
+        "        out.sum().backward()\n"
+        "        self.optimizer.step()\n"
+        "        return out\n"
+    )
+    found = _lines(tmp_path, code, {"trainers/__init__.py": "", "trainers/base.py": base})
+    assert found == ([("train.py", 5)] if flagged else [])

@@ -402,6 +402,7 @@ class FunctionTable:
         self._index()
         self._summaries: dict[int, object] = {}
         self._tables: dict[str, FunctionTable | None] = {}
+        self._tried: set[tuple[str, tuple[bytes, ...] | None]] = set()  # (module key, words) parses tried
         self.deps: set[str] = set()
         self.bindings = CallBindings()
         self._consts: dict | None = None
@@ -560,15 +561,20 @@ class FunctionTable:
         table = self._table(module, 0)
         return (table, name) if table is not None else None
 
-    def _table(self, module: str, level: int) -> FunctionTable | None:
+    def _table(self, module: str, level: int, needs: tuple[bytes, ...] | None = None) -> FunctionTable | None:
+        """The table of a project module, parsed when its text holds one of `needs` (by
+        default `self.needs`; a class lookup asks for the class's own `class Name`). A
+        module that failed one test is tried again only with other words."""
         key = f"{level}:{module}"
-        if key not in self._tables:
+        if key not in self._tables or self._tables[key] is None and needs is not None \
+                and (key, needs) not in self._tried:
             from cfgfix.analysis.module_parts import parse_in_parts
 
             self._tables[key] = None
+            self._tried.add((key, needs))
             target = self.project.resolve(self.path, module, level)
             # in parts: a 2,000-line utils.py is followed for one function (issue 15)
-            parsed = parse_in_parts(self.project, target, self.needs) if target is not None else None
+            parsed = parse_in_parts(self.project, target, needs or self.needs) if target is not None else None
             if parsed is not None:
                 self.deps.add(str(target))
                 table = parsed.notes.get("function-table")
@@ -631,6 +637,30 @@ class FunctionTable:
         base = self.library_base(node, lambda name: "." in name and name.split(".")[0] in _LIBRARIES)
         return _LIBRARIES[base.split(".")[0]] if base is not None else None
 
+    def class_lookup(self, node: ast.expr):
+        """`lookup` for a base class: a project module that defines the class is parsed
+        even when its text holds none of `self.needs` (`class BaseTrainer(Trainer):` in a
+        module with no load or loss)."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        found = self.lookup(node, None)
+        if found is not None or self.project is None or self.path is None or self.depth >= self.MAX_DEPTH:
+            return found
+        if isinstance(node, ast.Name) and node.id in self.imports.relative:
+            level, module, name = self.imports.relative[node.id]
+        elif isinstance(node, ast.Name):
+            module, _, name = self.imports.aliases.get(node.id, "").rpartition(".")
+            level = 0
+        elif isinstance(node.value, ast.Name) and node.value.id in self.imports.aliases:
+            module, name, level = self.imports.aliases[node.value.id], node.attr, 0
+        else:
+            return None
+        if not module and level == 0 or not name.isidentifier():
+            return None
+        if self._table(module, level, (b"class " + name.encode("ascii", "replace"),)) is None:
+            return None
+        return self.lookup(node, None)
+
     def library_base(self, node: ast.expr, wanted, depth: int = 0) -> str | None:
         """The qualified name of a library class (`transformers.Trainer`) that a class the
         project defines builds on, directly or through the project's own classes
@@ -638,7 +668,7 @@ class FunctionTable:
         when `wanted(name)` holds for it; None otherwise."""
         if depth > 4:
             return None
-        found = self.lookup(node, None) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        found = self.class_lookup(node)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return None
         table, cls, _ = found
