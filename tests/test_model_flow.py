@@ -744,3 +744,41 @@ def test_a_summary_keeps_every_return(tmp_path, monkeypatch):
     """})
     assert [m[:4] for m in result[1]] == [(12, "half", "model", "float16")]
     assert ("summary", 7) not in skipped and 7 in skipped  # skipped only where returns are not collected
+
+
+def test_loader_names_reads_only_the_statements_around_a_load(tmp_path):
+    # the functions that load (nested ones and methods too) found without visiting the rest
+    from cfgfix.analysis.models import FunctionTable
+    from cfgfix.analysis.names import iter_statements
+
+    text = textwrap.dedent("""
+        from transformers import AutoModel
+
+        def plain():
+            return 1
+
+        def outer():
+            def inner():
+                return AutoModel.from_pretrained("m")
+            return inner
+
+        class Holder:
+            def build(self):
+                try:
+                    pass
+                except ValueError:
+                    def fallback():
+                        return AutoModel.from_pretrained("n")
+                return None
+
+            def other(self):
+                return "from_pretrained"
+    """)
+    tree = ast.parse(text)
+    table = FunctionTable(tree, ImportMap(tree))
+    table.text = text
+    assert table.loader_names(text) == {"inner", "fallback"}  # their own code loads
+    brute = FunctionTable(tree, ImportMap(tree))
+    brute.text = text
+    assert table.loader_names(text) == {n.name for n in iter_statements(tree.body)
+                                        if isinstance(n, ast.FunctionDef) and brute.mentions_load(n)}

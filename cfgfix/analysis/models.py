@@ -511,7 +511,11 @@ class FunctionTable:
         and every name imported from a project module (followed when called)."""
         names = set()
         if text is not None and _LOAD_CALL.search(text):
-            for node in iter_statements(self.tree.body):
+            loads = self._loads_at()
+            # only where the text says `from_pretrained` (what `mentions_load` asks first):
+            # a trainer module has thousands of statements and a few such lines
+            found = iter_statements(self.tree.body) if loads is None else _statements_over(self.tree.body, loads)
+            for node in found:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and self.mentions_load(node):
                     names.add(node.name)
         if self.project is not None and self.path is not None and self.depth < self.MAX_DEPTH and text is not None:
@@ -813,6 +817,22 @@ class FunctionTable:
                 elif any(isinstance(a, ast.Name) and a.id == "self" for a in node.args):
                     return None
         return keys
+
+
+def _statements_over(body: list[ast.stmt], lines: list[int]):
+    """`iter_statements(body)` less the statements (and all under them) whose lines hold
+    none of `lines` (sorted)."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        first = getattr(node, "lineno", None)
+        if first is not None and not _any_between(lines, first, getattr(node, "end_lineno", None) or first):
+            continue
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, name, None)
+            if children:
+                stack.extend(reversed(children))
 
 
 def _mentions_load(func: ast.AST, lines: list[int] | None = None) -> bool:
