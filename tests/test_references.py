@@ -257,8 +257,8 @@ _MAIN = ("from accelerate import Accelerator\nfrom transformers import AutoModel
 @pytest.mark.parametrize("imports,call,options", [
     ("from options import parse_args", "parse_args()", True),  # imported from the project's module
     ("import argparse\n" + _OPTIONS.split("\n", 2)[2].replace("{default}", "None"), "parse_args()", False),
-    ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--mixed_precision', default=None)\n"
-     "parser.add_argument('--model', default='Qwen/Qwen2.5-7B')", "parser.parse_args()", False),
+    (("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--mixed_precision', default=None)\n"
+      "parser.add_argument('--model', default='Qwen/Qwen2.5-7B')"), "parser.parse_args()", False),
 ])
 def test_cfx401_reads_flags_passed_to_main(tmp_path, imports, call, options):
     """`main(parse_args())` with `def main(cfg): Accelerator(mixed_precision=cfg.mixed_precision)`:

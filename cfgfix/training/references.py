@@ -180,9 +180,10 @@ def _parsed_names(found: ScriptRefs, assigned: dict[str, list[ast.expr]], defs: 
                   parsers: frozenset[str], unpacked: set[str]) -> None:
     """Add to `found.namespaces` the names that hold the parsed flags: a name bound once to
     `parser.parse_args()`, `parser.parse_known_args()[0]`, one of the dataclasses of
-    `HfArgumentParser.parse_args_into_dataclasses()` (their fields are flags too), or a call of a function that
-    returns them (the script's own `def parse_args(): ... return parser.parse_args()`, or an
-    imported one in `parsers`); and the parameter of the script's own function that every
+    `HfArgumentParser.parse_args_into_dataclasses()` (their fields are flags too), or a
+    call of a function that returns them (the script's own `def parse_args(): ... return
+    parser.parse_args()`, or an imported one in `parsers`); and the parameter of the
+    script's own function that every
     call passes them to (`main(parse_args())`, `train(args)` with `def train(cfg):`). The
     names are read file-wide, so a parameter counts only where no function has a parameter
     of that name that is passed anything else, and the name is never assigned."""
