@@ -322,3 +322,26 @@ def test_python_nested_past_the_interpreters_limits_never_reaches_libcst(in_tmp)
                            "run.sh": "python train.py\npython other.py\n"})
     code, out = run("check", "--no-cache")
     assert code == 1 and "train.py:5:" in out and "CFX901" in out and "Traceback" not in out
+
+
+# -- line endings in a followed module (fuzz seed 14) ------------------------------------------
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_a_followed_module_with_any_line_ending_reads_the_same(in_tmp, newline):
+    """`ast` ends a line at CR, CRLF or LF; the model analysis maps a followed module's
+    text to those line numbers (a CR-only `build.py` was an IndexError in CFX204)."""
+    build = newline.join([
+        "import torch",
+        "from transformers import AutoModelForCausalLM",
+        "def build_model(name):",
+        "    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)",
+        "    return model",
+        "",
+    ])
+    write_project(in_tmp, {
+        "models/__init__.py": "",
+        "train.py": "import torch\nfrom models.build import build_model\nmodel = build_model('m')\nmodel = model.to(torch.bfloat16)\n",
+    })
+    (in_tmp / "models" / "build.py").write_bytes(build.encode())
+    code, out = run("check", "--no-cache", "--output-format", "json", ".")
+    assert_no_bug(code, out)
+    assert [(f["code"], f["filename"], f["location"]["row"]) for f in json.loads(out)] == [("CFX101", "train.py", 4)]

@@ -35,6 +35,7 @@ from cfgfix.analysis.names import (
 )
 from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS
 from cfgfix.analysis.process_tests import single_process_side
+from cfgfix.documents.text import line_starts
 from cfgfix.records import dataclass, field, replace
 
 # Classes whose `from_pretrained` returns a model (transformers, diffusers, PEFT's Auto*).
@@ -860,14 +861,10 @@ def _mentions_load(func: ast.AST, lines: list[int] | None = None) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _line_starts(text: str) -> list[int]:
-    """Where each line of `text` starts; memoised (read it, never change it): the survey
-    and the function table of a module both ask, several times for a large one."""
-    starts = [0]
-    pos = text.find("\n")
-    while pos >= 0:
-        starts.append(pos + 1)
-        pos = text.find("\n", pos + 1)
-    return starts
+    """Where each line of `text` starts, as `ast` numbers lines (a CR alone ends a line
+    too); memoised (read it, never change it): the survey and the function table of a
+    module both ask, several times for a large one."""
+    return line_starts(text)
 
 
 def _method(cls: ast.ClassDef, name: str):
