@@ -279,6 +279,10 @@ class Linter:
         self._run(rules, ctx, sf, result)
         if self.record_deps and "functions" in ctx.__dict__ and ctx.functions.deps:  # an analysis followed imports
             result.deps = _dependency_hashes(sorted(ctx.functions.deps), self.modules.root)
+        # Drop the file's tree and analyses now: the versions' closure refers back to the
+        # context (a cycle), and while the collector is paused (a few files) a cycle kept
+        # every file's tree, so each parse touched fresh memory (issue 15).
+        ctx.__dict__.clear()
         return result
 
     def _unparsable(self, sf: SourceFile, message: str, line: int = 1, column: int = 1,
