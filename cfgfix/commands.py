@@ -95,8 +95,8 @@ def _fit(diff, gpu, paths, config_file) -> None:
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text")
 def rule(code, show_all, output_format) -> None:
     """Print the documentation of rule CODE, or list all rules."""
-    from cfgfix.rules.base import all_rules, rule_by_code
     from cfgfix.rulepages import rule_page, rules_table
+    from cfgfix.rules.base import all_rules, rule_by_code
 
     if show_all or not code:
         rules = all_rules()
@@ -422,7 +422,8 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
         click.echo(render(rows, project.display, simulate), nl=False)
         return
-    from cfgfix.memory.estimator import estimate as run_estimate, verdict as fit_verdict
+    from cfgfix.memory.estimator import estimate as run_estimate
+    from cfgfix.memory.estimator import verdict as fit_verdict
     from cfgfix.memory.render import render_json, render_text
     from cfgfix.memory.setup import MemorySetup
 

@@ -14,20 +14,26 @@ from cfgfix.records import dataclass, field
 class LazyRegex:
     """A regular expression compiled on first use. Modules on every run's import path hold
     their patterns this way: a run that never needs one (a cached run decodes no file,
-    most files hold no suppression) does not pay for compiling it."""
-
-    __slots__ = ("_pattern", "_flags", "_compiled")
+    most files hold no suppression) does not pay for compiling it. After the first use
+    its methods are the compiled pattern's own, bound on the instance: a hot pattern
+    pays no lookup through `__getattr__` per call."""
 
     def __init__(self, pattern, flags: int = 0) -> None:
-        self._pattern, self._flags, self._compiled = pattern, flags, None
+        self._pattern, self._flags = pattern, flags
 
     def __getattr__(self, name: str):
-        compiled = self._compiled
-        if compiled is None:
-            import re
+        if name.startswith("__"):
+            raise AttributeError(name)  # copy/pickle probing, before any compile
+        import re
 
-            compiled = self._compiled = re.compile(self._pattern, self._flags)
+        compiled = re.compile(self._pattern, self._flags)
+        for method in _PATTERN_METHODS:
+            setattr(self, method, getattr(compiled, method))
         return getattr(compiled, name)
+
+
+_PATTERN_METHODS = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split",
+                    "pattern", "flags", "groups", "groupindex")
 
 
 def is_huge_number_error(exc: BaseException) -> bool:

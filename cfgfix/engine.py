@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
-from cfgfix.core import Finding, Severity, Span, is_huge_number_error, well_typed
+from cfgfix.core import Finding, LazyRegex, Severity, Span, is_huge_number_error, well_typed
 from cfgfix.documents.files import MAX_PYTHON_BYTES, FileTooLarge, read_file
 from cfgfix.documents.text import DecodeError, SourceText, lone_cr_as_lf
 from cfgfix.project import LaunchFacts, ProjectModel
@@ -419,7 +419,7 @@ def display_source(sf: SourceFile, data: bytes) -> SourceText | None:
         return None
 
 
-_LINE_REF = re.compile(r"(?<![\w.:])line (\d+)\b")
+_LINE_REF = LazyRegex(r"(?<![\w.:])line (\d+)\b")
 
 
 def _lines_to_cells(finding: Finding, source) -> Finding:

@@ -23,7 +23,6 @@ from cfgfix.documents.files import MAX_PYTHON_BYTES, is_regular_file, read_file
 from cfgfix.documents.text import lone_cr_as_lf
 from cfgfix.records import dataclass, field, replace
 
-
 # Values that may turn a flag off (HfArgumentParser's string_to_bool, argparse `type=str`
 # left as the text): a launch passing one of these may still reach the `else`.
 _FALSE_WORDS = frozenset({"false", "0", "no", "n", "f", "off", "none", ""})

@@ -14,8 +14,8 @@ import re
 from functools import cached_property
 
 from cfgfix.analysis.names import BLOCKS_OF, block_fields, child_nodes, dotted, walk
-from cfgfix.core import LazyRegex
 from cfgfix.analysis.structure import CallSite, Context, Function, Loop, ModuleIndex
+from cfgfix.core import LazyRegex
 
 NOTE = "cfgfix.analysis.loops"
 _LOOP_TYPES = frozenset((ast.For, ast.AsyncFor, ast.While))  # `Loop`, for `type(node) in`

@@ -11,7 +11,7 @@ import re
 from cfgfix.analysis.models import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
 from cfgfix.analysis.project_modules import may_call_project_loader, may_subclass_project_class
-from cfgfix.core import Edit, Related
+from cfgfix.core import Edit, LazyRegex, Related
 from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
 
@@ -114,7 +114,7 @@ def drop_call_edits(src: SourceText, mc: ModelCall) -> list[Edit] | None:
     return [python_edits.drop_method_call(src, mc.call)]
 
 
-_CLAIMS_A_MOVE = re.compile(r"\b(gpu|cuda|device|moved?|moving|placed)\b", re.IGNORECASE)
+_CLAIMS_A_MOVE = LazyRegex(r"\b(gpu|cuda|device|moved?|moving|placed)\b", re.IGNORECASE)
 _ANNOUNCERS = {"print", "info", "debug", "warning", "log", "write"}  # print, logger.info, tqdm.write
 
 

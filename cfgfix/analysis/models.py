@@ -35,6 +35,7 @@ from cfgfix.analysis.names import (
 )
 from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS
 from cfgfix.analysis.process_tests import single_process_side
+from cfgfix.core import LazyRegex
 from cfgfix.documents.text import line_starts
 from cfgfix.records import dataclass, field, replace
 
@@ -64,7 +65,7 @@ _KEEPING_METHODS = {
 _RETURNS_SELF = {"train", "eval", "requires_grad_", "apply"}
 # Builtins that look at an object without changing it.
 _HARMLESS_CALLS = {"print", "len", "isinstance", "type", "id", "str", "repr", "hasattr", "getattr", "vars", "dir"}
-_TRAINER = re.compile(r"(^|\.)\w*Trainer$")
+_TRAINER = LazyRegex(r"(^|\.)\w*Trainer$")
 
 
 @dataclass(frozen=True)
@@ -1814,7 +1815,7 @@ class _Resolver:
 
 # Hub ids of families transformers implements itself: their checkpoints carry no `auto_map`,
 # so `trust_remote_code=True` changes nothing and transformers' own loading rules hold.
-_NATIVE_FAMILY = re.compile(
+_NATIVE_FAMILY = LazyRegex(
     r"(?i)(?:^|/)(?:qwen(?:1\.5|2|2\.5|3)|(?:meta-)?llama|mistral|mixtral|gemma|gpt2|t5|flan-t5|bert|roberta|opt-|bloom)")
 
 
@@ -2412,7 +2413,7 @@ def _read_only_arguments(call: ast.Call, func: ast.AST) -> frozenset:
 
 
 # Names that hold a GPU index (a process's rank, `mp.spawn`'s first argument), never a dtype.
-_RANK_NAME = re.compile(r"(local_|global_)?rank(_id)?|gpu(_id|_index|_idx)?|local_gpu|device_idx|cuda_id")
+_RANK_NAME = LazyRegex(r"(local_|global_)?rank(_id)?|gpu(_id|_index|_idx)?|local_gpu|device_idx|cuda_id")
 
 
 def _may_hold_tracked(cls: ast.ClassDef | None, key: str, env: dict, table) -> bool:

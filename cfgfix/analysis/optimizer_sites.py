@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import re
 
-OPTIMIZER = re.compile(
+from cfgfix.core import LazyRegex
+
+OPTIMIZER = LazyRegex(
     r"(^|\.)(Adam\w*|AdamW\w*|SGD\w*|RMSprop|Adagrad|Adadelta|Adamax|NAdam|RAdam|ASGD|Rprop|LBFGS|"
     r"Adafactor|Lion\w*|LAMB|Lamb|PagedAdam\w*|AdEMAMix\w*)$"
 )

@@ -17,6 +17,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from cfgfix.core import LazyRegex
 from cfgfix.records import dataclass, field
 
 # A module file over this size is a vendored library or generated code, not a loader.
@@ -261,7 +262,7 @@ def may_call_project_loader(data: bytes) -> bool:
 # class may have loaded. Starts with its literal, so `re` skips from one `self.` to the next.
 SELF_MOVE = re.compile(rb"self\.(\w+)\s*\.\s*(?:to|cuda|half|bfloat16|float)\s*\(")
 # `class Name(` (then its bases); the line start is checked by hand, as for `_FROM_IMPORT`.
-_CLASS_BASES = re.compile(rb"class[ \t]+\w+[ \t]*\(([^)\n]*)")
+_CLASS_BASES = LazyRegex(rb"class[ \t]+\w+[ \t]*\(([^)\n]*)")
 
 
 @functools.lru_cache(maxsize=32)

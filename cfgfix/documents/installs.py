@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
+from cfgfix.core import LazyRegex
+
 # `pip install`, `pip3 install`, `python -m pip install`, `uv pip install`, after `!`/`%` or `RUN`
-_INSTALL = re.compile(r"(?:^|[\s;&|(!%])(?:(?:\S*python3?(?:\.\d+)?)\s+-m\s+)?(?:uv\s+)?pip3?\s+install\s+([^\n;&|)#]*)")
+_INSTALL = LazyRegex(r"(?:^|[\s;&|(!%])(?:(?:\S*python3?(?:\.\d+)?)\s+-m\s+)?(?:uv\s+)?pip3?\s+install\s+([^\n;&|)#]*)")
 # options whose value is the next word (a file, an index): never a requirement
 _VALUE_OPTIONS = {"-r", "-c", "-e", "-i", "-f", "-t", "--index-url", "--extra-index-url", "--find-links",
                   "--requirement", "--constraint", "--target", "--prefix", "--root", "--editable",

@@ -4,7 +4,6 @@ assumptions made for what the files do not say, each stated in words for the rep
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from cfgfix.memory.setup import ATTENTIONS, HEADS, OPTIMIZER_IMPLS, OPTIMIZERS, MemorySetup
 from cfgfix.records import dataclass, field

@@ -18,7 +18,7 @@ from cfgfix.analysis.loops import (
     scope_flow,
     statements_in_loops,
 )
-from cfgfix.core import Applicability, Finding, Fix, Severity
+from cfgfix.core import Applicability, Finding, Fix, LazyRegex, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 
@@ -68,7 +68,7 @@ def _call_result_accumulated(data: bytes) -> bool:
 
 
 # What follows a name bound from a call: `cost = f(`, `cost, n = f(`.
-_BOUND_TAIL = re.compile(rb"[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_]\w*\(")
+_BOUND_TAIL = LazyRegex(rb"[ \t]*(?:,[^=\n]*)?=[ \t]*[A-Za-z_]\w*\(")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 

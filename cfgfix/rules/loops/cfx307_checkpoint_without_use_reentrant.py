@@ -17,7 +17,7 @@ from cfgfix.analysis.checkpointing import (
 )
 from cfgfix.analysis.names import LEAVES, child_nodes, dotted, module_statements, walk_scope
 from cfgfix.analysis.word_lines import calls_on_lines, word_lines
-from cfgfix.core import Applicability, Finding, Fix, Severity
+from cfgfix.core import Applicability, Finding, Fix, LazyRegex, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Example, Rule, register
 
@@ -71,7 +71,7 @@ def _all_calls(tree: ast.Module) -> list[ast.Call]:
 # Patterns tried only where `bytes.find` puts their literal start: `re.search` of the
 # call's (rb"\bcheckpoint(?:_sequential)?\s*\(", starting with `\b`) tried every position
 # of the file, ~1 ms per 100 kB (issue 15).
-_CHECKPOINT_CALL_TAIL = re.compile(rb"(?:_sequential)?\s*\(")
+_CHECKPOINT_CALL_TAIL = LazyRegex(rb"(?:_sequential)?\s*\(")
 _INLINE_KWARGS = re.compile(rb"checkpointing_kwargs\s*=\s*(?:\{|dict\()|checkpointing_enable\(\s*(?:\{|dict\()")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 

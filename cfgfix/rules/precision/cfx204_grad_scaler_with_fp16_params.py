@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 
 from cfgfix.analysis.optimizer_sites import flow_may_report
-from cfgfix.core import Finding, Related, Severity
+from cfgfix.core import Finding, LazyRegex, Related, Severity
 from cfgfix.rules.base import Example, Rule, register
 
 
@@ -637,7 +636,7 @@ def _half_part() -> str:
     return HALF_PART
 
 
-_ARGUMENTS = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*(TrainingArguments|Config)$")
+_ARGUMENTS = LazyRegex(r"^(transformers|trl)\.(\w+\.)*\w*(TrainingArguments|Config)$")
 
 
 def _fp16_training_arguments(ctx, node) -> bool:

@@ -6,6 +6,7 @@ from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
 from cfgfix.rules.setup.common import CONFIG_SOURCES, is_int
 
+
 def _model_parallel(project, setup):
     """The launch's model-parallel sizes (its flags and its training config; Megatron-style
     tensor / pipeline / context parallel): a group of those ranks shares one batch."""
