@@ -202,29 +202,16 @@ _MODEL_TARGET = re.compile(rb"(?i)model|net|unet|vae|encoder|policy|actor|critic
 _LOADER_CALLEE = re.compile(r"(?i)model|load|build|net|llm|policy|unet|vae|peft|lora")
 
 
-# `_MODEL_TARGET`'s words, lower-case ("unet" holds "net"): a line without one cannot bind a
-# model-like name.
-_TARGET_WORDS = (b"model", b"net", b"vae", b"encoder", b"policy", b"actor", b"critic", b"llm", b"transformer")
-
-
 @functools.lru_cache(maxsize=32)
 def model_assignment_callees(data: bytes) -> frozenset[str]:
     """Plain functions (snake_case, named like loaders) whose result the text binds to a
-    model-like name: `model = build_model(cfg)`. Cheap first: a line must hold `model`-ish
-    text (found with `bytes.find`, as the line-anchored pattern scanned every line start of
-    a large file) and `= name(`; only those lines are matched."""
+    model-like name: `model = build_model(cfg)`. Cheap first: only the lines that hold
+    `= name(` are matched, found by one scan that starts at each `=` (the line-anchored
+    pattern tried every line start of a large file; the lines with a model-ish word were
+    most lines of a trainer)."""
     if b"=" not in data:
         return frozenset()
-    lowered = data.lower()
-    starts = set()
-    for word in _TARGET_WORDS:
-        pos = lowered.find(word)
-        while pos >= 0:
-            starts.add(lowered.rfind(b"\n", 0, pos) + 1)
-            end = lowered.find(b"\n", pos)
-            if end < 0:
-                break
-            pos = lowered.find(word, end)
+    starts = {data.rfind(b"\n", 0, m.start()) + 1 for m in _CALL_AFTER_EQUALS.finditer(data)}
     found = set()
     for start in sorted(starts):
         match = _ASSIGN_FROM_CALL.match(data, start)  # a match never leaves its line
@@ -234,6 +221,10 @@ def model_assignment_callees(data: bytes) -> frozenset[str]:
         if not name[:1].isupper() and _LOADER_CALLEE.search(name) and _MODEL_TARGET.search(match.group(1)):
             found.add(name)
     return frozenset(found)
+
+
+# `= name(`: every line `_ASSIGN_FROM_CALL` matches holds one (a superset: `==`, keywords).
+_CALL_AFTER_EQUALS = re.compile(rb"=[ \t]*[A-Za-z_]\w*[ \t]*\(")
 
 
 @functools.lru_cache(maxsize=32)
