@@ -134,8 +134,7 @@ def _collect(cls) -> list[Field]:
 def _process(cls, frozen: bool, order: bool, eq: bool, repr_: bool):
     all_fields = _collect(cls)
     setattr(cls, _FIELDS, tuple(all_fields))
-    names = {"MISSING": MISSING, "_FACTORY": _FACTORY, "_setattr": object.__setattr__,
-             "FrozenInstanceError": FrozenInstanceError}
+    names = {"_FACTORY": _FACTORY, "_setattr": object.__setattr__}  # what the compiled `__init__` reads
     lines = []
     # __init__: defaults are bound names in the generated scope (`_d_x`), factories are
     # called when the argument was left out.
@@ -172,7 +171,6 @@ def _process(cls, frozen: bool, order: bool, eq: bool, repr_: bool):
         body.append("self.__post_init__()")
     lines.append(f"def __init__({', '.join(params)}):")
     lines += [f"    {line}" for line in body or ["pass"]]
-    names["_cls"] = cls
     namespace: dict = {}
     exec("\n".join(lines), names, namespace)  # noqa: S102 - the text is built above from field names
     # The other methods are closures over the field names: only `__init__` is compiled
