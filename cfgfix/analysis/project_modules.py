@@ -227,13 +227,9 @@ def model_assignment_callees(data: bytes) -> frozenset[str]:
 _CALL_AFTER_EQUALS = re.compile(rb"=[ \t]*[A-Za-z_]\w*[ \t]*\(")
 
 
-@functools.lru_cache(maxsize=32)
-def may_call_project_loader(data: bytes) -> bool:
-    """Text only, before parsing: the file assigns to a model-like name the result of a
-    function it imports from the project (not a library): `model = build_model(cfg)` after
-    `from models.build import build_model`. The imports are read first (most files import
-    no loader-named function from their own project); memoised: several rules ask."""
-    names = []
+def _project_imported_names(data: bytes):
+    """The local names (bytes) that `from x import a, b as c` lines bind from the project's
+    own modules: relative imports, and roots that are neither a library nor stdlib."""
     for match in _from_imports(data):
         dots, module = match.group(1), match.group(2)
         root = module.split(b".")[0].decode("ascii", "replace")
@@ -241,9 +237,21 @@ def may_call_project_loader(data: bytes) -> bool:
             continue
         for part in match.group(3).split(b","):
             words = part.split()
-            local = words[-1].decode("ascii", "replace") if words else ""
-            if local.isidentifier() and not local[:1].isupper() and _LOADER_CALLEE.search(local):
-                names.append(local)
+            if words:
+                yield words[-1]
+
+
+@functools.lru_cache(maxsize=32)
+def may_call_project_loader(data: bytes) -> bool:
+    """Text only, before parsing: the file assigns to a model-like name the result of a
+    function it imports from the project (not a library): `model = build_model(cfg)` after
+    `from models.build import build_model`. The imports are read first (most files import
+    no loader-named function from their own project); memoised: several rules ask."""
+    names = []
+    for name in _project_imported_names(data):
+        local = name.decode("ascii", "replace")
+        if local.isidentifier() and not local[:1].isupper() and _LOADER_CALLEE.search(local):
+            names.append(local)
     if not names:
         return False
     return bool(model_assignment_callees(data) & set(names))
@@ -266,16 +274,7 @@ def may_subclass_project_class(data: bytes) -> bool:
     module."""
     if b"class" not in data or not any(_MODEL_TARGET.search(m.group(1)) for m in SELF_MOVE.finditer(data)):
         return False  # (a model-like attribute: `self.inv_freq.to(x.device)` in a rotary embedding is not one)
-    names = set()
-    for match in _from_imports(data):
-        dots, module = match.group(1), match.group(2)
-        root = module.split(b".")[0].decode("ascii", "replace")
-        if not dots and (root in _LIBRARY_ROOTS or root in _STDLIB or not root):
-            continue
-        for part in match.group(3).split(b","):
-            words = part.split()
-            if words and words[-1][:1].isupper():
-                names.add(words[-1])
+    names = {name for name in _project_imported_names(data) if name[:1].isupper()}
     if not names:
         return False
     for match in _CLASS_BASES.finditer(data):
