@@ -143,7 +143,8 @@ def use_color() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
-def render_findings(findings, sources, output_format, quiet, statistics, fixed=0, unsafe_hidden=0) -> None:
+def render_findings(findings, sources, output_format, quiet, statistics, fixed=0, unsafe_hidden=0,
+                    unsafe_fixes=False) -> None:
     from cfgfix.report import ReportContext, render
 
     fmt = output_format or "text"
@@ -162,10 +163,11 @@ def render_findings(findings, sources, output_format, quiet, statistics, fixed=0
         statistics=statistics,
         fixed=fixed,
         unsafe_hidden=unsafe_hidden,
+        unsafe_fixes=unsafe_fixes,
         tool_version=__version__,
     )
     text = render(fmt, findings, ctx)
-    if fmt == "text" and quiet:
+    if fmt in ("text", "concise") and quiet:
         text = strip_summary(text, findings)
     echo(text, nl=False)
 
@@ -181,9 +183,10 @@ def strip_summary(text: str, findings) -> str:
 
 
 def check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics, simulate=False,
-          exiting=False):
+          exiting=False, unsafe_fixes=False):
     """`cfgfix check`. `exiting`: the process ends once the report is written (the CLI's
-    fast exit), so it need not tidy its memory first."""
+    fast exit), so it need not tidy its memory first. `unsafe_fixes`: unsafe fixes are
+    offered as available (ruff's `check --unsafe-fixes`), not hidden."""
     from cfgfix.core import Applicability
     from cfgfix.records import replace
 
@@ -192,8 +195,9 @@ def check(paths, select, ignore, extend_select, output_format, config_file, no_c
     if simulate:
         engine.settings = replace(engine.settings, simulate=True)
     result = _run_without_collections_if_few(engine, files, exiting)
-    hidden = sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
-    render_findings(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden)
+    hidden = 0 if unsafe_fixes else sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
+    render_findings(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden,
+                    unsafe_fixes=unsafe_fixes)
     for error in result.errors:
         echo(f"cfgfix: {error}", err=True)
     raise SystemExit(2 if result.errors else (1 if result.findings else 0))

@@ -11,7 +11,7 @@ import sys
 _FLAGS = {"--no-cache": "no_cache", "-q": "quiet", "--quiet": "quiet", "--statistics": "statistics"}
 _VALUES = {"--select": "select", "--ignore": "ignore", "--extend-select": "extend_select",
            "--output-format": "output_format"}
-_FORMATS = ("text", "json", "sarif", "github")
+_FORMATS = ("text", "concise", "json", "sarif", "github")
 
 
 def main(argv: list[str] | None = None) -> None:

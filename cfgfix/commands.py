@@ -19,7 +19,7 @@ from cfgfix.checking import no_files as _no_files
 from cfgfix.checking import prepare as _prepare
 from cfgfix.checking import render_findings as _render
 
-FORMATS = ("text", "json", "sarif", "github")
+FORMATS = ("text", "concise", "json", "sarif", "github")
 
 
 def _selection_options(func):
@@ -48,7 +48,7 @@ def cli() -> None:
 @cli.command()
 @_selection_options
 @click.option("--fix", "apply_fix", is_flag=True, help="Apply safe fixes (like `cfgfix fix`).")
-@click.option("--unsafe-fixes", is_flag=True, help="With --fix: apply unsafe fixes too.")
+@click.option("--unsafe-fixes", is_flag=True, help="Offer unsafe fixes too ([*], SARIF fixes); with --fix: apply them.")
 @click.option("--diff", is_flag=True, help="With --fix: print the diff, write nothing.")
 @click.option("--simulate", is_flag=True, help="CFX701: measure each launch's step with the FakeTensor simulator (needs the verify extra) instead of the analytic model alone.")
 def check(apply_fix, unsafe_fixes, diff, simulate, **options) -> None:
@@ -56,7 +56,7 @@ def check(apply_fix, unsafe_fixes, diff, simulate, **options) -> None:
     if apply_fix or diff:
         _fix(unsafe_fixes, diff, **options)
     else:
-        _check(**options, simulate=simulate)
+        _check(**options, simulate=simulate, unsafe_fixes=unsafe_fixes)
 
 
 @cli.command()
@@ -240,7 +240,8 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
             click.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {len(changed)} file{'s' if len(changed) != 1 else ''}.", err=True)
         raise SystemExit(1 if changed else 0)
     hidden = 0 if unsafe_fixes else sum(1 for f in remaining if f.fix and f.fix.applicability is Applicability.UNSAFE)
-    _render(remaining, sources, output_format, quiet, statistics, fixed=fixed_count, unsafe_hidden=hidden)
+    _render(remaining, sources, output_format, quiet, statistics, fixed=fixed_count, unsafe_hidden=hidden,
+            unsafe_fixes=unsafe_fixes)
     for failure in failures:
         click.echo(f"cfgfix: error: {failure}", err=True)
     for error in result.errors:
@@ -268,9 +269,10 @@ _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 @click.option("--pr", type=int, help="Pull request number [default: from $GITHUB_EVENT_PATH].")
 @click.option("--approve-when-clean/--no-approve-when-clean", default=False, help="With --post and no findings: post a short approval note instead of nothing.")
 @click.option("--fail-on", type=click.Choice(("info", "warning", "error", "none")), default="info", help="Exit 1 when a finding on a changed line has at least this severity [default: info].")
+@click.option("--unsafe-fixes", is_flag=True, help="Suggest unsafe fixes too (numerics or semantics change); by default suggestions carry safe fixes only.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 def review(base, head, select, ignore, extend_select, output_format, config_file, no_cache, post, pr,
-           approve_when_clean, fail_on, paths) -> None:
+           approve_when_clean, fail_on, unsafe_fixes, paths) -> None:
     """Review the lines a pull request changes: findings on changed lines, with suggestions."""
     import json
 
@@ -281,7 +283,7 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
 
     engine, _, settings = _prepare((), select, ignore, extend_select, config_file, no_cache, discover_files=False)
     try:
-        result = build_review(engine, settings, base, head, list(paths), Path.cwd())
+        result = build_review(engine, settings, base, head, list(paths), Path.cwd(), unsafe_fixes)
     except (GitError, ValueError) as exc:
         _fail(str(exc))
     rules = all_rules()
@@ -295,7 +297,7 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
     elif output_format == "rdjson":
         from cfgfix.report.rdjson import render_review
 
-        click.echo(render_review(result, rules), nl=False)
+        click.echo(render_review(result, rules, unsafe_fixes), nl=False)
     elif output_format == "json":
         click.echo(json.dumps([
             {"path": c.path, "line": c.line, "start_line": c.start_line, "code": c.finding.code,

@@ -43,6 +43,33 @@ def test_check_reports_and_exits_1(in_tmp):
     assert "1 hidden fix can be enabled with the --unsafe-fixes option." in out
 
 
+def test_concise_output_and_fix_safety(in_tmp):
+    write_project(in_tmp, {"train.py": BROKEN})
+    code, out = run("check", "--no-cache", "--output-format", "concise")
+    assert code == 1
+    assert out.splitlines()[:3] == [
+        "train.py:4:9: CFX101 `model` already holds bfloat16 weights " + out.splitlines()[0].split(" weights ", 1)[1],
+        "train.py:5:1: CFX103 [*] " + out.splitlines()[1].split(" [*] ", 1)[1],
+        "Found 2 findings (1 fixable with cfgfix fix).",
+    ]
+    assert out.splitlines()[3] == "1 hidden fix can be enabled with the --unsafe-fixes option."
+    # --unsafe-fixes without --fix: the unsafe fix counts as available ([*]), nothing is written
+    code, out = run("check", "--no-cache", "--output-format", "concise", "--unsafe-fixes")
+    assert out.splitlines()[0].startswith("train.py:4:9: CFX101 [*] `model`")
+    assert "Found 2 findings (2 fixable with cfgfix fix --unsafe-fixes)." in out and "hidden" not in out
+    assert (in_tmp / "train.py").read_text() == BROKEN
+    code, out = run("fix", "--no-cache", "--output-format", "concise")
+    assert out.splitlines() == [out.splitlines()[0], "Found 2 findings (1 fixed, 1 remaining).",
+                                "1 hidden fix can be enabled with the --unsafe-fixes option."]
+    assert out.startswith("train.py:4:9: CFX101 `model`")
+    # SARIF carries a fix a viewer can apply only under the run's fix safety
+    sarif = json.loads(run("check", "--no-cache", "--output-format", "sarif")[1])
+    assert [r.get("fixes") for r in sarif["runs"][0]["results"]] == [None]
+    sarif = json.loads(run("check", "--no-cache", "--output-format", "sarif", "--unsafe-fixes")[1])
+    [result] = sarif["runs"][0]["results"]
+    assert result["fixes"][0]["properties"] == {"applicability": "unsafe"}
+
+
 def test_clean_tree_exits_0(in_tmp):
     write_project(in_tmp, {"train.py": FIXED})
     code, out = run("check", "--no-cache")

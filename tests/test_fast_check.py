@@ -34,7 +34,8 @@ CLICK = textwrap.dedent("""
 
 
 def _run(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"}
+    # PYTHONPATH: this checkout, whatever cfgfix the interpreter has installed
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
@@ -44,6 +45,8 @@ def _run(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess
         ["check", "--no-cache"],
         ["check", "--no-cache", "--output-format", "json"],
         ["check", "--no-cache", "--output-format=sarif", "-q"],
+        ["check", "--no-cache", "--output-format", "concise"],
+        ["check", "--no-cache", "--output-format=concise", "-q"],
         ["check", "--no-cache", "--statistics", "."],
         ["check", "--no-cache", "--select", "CFX1", "--ignore=CFX103", "."],
         ["check", "--no-cache", "--extend-select", "CFX902", "--", "."],

@@ -343,13 +343,18 @@ def test_sarif_rules_and_results(findings, ctx):
         "deletedRegion": {"startLine": 5, "startColumn": 1, "endLine": 6, "endColumn": 1},
         "insertedContent": {"text": ""},
     }
+    # a SARIF viewer may apply a fix in one click: the unsafe one only with --unsafe-fixes
+    assert "fixes" not in literal
+    assert "fixes" not in multi
+    ctx.unsafe_fixes = True
+    _, literal, _ = sarif(findings, ctx)["runs"][0]["results"]
     assert literal["fixes"][0]["artifactChanges"][0]["replacements"][0]["deletedRegion"] == {
         "startLine": 6,
         "startColumn": 7,
         "endLine": 6,
         "endColumn": 17,
     }
-    assert "fixes" not in multi
+    assert literal["fixes"][0]["properties"] == {"applicability": "unsafe"}
 
 
 def test_sarif_fingerprint_survives_line_shift(findings, ctx, source):
@@ -404,6 +409,37 @@ def test_github_escaping(source, ctx):
     )
     assert escape_data("%0A") == "%250A"  # `%` goes first, so escapes are not re-escaped
     assert escape_property("a:b,c%") == "a%3Ab%2Cc%25"
+
+
+# -- concise -------------------------------------------------------------------------------
+def test_concise_one_line_per_finding(findings, ctx):
+    ctx.unsafe_hidden = 1
+    assert render("concise", findings, ctx) == (
+        "train.py:5:1: CFX103 [*] `.to()` on a dispatched model\n"
+        "train.py:6:7: CFX201 non-ASCII literal\n"
+        "train.py:7:5: CFX301 a multi-line call\n"
+        "Found 3 findings (1 fixable with cfgfix fix).\n"
+        "1 hidden fix can be enabled with the --unsafe-fixes option.\n"
+    )
+    ctx.unsafe_hidden = 0
+    assert render("concise", [], ctx) == "All checks passed!\n"
+
+
+def test_concise_marks_unsafe_fixes_with_unsafe_fixes(findings, ctx):
+    ctx.unsafe_fixes = True
+    lines = render("concise", findings, ctx).splitlines()
+    assert lines[1] == "train.py:6:7: CFX201 [*] non-ASCII literal"
+    assert lines[3] == "Found 3 findings (2 fixable with cfgfix fix --unsafe-fixes)."
+    # the full format's marker follows the same fix safety
+    assert "train.py:6:7: CFX201 [*] non-ASCII literal" in render("text", findings, ctx)
+
+
+def test_concise_statistics_and_color(findings, ctx):
+    ctx.statistics = True
+    assert render("concise", findings, ctx) == render("text", findings, ctx)
+    ctx.statistics, ctx.color = False, True
+    first = render("concise", findings, ctx).splitlines()[0]
+    assert "\x1b[" in first and re.sub(r"\x1b\[[0-9;]*m", "", first) == "train.py:5:1: CFX103 [*] `.to()` on a dispatched model"
 
 
 # -- dispatch ------------------------------------------------------------------------------

@@ -114,8 +114,10 @@ def test_github_review_payload(repo):
         assert comment["body"].startswith(MARKER)
     cast, alloc, launch = body["comments"]
     assert "**[CFX101]" in cast["body"] and "Remove the no-op" in cast["body"]
-    assert "changes numerics or semantics" in cast["body"]  # CFX101's fix is unsafe (float32 buffers)
-    assert cast["body"].endswith("```suggestion\n```")  # the suggestion deletes line 5
+    # CFX101's fix is unsafe (float32 buffers): named, never a one-click suggestion by default
+    assert "```suggestion" not in cast["body"]
+    assert cast["body"].endswith("`cfgfix fix --unsafe-fixes` can apply this: Remove the no-op `.to(torch.bfloat16)`")
+    assert "(0 with a suggested change)" in body["body"]
     assert "**[CFX305]" in alloc["body"]
     assert "**[CFX105]" in launch["body"]
     assert "Reported at `train.py:4` because of this change: launched here with 2 processes." in launch["body"]
@@ -123,11 +125,23 @@ def test_github_review_payload(repo):
     assert "`cfgfix fix --unsafe-fixes` can apply this" in launch["body"]
 
 
+def test_unsafe_suggestions_only_with_unsafe_fixes(repo):
+    body = json.loads(_review("--output-format", "github-review", "--unsafe-fixes").output)
+    cast = body["comments"][0]
+    assert "changes numerics or semantics" in cast["body"]  # marked **Unsafe fix**
+    assert cast["body"].endswith("```suggestion\n```")  # the suggestion deletes line 5
+    assert "(1 with a suggested change)" in body["body"]
+    [text_line] = [line for line in _review("--unsafe-fixes").output.splitlines() if "suggestion" in line]
+    assert text_line == "  suggestion (unsafe fix): Remove the no-op `.to(torch.bfloat16)`"
+    assert "suggestion" not in _review().output
+
+
 def test_suggestion_matches_cfgfix_fix(repo):
     from cfgfix.review.review import Comment, apply_suggestion
 
-    data = json.loads(_review("--output-format", "json").output)
+    data = json.loads(_review("--output-format", "json", "--unsafe-fixes").output)
     [cast] = [c for c in data if c["code"] == "CFX101"]
+    assert cast["unsafe_fix"] is True
     from cfgfix.core import Finding
 
     comment = Comment(Finding.from_dict(cast["finding"]), cast["path"], cast["start_line"], cast["line"],
@@ -148,6 +162,8 @@ def test_multi_line_span_and_suggestion_text():
     fix = Fix((Edit("m.py", start, end, "g(x)"),), "use g", Applicability.UNSAFE)
     finding = Finding("CFX999", "demo", "msg", Severity.WARNING, Span("m.py", 2, 5, 4, 2, start, end), fix=fix)
     [comment] = place([finding], {"m.py": ChangedFile("m.py", lines={3})}, lambda p: p, lambda p: text)
+    assert comment.suggestion is None  # an unsafe fix: suggested only with --unsafe-fixes
+    [comment] = place([finding], {"m.py": ChangedFile("m.py", lines={3})}, lambda p: p, lambda p: text, True)
     assert (comment.start_line, comment.line) == (2, 4)
     assert comment.suggestion == "b = g(x)" and comment.unsafe
     from cfgfix.report.github_review import review_comment
@@ -167,7 +183,9 @@ def test_rdjson_payload(repo):
     assert cast["severity"] == "INFO"
     assert cast["code"]["url"].endswith("/rules/CFX101.md")
     assert cast["location"] == {"path": "train.py", "range": {"start": {"line": 5, "column": 9}, "end": {"line": 5, "column": 33}}}
-    assert cast["suggestions"] == [{"range": {"start": {"line": 5, "column": 1}, "end": {"line": 6, "column": 1}}, "text": ""}]
+    assert "suggestions" not in cast  # CFX101's fix is unsafe: reviewdog would offer it in one click
+    unsafe = {d["code"]["value"]: d for d in json.loads(_review("--output-format", "rdjson", "--unsafe-fixes").output)["diagnostics"]}
+    assert unsafe["CFX101"]["suggestions"] == [{"range": {"start": {"line": 5, "column": 1}, "end": {"line": 6, "column": 1}}, "text": ""}]
     assert by_code["CFX305"]["severity"] == "ERROR"
     launch = by_code["CFX105"]
     assert launch["location"]["path"] == "train.sh" and launch["location"]["range"]["start"]["line"] == 3

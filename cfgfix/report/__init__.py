@@ -1,4 +1,5 @@
-"""Output formats: turn findings into text for people, JSON, SARIF or GitHub annotations.
+"""Output formats: turn findings into text for people (full or concise), JSON, SARIF or GitHub
+annotations.
 
 Formatters only read findings and sources; they never re-run rules or touch files. Each
 format lives in its own module and is imported on demand, so `cfgfix check` pays only for
@@ -9,13 +10,13 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from cfgfix.core import Edit, Finding
+from cfgfix.core import Applicability, Edit, Finding, Fix
 from cfgfix.documents.text import SourceText
 from cfgfix.records import dataclass
 from cfgfix.rules.base import DOCS_URL, Rule
 
-FORMATS = ("text", "json", "sarif", "github")
-_MODULES = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "github"}
+FORMATS = ("text", "concise", "json", "sarif", "github")
+_MODULES = {"text": "text", "concise": "concise", "json": "json_format", "sarif": "sarif", "github": "github"}
 
 
 @dataclass
@@ -29,6 +30,9 @@ class ReportContext:
     statistics: bool = False
     fixed: int = 0  # findings that `fix` already fixed
     unsafe_hidden: int = 0  # findings an --unsafe-fixes run could fix
+    # --unsafe-fixes: unsafe fixes count as available ([*], SARIF `fixes`, rdjson suggestions);
+    # without it only safe fixes are offered where a fix is one click away
+    unsafe_fixes: bool = False
     tool_version: str = ""
 
 
@@ -44,6 +48,15 @@ def render(fmt: str, findings: list[Finding], ctx: ReportContext) -> str:
 def sorted_findings(findings: list[Finding]) -> list[Finding]:
     # Every format sorts the same way, so reruns and formats agree line for line.
     return sorted(findings, key=Finding.sort_key)
+
+
+def offered_fix(finding: Finding, unsafe_fixes: bool) -> Fix | None:
+    """The finding's fix when the run's fix safety allows it (safe, or any with
+    --unsafe-fixes), else None: what a `[*]`, a SARIF fix or a one-click suggestion offers."""
+    fix = finding.fix
+    if fix is None or (fix.applicability is not Applicability.SAFE and not unsafe_fixes):
+        return None
+    return fix
 
 
 def rule_url(ctx: ReportContext, code: str) -> str:

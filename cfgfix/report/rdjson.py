@@ -1,6 +1,7 @@
 """reviewdog's Diagnostic Format as JSON (rdjson): `{source, severity, diagnostics[]}`, each
 diagnostic with a message, a location (path, range of 1-based lines and UTF-8 byte columns,
-end exclusive), a severity, a code with its rule page, and the fix as suggestions.
+end exclusive), a severity, a code with its rule page, and the fix as suggestions: reviewdog
+offers those as one-click changes, so they carry safe fixes only unless `--unsafe-fixes`.
 
 `render` (findings, as `check` sees them) puts each diagnostic on its finding's span;
 `render_review` puts it where the review comments (a related changed line for a cross-file
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import sorted_findings, stored_in, stored_sources
+from cfgfix.report import offered_fix, sorted_findings, stored_in, stored_sources
 from cfgfix.rules.base import DOCS_URL
 
 SOURCE = {"name": "cfgfix", "url": "https://github.com/cfgfix/cfgfix"}
@@ -39,7 +40,8 @@ def _range(sources, span: Span) -> dict:
     }
 
 
-def diagnostic(finding: Finding, sources, rules, where: Span | None = None, note: str | None = None, path_of=None) -> dict:
+def diagnostic(finding: Finding, sources, rules, where: Span | None = None, note: str | None = None, path_of=None,
+               unsafe_fixes: bool = False) -> dict:
     where = where or finding.span
     path_of = path_of or (lambda p: p)
     url = next((r.url() for r in rules if r.code == finding.code), DOCS_URL.format(code=finding.code))
@@ -50,10 +52,11 @@ def diagnostic(finding: Finding, sources, rules, where: Span | None = None, note
         "severity": _SEVERITY[finding.severity],
         "code": {"value": finding.code, "url": url},
     }
-    if finding.fix is not None and all(e.path == where.path for e in finding.fix.edits) and where.path in sources:
+    fix = offered_fix(finding, unsafe_fixes)
+    if fix is not None and all(e.path == where.path for e in fix.edits) and where.path in sources:
         source = sources[where.path]
         suggestions = []
-        for edit in finding.fix.edits:
+        for edit in fix.edits:
             span = source.span(edit.start, edit.end)
             suggestions.append({"range": _range(sources, span), "text": edit.content})
         entry["suggestions"] = suggestions
@@ -77,11 +80,12 @@ def render(findings: list[Finding], ctx) -> str:
     # reviewdog filters and places diagnostics by lines of the files as stored: a notebook's
     # findings go on the lines of its JSON that hold their code
     sources = stored_sources(ctx.sources)
-    diagnostics = [diagnostic(stored_in(ctx.sources, f), sources, ctx.rules) for f in sorted_findings(findings)]
+    diagnostics = [diagnostic(stored_in(ctx.sources, f), sources, ctx.rules, unsafe_fixes=ctx.unsafe_fixes)
+                   for f in sorted_findings(findings)]
     return json.dumps(document(diagnostics), indent=2) + "\n"
 
 
-def render_review(review, rules) -> str:
+def render_review(review, rules, unsafe_fixes: bool = False) -> str:
     from cfgfix.documents.text import SourceText
 
     sources = stored_sources(review.sources)  # the review's findings are in stored positions
@@ -97,6 +101,6 @@ def render_review(review, rules) -> str:
         mapping = {path: comment.path}
         diagnostics.append(
             diagnostic(comment.finding, sources, rules, comment.span, comment.related_note,
-                       path_of=lambda p, m=mapping: m.get(p, p))
+                       path_of=lambda p, m=mapping: m.get(p, p), unsafe_fixes=unsafe_fixes)
         )
     return json.dumps(document(diagnostics), indent=2) + "\n"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell, stored_finding
+from cfgfix.report import edit_region, offered_fix, rule_url, sorted_findings, span_in_cell, stored_finding
 from cfgfix.rules.base import doc_sections
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ def _result(finding: Finding, rule_index: int, ctx: ReportContext, seen: Counter
             {"id": i, **_physical(r.span, ctx), "message": {"text": r.message}}
             for i, r in enumerate(stored.related, start=1)
         ]
-    if stored.fix is not None and stored.fix.edits:
+    fix = offered_fix(stored, ctx.unsafe_fixes)  # a viewer may apply it in one click: safe ones only by default
+    if fix is not None and fix.edits:
         result["fixes"] = [_fix(stored, ctx)]
     return result

@@ -8,8 +8,8 @@ from collections import Counter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time (issue 15)
 
-from cfgfix.core import Applicability, Finding, Severity, Span
-from cfgfix.report import sorted_findings, span_in_cell
+from cfgfix.core import Finding, Severity, Span
+from cfgfix.report import offered_fix, sorted_findings, span_in_cell
 
 if TYPE_CHECKING:
     from cfgfix.report import ReportContext
@@ -22,7 +22,7 @@ _BOLD, _RED, _YELLOW, _BLUE, _CYAN, _GREEN = "1", "31", "33", "34", "36", "32"
 _SEVERITY_COLOR = {Severity.ERROR: _RED, Severity.WARNING: _YELLOW, Severity.INFO: _CYAN}
 
 
-class _Painter:
+class Painter:
     """Wraps text in ANSI codes only when colour is on, so plain output stays byte-clean."""
 
     def __init__(self, enabled: bool):
@@ -35,31 +35,34 @@ class _Painter:
 
 
 def render(findings: list[Finding], ctx: ReportContext) -> str:
-    paint = _Painter(ctx.color)
+    paint = Painter(ctx.color)
     findings = sorted_findings(findings)
     if ctx.statistics:
-        return _statistics(findings, paint)
+        return statistics(findings, ctx, paint)
     blocks = [_finding_block(f, ctx, paint) for f in findings]
-    summary = _summary(findings, ctx, paint)
-    return "\n\n".join(blocks + [summary]) + "\n"
+    return "\n\n".join(blocks + [summary(findings, ctx, paint)]) + "\n"
 
 
-def has_safe_fix(finding: Finding) -> bool:
-    return finding.fix is not None and finding.fix.applicability is Applicability.SAFE
+def fixable(finding: Finding, ctx: ReportContext) -> bool:
+    """`[*]`: `cfgfix fix` applies this finding's fix under the run's fix safety."""
+    return offered_fix(finding, ctx.unsafe_fixes) is not None
 
 
-def _location(span: Span, paint: _Painter, ctx: ReportContext) -> str:
+def fix_marker(finding: Finding, ctx: ReportContext, paint: Painter) -> str:
+    return f" {paint('[*]', _CYAN)}" if fixable(finding, ctx) else ""
+
+
+def location(span: Span, paint: Painter, ctx: ReportContext) -> str:
     colon = paint(":", _CYAN)
     cell, line, column, _, _ = span_in_cell(ctx, span)
     where = f"{colon}cell {cell}" if cell is not None else ""  # ruff's `nb.ipynb:cell 3:2:5`
     return f"{paint(span.path, _BOLD)}{where}{colon}{line}{colon}{column}{colon}"
 
 
-def _finding_block(finding: Finding, ctx: ReportContext, paint: _Painter) -> str:
-    color = _SEVERITY_COLOR.get(finding.severity, _RED)
-    marker = f" {paint('[*]', _CYAN)}" if has_safe_fix(finding) else ""
+def _finding_block(finding: Finding, ctx: ReportContext, paint: Painter) -> str:
+    color = code_color(finding)
     code = paint(finding.code, _BOLD, color)
-    lines = [f"{_location(finding.span, paint, ctx)} {code}{marker} {finding.message}"]
+    lines = [f"{location(finding.span, paint, ctx)} {code}{fix_marker(finding, ctx, paint)} {finding.message}"]
     source = ctx.sources.get(finding.span.path)
     if source is not None and 1 <= finding.span.line <= len(source.line_starts):
         shift = finding.span.line - span_in_cell(ctx, finding.span)[1]  # a notebook numbers lines per cell
@@ -68,12 +71,12 @@ def _finding_block(finding: Finding, ctx: ReportContext, paint: _Painter) -> str
         lines.append(f"  {paint('help', _BOLD, _CYAN)}: {finding.fix.description}")
     for related in finding.related:
         lines.append(
-            f"  {paint('note', _BOLD, _GREEN)}: {_location(related.span, paint, ctx)} {related.message}"
+            f"  {paint('note', _BOLD, _GREEN)}: {location(related.span, paint, ctx)} {related.message}"
         )
     return "\n".join(lines)
 
 
-def _frame(source, span: Span, paint: _Painter, color: str, shift: int = 0) -> list[str]:
+def _frame(source, span: Span, paint: Painter, color: str, shift: int = 0) -> list[str]:
     """The span's lines under a number gutter (numbered `shift` lower: per cell in a
     notebook), with carets under the first line (to its end when the span goes on)."""
     last = min(span.end_line, span.line + MAX_EXTRA_LINES, len(source.line_starts))
@@ -127,7 +130,11 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 'es' if word.endswith('x') else 's'}"
 
 
-def _summary(findings: list[Finding], ctx: ReportContext, paint: _Painter) -> str:
+def code_color(finding: Finding) -> str:
+    return _SEVERITY_COLOR.get(finding.severity, _RED)
+
+
+def summary(findings: list[Finding], ctx: ReportContext, paint: Painter) -> str:
     remaining = len(findings)
     if ctx.fixed:
         total = _plural(remaining + ctx.fixed, "finding")
@@ -135,8 +142,9 @@ def _summary(findings: list[Finding], ctx: ReportContext, paint: _Painter) -> st
     elif not remaining:
         line = "All checks passed!"
     else:
-        fixable = sum(has_safe_fix(f) for f in findings)
-        tail = f" ({fixable} fixable with cfgfix fix)" if fixable else ""
+        count = sum(fixable(f, ctx) for f in findings)
+        command = "cfgfix fix --unsafe-fixes" if ctx.unsafe_fixes else "cfgfix fix"
+        tail = f" ({count} fixable with {command})" if count else ""
         line = f"Found {_plural(remaining, 'finding')}{tail}."
     lines = [paint(line, _BOLD)]
     if ctx.unsafe_hidden:
@@ -145,19 +153,19 @@ def _summary(findings: list[Finding], ctx: ReportContext, paint: _Painter) -> st
     return "\n".join(lines)
 
 
-def _statistics(findings: list[Finding], paint: _Painter) -> str:
+def statistics(findings: list[Finding], ctx: ReportContext, paint: Painter) -> str:
     """Like `ruff --statistics`: count, code, fixability and name per rule."""
     if not findings:
         return "All checks passed!\n"
     counts = Counter(f.code for f in findings)
     names = {f.code: f.name for f in findings}
-    fixable = {f.code for f in findings if has_safe_fix(f)}
+    with_fix = {f.code for f in findings if fixable(f, ctx)}
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     width = max(4, len(str(rows[0][1])))
     code_width = max(len(code) for code in counts)
     lines = [
         f"{str(count).rjust(width)}\t{paint(code.ljust(code_width), _BOLD, _RED)}\t"
-        f"{'[*]' if code in fixable else '[ ]'} {names[code]}"
+        f"{'[*]' if code in with_fix else '[ ]'} {names[code]}"
         for code, count in rows
     ]
     return "\n".join(lines) + "\n"

@@ -4,7 +4,8 @@ A finding is kept when its primary span touches a changed line (the comment goes
 span), or else when one of its related spans does (a cross-file finding caused by the
 change: the comment goes on the related span's changed lines and says where the finding
 itself is). A comment carries a suggestion when the finding's fix edits lie inside the
-commented lines of the commented file.
+commented lines of the commented file, and the fix is safe (any fix with `--unsafe-fixes`):
+a suggestion is committed in one click, so an unsafe one is only named in the comment.
 """
 
 from __future__ import annotations
@@ -54,15 +55,17 @@ def _last_line(span: Span) -> int:
     return max(span.line, span.end_line)
 
 
-def place(findings: list[Finding], changed: dict[str, ChangedFile], to_repo, texts) -> list[Comment]:
+def place(findings: list[Finding], changed: dict[str, ChangedFile], to_repo, texts,
+          unsafe_fixes: bool = False) -> list[Comment]:
     """`to_repo(display_path)` gives the repository path (or None outside the repo);
-    `texts(display_path)` gives a file's current text (or None)."""
+    `texts(display_path)` gives a file's current text (or None); `unsafe_fixes`: unsafe
+    fixes become suggestions too."""
     comments = []
     for finding in findings:
         comment = _place_primary(finding, changed, to_repo) or _place_related(finding, changed, to_repo)
         if comment is None:
             continue
-        _attach_suggestion(comment, texts(comment.span.path), changed[comment.path])
+        _attach_suggestion(comment, texts(comment.span.path), changed[comment.path], unsafe_fixes)
         comments.append(comment)
     comments.sort(key=lambda c: (c.path, c.line, c.start_line, c.finding.code, c.finding.span.column))
     return comments
@@ -112,9 +115,11 @@ def _place_related(finding, changed, to_repo) -> Comment | None:
     return None
 
 
-def _attach_suggestion(comment: Comment, text: str | None, cf: ChangedFile) -> None:
+def _attach_suggestion(comment: Comment, text: str | None, cf: ChangedFile, unsafe_fixes: bool = False) -> None:
     fix = comment.finding.fix
     if fix is None or text is None or not fix.edits:
+        return
+    if fix.applicability is not Applicability.SAFE and not unsafe_fixes:
         return
     if any(edit.path != comment.span.path for edit in fix.edits):
         return

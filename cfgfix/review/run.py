@@ -46,7 +46,8 @@ def linked_files(engine, settings, changed_sfs):
     return list(extra.values())
 
 
-def build_review(engine, settings, base: str | None, head: str | None, paths: list[Path], cwd: Path) -> Review:
+def build_review(engine, settings, base: str | None, head: str | None, paths: list[Path], cwd: Path,
+                 unsafe_fixes: bool = False) -> Review:
     from cfgfix.documents.text import DecodeError, SourceText
     from cfgfix.workspace import discover
 
@@ -92,7 +93,7 @@ def build_review(engine, settings, base: str | None, head: str | None, paths: li
         return texts[display]
 
     findings, review.unplaced, review.cells = _stored_findings(result, by_path, to_repo)
-    review.comments = place(findings, by_path, to_repo, text_of)
+    review.comments = place(findings, by_path, to_repo, text_of, unsafe_fixes)
     review.sources = result.sources
     return review
 
