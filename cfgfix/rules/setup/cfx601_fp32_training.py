@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cfgfix.core import Applicability, Fix, Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
+from cfgfix.rules.decisions import Decisions
 from cfgfix.rules.setup.common import CONFIG_SOURCES, flip_edit, gpu_bf16, is_int
 
 
@@ -66,7 +67,7 @@ class Fp32Training(ProjectRule):
     def check_project(self, project):
         from cfgfix.training.resolve import training_setups
 
-        seen: set[tuple] = set()
+        decisions = Decisions(self)  # a config read by several launches: one finding, each launch related
         for setup in training_setups(project):
             precision = setup.values.get("precision")
             mixed = setup.values.get("mixed_precision")
@@ -80,10 +81,6 @@ class Fp32Training(ProjectRule):
                 continue  # the weights' dtype is decided elsewhere (a config key, a run-time value)
             if any(setup.values.get(k) is not None and setup.values[k].value is True for k in ("offload_param",)):
                 continue
-            key = (mixed.span.path, mixed.span.start)
-            if key in seen:
-                continue
-            seen.add(key)
             target = _half_for(setup)
             found = setup.sources[source]
             if mixed.name == "mixed_precision":
@@ -92,7 +89,7 @@ class Fp32Training(ProjectRule):
             else:
                 edit = flip_edit(project, found[target], True) if target in found else None
                 change = f"{target} true"
-            yield self.finding(
+            decisions.add(
                 mixed.span,
                 f"{mixed.origin} makes this GPU launch train in full fp32: twice the activation memory of "
                 f"{target} autocast and a fraction of the tensor-core speed; mixed precision keeps fp32 weights "
@@ -100,6 +97,7 @@ class Fp32Training(ProjectRule):
                 fix=Fix((edit,), f"Set {change}", Applicability.UNSAFE) if edit is not None else None,
                 related=[Related(setup.launch.span, "launched here")],
             )
+        yield from decisions.findings()
 
     _CONFIG = "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\nbf16: {bf16}\nfp16: false\n"
     _SCRIPT = "from transformers import AutoModelForCausalLM\n\nmodel = AutoModelForCausalLM.from_pretrained('org/m'{dtype})\n"

@@ -6,6 +6,7 @@ import re
 
 from cfgfix.core import Applicability, Edit, Fix, Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
+from cfgfix.rules.decisions import Decisions, also, listed
 from cfgfix.rules.setup.common import flip_edit, gpu_bf16
 
 
@@ -38,8 +39,14 @@ class Fp16OnBf16Hardware(ProjectRule):
 
     ## Fix safety
     Unsafe: numerics change (bf16 has fewer mantissa bits than fp16), and a model trained
-    or released in fp16 may want to stay there. Fixed only where one value decides
+    or released in fp16 may want to stay there. Fixed only where one file decides
     (`mixed_precision`, or `fp16: true` next to an explicit `bf16: false`).
+
+    A launch that chooses fp16 in several files (the accelerate config, the DeepSpeed JSON,
+    the training config, a `--fp16` flag) gets one finding, at the place that decides (the
+    DeepSpeed JSON's value, then flags, then the training config, the accelerate config
+    last), with the others as related locations; it has no fix, since the files must change
+    together.
 
     ## References
     - facts.md A5 (GradScaler and bf16); the GPU catalog (`cfgfix/memory/data/gpus.json`)
@@ -53,7 +60,7 @@ class Fp16OnBf16Hardware(ProjectRule):
     def check_project(self, project):
         from cfgfix.training.resolve import training_setups
 
-        seen: set[tuple] = set()
+        decisions = Decisions(self)
         for setup in training_setups(project):
             gpu = setup.values.get("gpu")
             if gpu is None or gpu_bf16(gpu.value) is not True:
@@ -63,21 +70,34 @@ class Fp16OnBf16Hardware(ProjectRule):
                 continue  # the launch does not train in fp16, or its files disagree (CFX402/CFX501/CFX511)
             if setup.get("quantization") or _QUANTIZED_NAME.search(str(setup.get("model") or "")):
                 continue  # int8 / GPTQ / AWQ kernels often want fp16: the choice may be forced
-            for source, found in setup.sources.items():
-                chosen = _fp16_choice(source, found)
-                if chosen is None or chosen.span is None:
-                    continue
-                key = (chosen.span.path, chosen.span.start)
-                if key in seen:
-                    continue
-                seen.add(key)
-                yield self.finding(
-                    chosen.span,
-                    f"{chosen.origin} chooses fp16 while the target GPU ({gpu.value}) computes in bf16 at the same "
-                    f"speed: fp16 needs loss scaling and can overflow to inf/NaN, bf16 has fp32's range and needs no scaler",
-                    fix=self._fix(project, source, found, chosen),
-                    related=[Related(setup.launch.span, "launched here")],
-                )
+            places = [(source, found, chosen) for source, found in setup.sources.items()
+                      if (chosen := _fp16_choice(source, found)) is not None and chosen.span is not None]
+            if not places:
+                continue
+            # one choice, stated in several files: one finding where it is decided
+            places.sort(key=lambda place: _deciding_first(setup, place))
+            chosen, others = places[0][2], [place[2] for place in places[1:]]
+            so_do = f" (so do {listed(others)})" if others else ""
+            decisions.add(
+                chosen.span,
+                f"{chosen.origin} chooses fp16{so_do} while the target GPU ({gpu.value}) computes in bf16 at the "
+                f"same speed: fp16 needs loss scaling and can overflow to inf/NaN, bf16 has fp32's range and needs "
+                f"no scaler",
+                fix=self._fixes(project, places),
+                related=[*also(others, "chooses fp16"), Related(setup.launch.span, "launched here")],
+            )
+        yield from decisions.findings()
+
+    def _fixes(self, project, places):
+        """One fix for every place that states the choice, when each has one and all lie in
+        one file (a fix edits the file of its finding); else none."""
+        fixes = [self._fix(project, *place) for place in places]
+        if None in fixes or len({e.path for f in fixes for e in f.edits}) != 1:
+            return None
+        if len(fixes) == 1:
+            return fixes[0]
+        return Fix(tuple(e for f in fixes for e in f.edits), "Use bf16 everywhere this launch chooses fp16",
+                   Applicability.UNSAFE)
 
     @staticmethod
     def _fix(project, source, found, chosen):
@@ -123,6 +143,18 @@ class Fp16OnBf16Hardware(ProjectRule):
 
 
 _QUANTIZED_NAME = re.compile(r"int4|int8|gptq|awq|4bit|8bit", re.IGNORECASE)
+# Which place decides when several state the precision: a DeepSpeed value that is not
+# "auto", then flags, training configs, the script, and the accelerate config last
+# (training/resolve.py `_precision`).
+_SOURCE_ORDER = ("deepspeed config", "flags", "training config", "config module", "script", "argument defaults",
+                 "accelerate config")
+
+
+def _deciding_first(setup, place) -> tuple:
+    source, _, chosen = place
+    decided = {v.span for v in (setup.values.get("precision"), setup.values.get("mixed_precision")) if v is not None}
+    order = _SOURCE_ORDER.index(source) if source in _SOURCE_ORDER else len(_SOURCE_ORDER)
+    return (chosen.span not in decided, order)
 
 
 def _fp16_choice(source: str, found: dict):

@@ -6,6 +6,7 @@ import ast
 
 from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
+from cfgfix.rules.decisions import Decisions, also, listed
 
 
 @register
@@ -54,7 +55,7 @@ class AcceleratorPrecisionVsDeepSpeed(ProjectRule):
     def check_project(self, project):
         from cfgfix.training.resolve import training_setups
 
-        seen: set[tuple] = set()
+        decisions = Decisions(self)
         for setup in training_setups(project):
             if setup.launch.launcher != "accelerate" or setup.trainer or setup.script is None:
                 continue
@@ -64,28 +65,33 @@ class AcceleratorPrecisionVsDeepSpeed(ProjectRule):
             if len(enabled) != 1 or not _passes_mixed_precision(project, setup.script):
                 continue
             (ds_format,) = enabled
+            # the places that give the Accelerator its mixed_precision (flags before configs):
+            # one finding for the launch, at the first, the others related
+            places = []
             for source, found in setup.sources.items():
                 if source in ("deepspeed config", "accelerate config"):
                     continue  # the JSON itself; the accelerate config's own value is CFX402's
                 value = found.get("mixed_precision")
                 if value is None or value.span is None or value.value not in ("fp16", "bf16") or value.value == ds_format:
                     continue
-                key = (value.span.path, value.span.start, setup.launch.span.path, setup.launch.span.start)
-                if key in seen:
-                    continue
-                seen.add(key)
-                ds_value = deepspeed[ds_format]
-                related = [Related(setup.launch.span, "the DeepSpeed launch")]
-                if ds_value.span is not None:
-                    related.insert(0, Related(ds_value.span, f"{ds_format} enabled here"))
-                yield self.finding(
-                    value.span,
-                    f"{value.origin} gives Accelerator(mixed_precision={value.value!r}), but this launch's DeepSpeed "
-                    f"config enables {ds_format} ({ds_value.origin}): accelerate stops when the Accelerator is built "
-                    f"('--mixed_precision arg cannot be set to {value.value} when {ds_format} is set in the DeepSpeed "
-                    f"config file'); make the two agree, or set \"enabled\": \"auto\" in the DeepSpeed config",
-                    related=related,
-                )
+                places.append(value)
+            if not places:
+                continue
+            value, others = places[0], places[1:]
+            ds_value = deepspeed[ds_format]
+            related = [*also(others, f"gives {value.value}"), Related(setup.launch.span, "the DeepSpeed launch")]
+            if ds_value.span is not None:
+                related.insert(0, Related(ds_value.span, f"{ds_format} enabled here"))
+            so_do = f" (so do {listed(others)})" if others else ""
+            decisions.add(
+                value.span,
+                f"{value.origin} gives Accelerator(mixed_precision={value.value!r}){so_do}, but this launch's "
+                f"DeepSpeed config enables {ds_format} ({ds_value.origin}): accelerate stops when the Accelerator is "
+                f"built ('--mixed_precision arg cannot be set to {value.value} when {ds_format} is set in the "
+                f"DeepSpeed config file'); make the two agree, or set \"enabled\": \"auto\" in the DeepSpeed config",
+                related=related,
+            )
+        yield from decisions.findings()
 
     _SCRIPT = (
         "import yaml\nfrom accelerate import Accelerator\n\n"
