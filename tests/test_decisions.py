@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
+from conftest import REPO, write_project
 
 from cfgfix.commands import cli
-from conftest import REPO, write_project
 
 GPU = '[tool.cfgfix]\ngpu = "A100 80GB"\n'
 TRAINER = (
