@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO ?= $(sort $(wildcard fixtures/*/project))
 
-.PHONY: demo test rules bench clean
+.PHONY: demo test rules bench clean release-tag
 
 $(BIN)/cfgfix: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ rules: $(BIN)/cfgfix
 
 bench: $(BIN)/cfgfix
 	$(BIN)/python bench/run.py
+
+# The release's tag, which the README's pre-commit snippet pins (docs/releasing.md): refused
+# unless the tree is committed and the README's `rev:` names this version.
+VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' cfgfix/__init__.py)
+release-tag:
+	@test -n "$(VERSION)" || { echo "no __version__ in cfgfix/__init__.py"; exit 1; }
+	@git diff --quiet HEAD -- || { echo "uncommitted changes: commit the release first"; exit 1; }
+	@grep -qx '    rev: v$(VERSION)' README.md || { echo "README.md's pre-commit snippet does not pin rev: v$(VERSION)"; exit 1; }
+	git tag -a v$(VERSION) -m "cfgfix $(VERSION)"
+	@echo "tagged v$(VERSION); publish it with: git push origin v$(VERSION)"
 
 clean:
 	rm -rf $(VENV) .cfgfix_cache .pytest_cache build *.egg-info
