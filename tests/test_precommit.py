@@ -27,17 +27,17 @@ def _readme_snippet() -> str:
     """The YAML block of the README's pre-commit section, as a user copies it."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## pre-commit\n", 1)[1]
-    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    return re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
 
 
 def test_readme_pins_this_version():
     """The snippet pins the tag this version's release creates (docs/releasing.md), and
     names the hooks the repository defines."""
     snippet = _readme_snippet()
-    assert re.search(r"^    rev: (\S+)$", snippet, re.M).group(1) == f"v{cfgfix.__version__}"
+    assert re.search(r"^    rev: (\S+)$", snippet, re.MULTILINE).group(1) == f"v{cfgfix.__version__}"
     assert f"  - repo: {README_URL}\n" in snippet
     hooks = (REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
-    ids = re.findall(r"^- id: (\S+)$", hooks, re.M)
+    ids = re.findall(r"^- id: (\S+)$", hooks, re.MULTILINE)
     assert ids == ["cfgfix", "cfgfix-fix"]
     assert re.findall(r"- id: (\S+)", snippet) == ids
     assert re.search(r"id: cfgfix\n(?:  .*\n)*?  entry: cfgfix check\n", hooks)
