@@ -7,7 +7,7 @@ import yaml
 
 from cfgfix.analysis.config_kinds import config_kinds
 from cfgfix.documents.config import ConfigError, parse_config
-from cfgfix.documents.config_edits import delete_entry
+from cfgfix.documents.config_edits import change_is_local, delete_entry, insert_entry
 from cfgfix.documents.text import SourceText
 from conftest import lint_project, write_project
 
@@ -63,6 +63,29 @@ def test_delete_entry_yaml_line():
     edit = delete_entry(doc, doc.root, key, value)
     new = text[:edit.start] + edit.content + text[edit.end:]
     assert new == "a: 1  # keep\nc: 3\n" and yaml.safe_load(new) == {"a": 1, "c": 3}
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_insert_block_in_the_files_own_style(newline):
+    """A mapping added to a YAML block mapping (what `fix --fit` adds) is a block at the
+    file's indentation step; every other byte, comments and odd spacing included, stays."""
+    text = ("train:\n    lr: 1.0e-4   # keep this column\n    bf16: 'true'\n"
+            "model:   x\ngpu_ids: [0,1]\n").replace("\n", newline)
+    doc = parse(text, "yaml")
+    block = {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    edit = insert_entry(doc, doc.root, "zero_optimization", block)
+    new = text[:edit.start] + edit.content + text[edit.end:]
+    assert new == text + ("zero_optimization:\n    stage: 2\n    offload_optimizer:\n"
+                          "        device: cpu\n        pin_memory: true\n").replace("\n", newline)
+    assert yaml.safe_load(new)["zero_optimization"] == block
+    assert change_is_local("yaml", text, new, [edit])
+    nested = insert_entry(doc, doc.root.get("train"), "deepspeed", {"stage": 3})
+    new = text[:nested.start] + nested.content + text[nested.end:]
+    assert new.startswith(("train:\n    lr: 1.0e-4   # keep this column\n    bf16: 'true'\n"
+                           "    deepspeed:\n        stage: 3\nmodel:   x\n").replace("\n", newline))
+    flat = parse("a: 1\nb: 2\n", "yaml")  # nothing nested: two spaces, YAML's usual step
+    edit = insert_entry(flat, flat.root, "c", {"d": True})
+    assert edit.content == "\nc:\n  d: true"
 
 
 def test_engine_reports_broken_config_but_never_unrecognised_files(tmp_path):

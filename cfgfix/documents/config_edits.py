@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from itertools import pairwise
 
 from cfgfix.core import Edit
 from cfgfix.documents.config import ConfigDocument, ConfigError, Node, parse_config
@@ -85,8 +86,11 @@ def close_match(word: str, choices) -> str | None:
 
 def insert_entry(doc: ConfigDocument, mapping: Node, key: str, value) -> Edit | None:
     """An edit that adds `key: value` as the last entry of `mapping`, in the mapping's style
-    (JSON or YAML, block or flow, its indentation); `value` is a scalar or a dict (written
-    as a flow mapping). None when the layout is not one this writer knows."""
+    (JSON or YAML, block or flow, its indentation); `value` is a scalar or a dict (in a YAML
+    block mapping, a block indented by the file's own step; elsewhere a flow mapping). None
+    when the layout is not one this writer knows. Only the inserted text is new: every
+    other byte of the file stays as it was (a round-trip YAML writer re-emits the whole
+    document and so re-indents, re-spaces and re-aligns lines the change never touched)."""
     text = doc.source.text
     if mapping.kind != "mapping" or not mapping.entries:
         return None
@@ -107,7 +111,35 @@ def insert_entry(doc: ConfigDocument, mapping: Node, key: str, value) -> Edit | 
         return None
     end = _line_end(text, max(last_value.end - 1, last_key.end))
     newline = "\r\n" if text[end:end + 2] == "\r\n" else "\n"
+    if isinstance(value, dict) and value:
+        lines = _block_lines(doc, key, value, indent, _indent_step(text))
+        return Edit(doc.source.path, end, end, "".join(newline + line for line in lines))
     return Edit(doc.source.path, end, end, newline + indent + f"{key}: {written}")
+
+
+def _block_lines(doc: ConfigDocument, key: str, value: dict, indent: str, step: int) -> list[str]:
+    """`key:` and its mapping as YAML block lines, each level `step` spaces deeper."""
+    lines = [f"{indent}{key}:"]
+    inner = indent + " " * step
+    for name, item in value.items():
+        if isinstance(item, dict) and item:
+            lines += _block_lines(doc, name, item, inner, step)
+        else:
+            lines.append(f"{inner}{name}: {scalar_text(doc, item)}")
+    return lines
+
+
+def _indent_step(text: str) -> int:
+    """How many spaces the file indents a nested mapping by (the smallest step between the
+    indentations of its keys), 2 when it nests none."""
+    depths = set()
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if stripped and not stripped.startswith(("#", "-")) and ":" in stripped:
+            depths.add(len(line) - len(stripped))
+    ordered = sorted(depths)
+    steps = [b - a for a, b in pairwise(ordered)]
+    return min(steps) if steps else 2
 
 
 def change_is_local(fmt: str, old_text: str, new_text: str, edits) -> bool:
