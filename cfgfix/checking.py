@@ -43,34 +43,112 @@ def codes(value: str | None) -> list[str] | None:
     return [c.strip() for c in value.split(",") if c.strip()]
 
 
-def prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True, gpu=None):
+class Run:
+    """One command's files, grouped by the settings each uses (the closest config file above
+    it, as in ruff), each group with its own engine: its project, launches and cache."""
+
+    def __init__(self, groups: list, tree) -> None:
+        self.groups = groups  # [(settings, engine, files)], in the order their first file sorts
+        self.tree = tree
+        self.files = [sf for _, _, files in groups for sf in files]
+        if len(groups) > 1:
+            self.files.sort(key=lambda f: f.display)
+
+    @property
+    def settings(self):
+        """The current folder's settings (the first group's when --config or --isolated)."""
+        return self.tree.fallback
+
+    @property
+    def engines(self) -> list:
+        return [engine for _, engine, _ in self.groups]
+
+    def engine_for(self, sf):
+        for _, engine, files in self.groups:
+            if any(f is sf for f in files):
+                return engine
+        raise KeyError(sf.display)
+
+    def run(self):
+        """Each group's engine on its files, the results merged as one run's."""
+        from cfgfix.engine import RunResult
+
+        if len(self.groups) == 1:
+            _, engine, files = self.groups[0]
+            return engine.run(files)
+        findings, sources, errors, count = [], {}, [], 0
+        for _, engine, files in self.groups:
+            result = engine.run(files)
+            findings.extend(result.findings)
+            sources.update(result.sources)
+            errors.extend(result.errors)
+            count += result.files
+        findings.sort(key=lambda f: f.sort_key())
+        return RunResult(findings, sources, errors, count)
+
+
+def settings_tree(config_file, isolated=False, select=None, ignore=None, extend_select=None, gpu=None,
+                  simulate=False):
+    """Which settings each file uses, with the command line's overrides applied to each."""
+    from cfgfix.records import replace
+    from cfgfix.settings import check_gpu, with_gpu, with_overrides
+    from cfgfix.settings_tree import SettingsTree
+
+    selected = {name: _codes_flag(flag, value) for name, flag, value in (
+        ("select", "--select", select), ("ignore", "--ignore", ignore), ("extend_select", "--extend-select", extend_select))}
+    if gpu is not None:
+        check_gpu(gpu, "--gpu")  # an unknown --gpu is an error even where no file is checked
+
+    def adjust(settings):
+        settings = with_gpu(with_overrides(settings, **selected), gpu)
+        return replace(settings, simulate=True) if simulate else settings
+
+    return SettingsTree(Path.cwd(), config_file, isolated, adjust)
+
+
+def _codes_flag(flag: str, value: str | None) -> list[str] | None:
+    from cfgfix.settings import SettingsError
+
+    found = codes(value)
+    if found == []:
+        raise SettingsError(f"{flag}: no rule code given (codes or prefixes, comma-separated, such as CFX1,CFX203)")
+    return found
+
+
+def prepare(paths, select, ignore, extend_select, config_file, no_cache, discover_files=True, gpu=None,
+            isolated=False, simulate=False) -> Run:
+    """Settings, files and engines for a command: the files under `paths` (default: the
+    current folder) grouped by the config file each uses, one engine per group."""
     from cfgfix.engine import Engine
 
     _fewer_collections()
-    from cfgfix.settings import SettingsError, load_settings, with_gpu, with_overrides
-    from cfgfix.workspace import discover
+    from cfgfix.settings import SettingsError
+    from cfgfix.workspace import discover_groups
 
     try:
-        settings = load_settings(Path.cwd(), config_file)
-        settings = with_overrides(
-            settings, select=codes(select), ignore=codes(ignore), extend_select=codes(extend_select)
-        )
-        settings = with_gpu(settings, gpu)
-        engine = Engine(settings, use_cache=not no_cache)
+        tree = settings_tree(config_file, isolated, select, ignore, extend_select, gpu, simulate)
+        if not discover_files:  # `review` finds its own files through git
+            settings = tree.fallback
+            return Run([(settings, Engine(settings, use_cache=not no_cache, tree=tree), [])], tree)
+        # A typo'd path must not pass CI green: it is an error, as for `explain` and `estimate`.
+        missing = [str(p) for p in paths if not os.path.lexists(p)]
+        if missing:
+            fail(f"{', '.join(missing)}: no such file or folder")
+        roots = list(paths) or [Path(".")]
+        found, warnings = discover_groups(roots, tree)
+        groups = []
+        for settings, files in found:
+            engine = Engine(settings, use_cache=not no_cache, tree=tree)
+            engine.discovered(roots, files)
+            groups.append((settings, engine, files))
+        if not groups:  # nothing to check: the current folder's settings still say what is wrong
+            settings = tree.fallback
+            groups.append((settings, Engine(settings, use_cache=not no_cache, tree=tree), []))
     except SettingsError as exc:
         fail(str(exc))
-    if not discover_files:  # `review` finds its own files through git
-        return engine, [], settings
-    # A typo'd path must not pass CI green: it is an error, as for `explain` and `estimate`.
-    missing = [str(p) for p in paths if not os.path.lexists(p)]
-    if missing:
-        fail(f"{', '.join(missing)}: no such file or folder")
-    roots = list(paths) or [Path(".")]
-    files, warnings = discover(roots, settings)
-    engine.discovered(roots, files)
     for warning in warnings:
         echo(f"warning: {warning}", err=True)
-    return engine, files, settings
+    return Run(groups, tree)
 
 
 _TUNED = False  # the collector is tuned once per process
@@ -99,8 +177,8 @@ def _fewer_collections() -> None:
 FEW_FILES = 64
 
 
-def _run_without_collections_if_few(engine, files, exiting: bool = False):
-    """`engine.run(files)`; over a few files without the cyclic collector. Such a run
+def _run_without_collections_if_few(run: Run, exiting: bool = False):
+    """`run.run()`; over a few files without the cyclic collector. Such a run
     allocates a few syntax trees and their analyses, then reports: collecting cycles among
     them frees little, and the passes still cost ~10 ms of a 5-file pre-commit run (issue
     15). Larger runs keep the tuned collector, so memory stays bounded over thousands of
@@ -110,11 +188,11 @@ def _run_without_collections_if_few(engine, files, exiting: bool = False):
     memory the process is about to hand back anyway."""
     import gc
 
-    pause = len(files) <= FEW_FILES and gc.isenabled()
+    pause = len(run.files) <= FEW_FILES and gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return engine.run(files)
+        return run.run()
     finally:
         if pause and not exiting:
             gc.enable()
@@ -183,18 +261,16 @@ def strip_summary(text: str, findings) -> str:
 
 
 def check(paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics, simulate=False,
-          exiting=False, unsafe_fixes=False):
+          exiting=False, unsafe_fixes=False, isolated=False, gpu=None):
     """`cfgfix check`. `exiting`: the process ends once the report is written (the CLI's
     fast exit), so it need not tidy its memory first. `unsafe_fixes`: unsafe fixes are
     offered as available (ruff's `check --unsafe-fixes`), not hidden."""
     from cfgfix.core import Applicability
-    from cfgfix.records import replace
 
-    engine, files, _ = prepare(paths, select, ignore, extend_select, config_file, no_cache)
-    no_files(files, output_format, quiet)
-    if simulate:
-        engine.settings = replace(engine.settings, simulate=True)
-    result = _run_without_collections_if_few(engine, files, exiting)
+    run = prepare(paths, select, ignore, extend_select, config_file, no_cache, gpu=gpu, isolated=isolated,
+                  simulate=simulate)
+    no_files(run.files, output_format, quiet)
+    result = _run_without_collections_if_few(run, exiting)
     hidden = 0 if unsafe_fixes else sum(1 for f in result.findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
     render_findings(result.findings, result.sources, output_format, quiet, statistics, unsafe_hidden=hidden,
                     unsafe_fixes=unsafe_fixes)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import sys
 
-# `check` options the fast path reads; anything else (--fix, --diff, --config, --help, a
-# value that looks like an option, ...) goes to click, which parses and reports as always.
-_FLAGS = {"--no-cache": "no_cache", "-q": "quiet", "--quiet": "quiet", "--statistics": "statistics"}
+# `check` options the fast path reads; anything else (--fix, --diff, --help, a value that
+# looks like an option, ...) goes to click, which parses and reports as always.
+_FLAGS = {"--no-cache": "no_cache", "-q": "quiet", "--quiet": "quiet", "--statistics": "statistics",
+          "--isolated": "isolated"}
 _VALUES = {"--select": "select", "--ignore": "ignore", "--extend-select": "extend_select",
-           "--output-format": "output_format"}
+           "--output-format": "output_format", "--config": "config_file", "--gpu": "gpu"}
 _FORMATS = ("text", "concise", "json", "sarif", "github")
 
 
@@ -52,7 +53,8 @@ def _check_options(args: list[str]) -> dict | None:
     from pathlib import Path
 
     options: dict = {"select": None, "ignore": None, "extend_select": None, "output_format": None,
-                     "config_file": None, "no_cache": False, "quiet": False, "statistics": False}
+                     "config_file": None, "no_cache": False, "quiet": False, "statistics": False,
+                     "isolated": False, "gpu": None}
     paths = []
     i = 0
     only_paths = False
@@ -76,9 +78,9 @@ def _check_options(args: list[str]) -> dict | None:
                     return None
                 value = args[i]
                 i += 1
-            if name == "--output-format" and value not in _FORMATS:
+            if (name == "--output-format" and value not in _FORMATS) or (name == "--config" and not value):
                 return None
-            options[_VALUES[name]] = value
+            options[_VALUES[name]] = Path(value) if name == "--config" else value
     options["paths"] = tuple(paths)
     return options
 

@@ -22,21 +22,40 @@ from cfgfix.checking import render_findings as _render
 FORMATS = ("text", "concise", "json", "sarif", "github")
 
 
-def _selection_options(func):
-    options = [
-        click.option("--select", metavar="CODES", help="Rules to enable (codes or prefixes, comma-separated), replacing the defaults."),
-        click.option("--ignore", metavar="CODES", help="Rules to disable."),
-        click.option("--extend-select", metavar="CODES", help="Rules to enable in addition to the selected ones."),
-        click.option("--output-format", type=click.Choice(FORMATS), default=None, help="How to print findings [default: text]."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml."),
-        click.option("--no-cache", is_flag=True, help="Read and parse every file; do not use .cfgfix_cache/."),
-        click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary."),
-        click.option("--statistics", is_flag=True, help="Print a count per rule instead of each finding."),
-        click.argument("paths", nargs=-1, type=click.Path(path_type=Path)),
-    ]
+def _apply(func, options):
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def settings_options(rules: bool = True):
+    """The options every command that reads a project shares, spelled and checked the same
+    way everywhere: where settings come from (--config, --isolated), the cache, the target
+    GPU, and (`rules`) which rules run."""
+    options = [
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Use this pyproject.toml or cfgfix.toml for every file (default: the closest one above each file)."),
+        click.option("--isolated", is_flag=True, help="Read no config file: the defaults and the flags only."),
+        click.option("--no-cache", is_flag=True, help="Read and parse every file; do not use .cfgfix_cache/."),
+        click.option("--gpu", metavar="NAME", help='The target GPU ("RTX 4090", "A100 80GB", ...), over the settings\' gpu.'),
+    ]
+    if rules:
+        options += [
+            click.option("--select", metavar="CODES", help="Rules to enable (codes or prefixes, comma-separated), replacing the defaults."),
+            click.option("--ignore", metavar="CODES", help="Rules to disable."),
+            click.option("--extend-select", metavar="CODES", help="Rules to enable in addition to the selected ones."),
+        ]
+    return lambda func: _apply(func, options)
+
+
+def _selection_options(func):
+    return _apply(func, [
+        settings_options(rules=True),
+        click.option("--output-format", type=click.Choice(FORMATS), default=None, help="How to print findings [default: text]."),
+        click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary."),
+        click.option("--statistics", is_flag=True, help="Print a count per rule instead of each finding."),
+        click.argument("paths", nargs=-1, type=click.Path(path_type=Path)),
+    ])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,29 +83,37 @@ def check(apply_fix, unsafe_fixes, diff, simulate, **options) -> None:
 @click.option("--unsafe-fixes", is_flag=True, help="Apply unsafe fixes too (numerics or semantics change).")
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 when it would change something).")
 @click.option("--fit", is_flag=True, help="Make each launch fit its target GPU: write the cheapest ladder of config changes (mixed precision, checkpointing, micro batch, 8-bit optimizer, ZeRO, offload) that fits.")
-@click.option("--gpu", metavar="NAME", help="With --fit: the target GPU (overrides [tool.cfgfix] gpu).")
-def fix(unsafe_fixes, diff, fit, gpu, **options) -> None:
+def fix(unsafe_fixes, diff, fit, **options) -> None:
     """Apply fixes to PATHS (default: the current folder); report what remains."""
     if fit:
-        _fit(diff, gpu, options["paths"], options["config_file"])
+        _fit(diff, options)
         return
-    if gpu:
-        _fail("--gpu is used with --fit")
     _fix(unsafe_fixes, diff, **options)
 
 
-def _fit(diff, gpu, paths, config_file) -> None:
+def _fit(diff, options) -> None:
     from cfgfix.training.fit_command import apply_plans, plan_launches
 
-    project, setups, _ = _project_setups(paths, config_file, gpu)
-    if not setups:
+    groups = _project_setups(options["paths"], **_project_options(options))
+    if not any(setups for _, setups in groups):
         # the user asked for a plan and none can be made: a CI step must not pass green
         _fail("no training launch found: nothing to fit (`cfgfix explain` shows what cfgfix reads)")
-    plans = plan_launches(project, setups)
-    status = apply_plans(project, plans, diff, click.echo)
-    if not any(plan.estimated for plan in plans):
+    status, estimated = 0, False
+    for project, setups in groups:  # each project with its own settings (its target GPU)
+        if not setups:
+            continue
+        plans = plan_launches(project, setups)
+        status = max(status, apply_plans(project, plans, diff, click.echo))
+        estimated = estimated or any(plan.estimated for plan in plans)
+    if not estimated:
         _fail("no launch could be estimated (see `not estimated` above): no plan was made")
     raise SystemExit(status)
+
+
+def _project_options(options: dict) -> dict:
+    """The settings options `_project_setups` takes, from a command's options."""
+    keys = ("config_file", "isolated", "no_cache", "gpu", "select", "ignore", "extend_select")
+    return {key: options.get(key) for key in keys}
 
 
 @cli.command()
@@ -121,35 +148,52 @@ def rule(code, show_all, output_format) -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", help="What to print [default: text].")
-@click.option("--gpu", metavar="NAME", help="The target GPU (overrides [tool.cfgfix] gpu).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml.")
-def explain(paths, output_format, gpu, config_file) -> None:
+@settings_options(rules=False)
+def explain(paths, output_format, **options) -> None:
     """Show each launch's resolved training setup and where every value comes from."""
     from cfgfix.training.explain import render_json, render_text
 
-    project, setups, _ = _project_setups(paths, config_file, gpu)
+    groups = _project_setups(paths, **_project_options(options))
     render = render_json if output_format == "json" else render_text
-    click.echo(render(setups, project.display), nl=False)
+    click.echo(render(*_all_setups(groups)), nl=False)
 
 
-def _project_setups(paths, config_file, gpu, select=None, engine_files=None):
-    """Lint `paths` (to build the project model) and return (project, the training setups
-    of the launches inside `paths`, (engine, files, result))."""
+def _all_setups(groups):
+    """Every project's setups as one list, and a display function that knows every project."""
+    setups = [setup for _, project_setups in groups for setup in project_setups]
+    projects = [project for project, _ in groups]
+
+    def display(path: Path) -> str:
+        for project in projects:
+            if path in project.displays:
+                return project.displays[path]
+        return projects[0].display(path)
+
+    return setups, display
+
+
+def _project_setups(paths, config_file=None, isolated=False, no_cache=False, gpu=None, select=None, ignore=None,
+                    extend_select=None) -> list:
+    """Lint `paths` (to build each project's model) and return [(project, the training
+    setups of its launches inside `paths`)], one per settings file the files use (a project
+    is the folder of its cfgfix.toml, with that file's GPU)."""
     from cfgfix.training.resolve import training_setups
 
     for path in paths:
         if not path.exists():
             _fail(f"{path}: no such file or folder")
-    engine, files, settings = _prepare(paths, select, None, None, config_file, False, gpu=gpu)
-    result = engine.run(files)
-    for error in result.errors:
-        click.echo(f"cfgfix: {error}", err=True)
-    project = engine.project
-    setups = training_setups(project)
-    if paths:  # launch scripts outside the named paths were read only to link files
-        roots = [Path(os.path.realpath(p)) for p in paths]
-        setups = [s for s in setups if any(s.launch_file == r or r in s.launch_file.parents for r in roots)]
-    return project, setups, (engine, files, result)
+    run = _prepare(paths, select, ignore, extend_select, config_file, no_cache, gpu=gpu, isolated=isolated)
+    groups = []
+    roots = [Path(os.path.realpath(p)) for p in paths]
+    for _, engine, files in run.groups:
+        result = engine.run(files)
+        for error in result.errors:
+            click.echo(f"cfgfix: {error}", err=True)
+        setups = training_setups(engine.project)
+        if paths:  # launch scripts outside the named paths were read only to link files
+            setups = [s for s in setups if any(s.launch_file == r or r in s.launch_file.parents for r in roots)]
+        groups.append((engine.project, setups))
+    return groups
 
 
 def _rule_json(rule) -> dict:
@@ -182,14 +226,16 @@ def _signals_exit() -> None:
             signal.signal(getattr(signal, name), leave)
 
 
-def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics):
+def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format, config_file, no_cache, quiet, statistics,
+         isolated=False, gpu=None):
     from cfgfix.core import Applicability
     from cfgfix.documents.files import read_file
     from cfgfix.fixing import WriteError, fix_file, keep_launchable, wanted, write_atomically
 
-    engine, files, settings = _prepare(paths, select, ignore, extend_select, config_file, no_cache)
+    run = _prepare(paths, select, ignore, extend_select, config_file, no_cache, gpu=gpu, isolated=isolated)
+    files = run.files
     _no_files(files, output_format, quiet)
-    result = engine.run(files)
+    result = run.run()
     by_file = {sf.display: sf for sf in files}
     fixable_files = sorted({f.path for f in result.findings if wanted(f, unsafe_fixes)})
     remaining = [f for f in result.findings if f.path not in fixable_files]
@@ -204,7 +250,7 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
         except OSError as exc:  # deleted (or replaced by something odd) since it was checked
             failures.append(f"cannot read {display}: {exc.strerror or exc}; not fixed")
             continue
-        outcome = fix_file(engine, sf, data, unsafe_fixes)
+        outcome = fix_file(run.engine_for(sf), sf, data, unsafe_fixes)
         if outcome is None:
             remaining.extend(f for f in result.findings if f.path == display)
             continue
@@ -213,15 +259,17 @@ def _fix(unsafe_fixes, diff, paths, select, ignore, extend_select, output_format
         outcomes.append((sf, outcome))
     # The fixed project must still launch: fixes that together add a project finding (a
     # precision the DeepSpeed JSON contradicts, a batch that no longer adds up) stay unapplied.
-    for display, why in keep_launchable(engine, [(sf, o) for sf, o in outcomes if o.changed]).items():
-        click.echo(f"warning: {display}: fixes not applied: {why}", err=True)
-        outcomes = [(sf, o) for sf, o in outcomes if sf.display != display]
-        remaining.extend(f for f in result.findings if f.path == display)
+    for engine in run.engines:  # each project judged with its own settings
+        ours = [(sf, o) for sf, o in outcomes if o.changed and run.engine_for(sf) is engine]
+        for display, why in (keep_launchable(engine, ours) if ours else {}).items():
+            click.echo(f"warning: {display}: fixes not applied: {why}", err=True)
+            outcomes = [(sf, o) for sf, o in outcomes if sf.display != display]
+            remaining.extend(f for f in result.findings if f.path == display)
     for sf, outcome in outcomes:
         display = sf.display
         if outcome.changed and not diff:
             try:
-                write_atomically(sf.path, outcome.source.to_bytes(), settings.root)
+                write_atomically(sf.path, outcome.source.to_bytes(), run.engine_for(sf).settings.root)
                 fixed_count += len(outcome.applied)
             except WriteError as exc:  # the file is as it was: so are its findings
                 failures.append(str(exc))
@@ -259,12 +307,8 @@ _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 @cli.command()
 @click.option("--base", metavar="REF", help="Compare with the merge base of REF [default: $GITHUB_BASE_REF, else origin/HEAD, main or master].")
 @click.option("--head", metavar="REF", help="The reviewed commit (must be checked out) [default: the working tree].")
-@click.option("--select", metavar="CODES", help="Rules to enable, replacing the defaults.")
-@click.option("--ignore", metavar="CODES", help="Rules to disable.")
-@click.option("--extend-select", metavar="CODES", help="Rules to enable in addition.")
+@settings_options(rules=True)
 @click.option("--output-format", type=click.Choice(REVIEW_FORMATS), default="text", help="What to print [default: text].")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml or cfgfix.toml.")
-@click.option("--no-cache", is_flag=True, help="Do not use .cfgfix_cache/.")
 @click.option("--post", is_flag=True, help="Post the review to the pull request (GITHUB_TOKEN, GITHUB_REPOSITORY).")
 @click.option("--pr", type=int, help="Pull request number [default: from $GITHUB_EVENT_PATH].")
 @click.option("--approve-when-clean/--no-approve-when-clean", default=False, help="With --post and no findings: post a short approval note instead of nothing.")
@@ -272,7 +316,7 @@ _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 @click.option("--unsafe-fixes", is_flag=True, help="Suggest unsafe fixes too (numerics or semantics change); by default suggestions carry safe fixes only.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 def review(base, head, select, ignore, extend_select, output_format, config_file, no_cache, post, pr,
-           approve_when_clean, fail_on, unsafe_fixes, paths) -> None:
+           approve_when_clean, fail_on, unsafe_fixes, paths, isolated, gpu) -> None:
     """Review the lines a pull request changes: findings on changed lines, with suggestions."""
     import json
 
@@ -281,7 +325,9 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
     from cfgfix.review.run import build_review
     from cfgfix.rules.base import all_rules
 
-    engine, _, settings = _prepare((), select, ignore, extend_select, config_file, no_cache, discover_files=False)
+    run = _prepare((), select, ignore, extend_select, config_file, no_cache, discover_files=False, gpu=gpu,
+                   isolated=isolated)
+    engine, settings = run.engines[0], run.settings
     try:
         result = build_review(engine, settings, base, head, list(paths), Path.cwd(), unsafe_fixes)
     except (GitError, ValueError) as exc:
@@ -365,13 +411,31 @@ def verify(command, **options) -> None:
 
 
 # -- estimate ---------------------------------------------------------------------------------
+# The flags that describe a run by hand; the project mode reads them from each launch instead.
+_RUN_FLAGS = ("num_gpus", "precision", "optimizer", "zero", "fsdp", "offload", "batch", "seq", "target_seq",
+              "resolution", "lora_rank", "quantize", "checkpointing", "device", "attention", "optimizer_impl",
+              "head", "grad_accum")
+
+
+def _given_run_flags() -> list[str]:
+    """The run-describing flags given on the command line (not left at their defaults)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = []
+    for param in ctx.command.params:
+        if param.name in _RUN_FLAGS and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+            given.append(max(param.opts, key=len))
+    return given
+
+
 _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp16")
 
 
 @cli.command()
 @click.option("--model", metavar="ID|PATH", help="A catalog model id or a local folder / config.json.")
 @click.option("--params", type=click.FloatRange(min=1), metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
-@click.option("--gpu", metavar="NAME", help='Target GPU ("RTX 4090", "A100-80GB", ...): adds the verdict.')
+@settings_options(rules=False)
 @click.option("--num-gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel world size.")
 @click.option("--precision", type=click.Choice(_PRECISIONS), default="fp32", show_default=True,
               help="fp32; amp-*: fp32 weights + autocast; bf16/fp16: pure 16-bit weights; ds-*: DeepSpeed's 16-bit engine.")
@@ -402,7 +466,7 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, offload, batch, seq, target_seq, resolution,
              lora_rank, quantize, checkpointing, device, attention, optimizer_impl, head, grad_accum, output_format, simulate,
-             list_models, list_gpus, paths) -> None:
+             list_models, list_gpus, paths, config_file, isolated, no_cache) -> None:
     """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
     GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
     launch found in PATHS (default: the current folder) is estimated from its configs."""
@@ -416,14 +480,25 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         for g in all_gpus():
             click.echo(f"{g.name:<16} {g.usable_bytes / 1024**3:7.2f} GiB usable  bf16={'yes' if g.bf16 else 'no'}  fp8={'yes' if g.fp8 else 'no'}")
         return
+    if model is not None and not model.strip():
+        _fail("--model: empty; give a catalog id (`cfgfix estimate --list-models`) or a local folder with config.json")
+    if (model or params) and paths:
+        _fail(f"{paths[0]}: PATHS are for the project mode; --model/--params estimate the flags alone")
     if not (model or params):  # project mode: every launch of PATHS, from its resolved setup
         from cfgfix.training import estimate_project
 
-        project, setups, _ = _project_setups(paths, None, gpu)
+        given = _given_run_flags()
+        if given:
+            _fail(f"{', '.join(given)}: describe a run for --model/--params; without them each launch of PATHS is "
+                  f"estimated from its own setup (`cfgfix explain` shows it)")
+        groups = _project_setups(paths, config_file, isolated, no_cache, gpu)
+        setups, display = _all_setups(groups)
         rows = list(estimate_project.project_estimates(setups, gpu))
         render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
-        click.echo(render(rows, project.display, simulate), nl=False)
+        click.echo(render(rows, display, simulate), nl=False)
         return
+    if config_file is not None or isolated or no_cache:
+        _fail("--config, --isolated and --no-cache are for the project mode (PATHS); --model/--params read no settings")
     from cfgfix.memory.estimator import estimate as run_estimate
     from cfgfix.memory.estimator import verdict as fit_verdict
     from cfgfix.memory.render import render_json, render_text
@@ -433,8 +508,12 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         shape = resolve_shape(model) if model else params_only(int(params))
     except ShapeError as exc:
         _fail(str(exc))
+    if target_seq is not None and shape.family != "t5":
+        what = f"{model!r} is a {shape.family} model" if model else "--params gives no architecture"
+        _fail(f"--target-seq: the decoder's length of an encoder-decoder model (T5); {what}, whose "
+              f"sequence is --seq alone")
     target = None
-    if gpu:
+    if gpu is not None:
         from cfgfix.settings import SettingsError, check_gpu
 
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
@@ -28,6 +29,7 @@ from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
 from cfgfix.workspace import SourceFile
 
 
+@lru_cache(maxsize=1)
 def _code_stamp() -> str:
     """Size and mtime of cfgfix's own modules: an editable install (or a checkout being
     developed) never reads results that older code wrote under the same version. One
@@ -464,10 +466,13 @@ class RunResult:
 class Engine:
     """Lints a set of files with the project's settings; the one entry point for commands."""
 
-    def __init__(self, settings: Settings, use_cache: bool = True, jobs: int | None = None) -> None:
+    def __init__(self, settings: Settings, use_cache: bool = True, jobs: int | None = None, tree=None) -> None:
         from cfgfix.rules.manifest import entries
 
         self.settings = settings
+        # The run's SettingsTree, when files may use other settings than these: a search for
+        # this project's launch scripts then stays out of folders with their own config.
+        self.tree = tree
         table = entries()
         self.codes = enabled_codes(
             settings, [entry.code for entry in table], {entry.code for entry in table if entry.default_enabled}
@@ -614,11 +619,15 @@ class Engine:
         return by_file, errors
 
     def discovered(self, paths: list[Path], files: list[SourceFile]) -> None:
-        """The files `discover(paths)` found. When `paths` include the project root, they
-        hold every file a search for launch scripts would find: the tree is walked once."""
+        """The files `discover(paths)` found. When `paths` include the project root (or a
+        folder above it), they hold every file a search for launch scripts would find: the
+        tree is walked once."""
         root = os.path.abspath(self.settings.root)
-        if any(os.path.abspath(path) == root for path in paths):
-            self._tree_files = files
+        for path in paths:
+            path = os.path.abspath(path)
+            if path == root or root.startswith(path.rstrip(os.sep) + os.sep):
+                self._tree_files = files
+                return
 
     def _add_launch_scripts(self, files: list[SourceFile], results: dict[str, FileResult]) -> None:
         """Cross-file conditions need the project's launch scripts even when only some
@@ -627,9 +636,10 @@ class Engine:
         named = {os.path.abspath(sf.path) for sf in files}
         if self._tree_files is not None:
             return  # the run's own files are the whole project: every launch script is named
-        from cfgfix.workspace import discover
+        from cfgfix.workspace import discover_groups
 
-        project_files, _ = discover([self.settings.root], self.settings)
+        groups, _ = discover_groups([self.settings.root], self.tree or self.settings, only=self.settings)
+        project_files = [sf for _, group in groups for sf in group]
         for sf in project_files:
             if sf.kind not in SHELL_KINDS or os.path.abspath(sf.path) in named:
                 continue

@@ -14,7 +14,9 @@ from pathlib import Path
 from cfgfix.core import LazyRegex
 from cfgfix.records import dataclass, field, replace
 
-CONFIG_NAMES = ("cfgfix.toml", ".cfgfix.toml")  # beat pyproject.toml in the same folder
+# In one folder, as ruff ranks .ruff.toml > ruff.toml > pyproject.toml: the first one found wins
+# (a pyproject.toml only when it has a [tool.cfgfix] table).
+CONFIG_NAMES = (".cfgfix.toml", "cfgfix.toml")
 
 # ruff's defaults, plus our own cache.
 DEFAULT_EXCLUDE: tuple[str, ...] = (
@@ -81,24 +83,41 @@ def load_settings(start: Path, config_file: Path | None = None) -> Settings:
     """Settings from `config_file`, else from the nearest config above `start`."""
     start = Path(start).absolute()
     if config_file is not None:
-        path = Path(config_file).absolute()
-        if not path.is_file():
-            raise SettingsError(f"{path}: config file does not exist")
-        table = _read(path)
-        if path.name == "pyproject.toml":
-            table = _cfgfix_table(table, path) or {}
-        return _from_table(table, path)
+        return settings_of_file(config_file)
     folder = start if start.is_dir() else start.parent
     for d in (folder, *folder.parents):
-        for name in CONFIG_NAMES:
-            if (d / name).is_file():
-                return _from_table(_read(d / name), d / name)
-        pyproject = d / "pyproject.toml"
-        if pyproject.is_file():
-            table = _cfgfix_table(_read(pyproject), pyproject)
-            if table is not None:
-                return _from_table(table, pyproject)
+        found = config_in(d)
+        if found is not None:
+            return settings_of_file(found)
     return Settings(root=folder, config_path=None, select=None)
+
+
+def settings_of_file(config_file: Path) -> Settings:
+    """The settings a file given by --config holds (a pyproject.toml without [tool.cfgfix]:
+    the defaults, rooted at its folder)."""
+    path = Path(config_file).absolute()
+    if path.is_dir():
+        raise SettingsError(f"{path}: a folder, not a config file (give its cfgfix.toml or pyproject.toml)")
+    if not path.is_file():
+        raise SettingsError(f"{path}: config file does not exist")
+    table = _read(path)
+    if path.name == "pyproject.toml":
+        table = _cfgfix_table(table, path) or {}
+    return _from_table(table, path)
+
+
+def config_in(folder: Path, names=None) -> Path | None:
+    """The config file of `folder` (ruff's ranking among the three), or None. `names`: the
+    folder's entries when the caller has listed them already (no stat per candidate)."""
+    for name in (*CONFIG_NAMES, "pyproject.toml"):
+        if names is not None and name not in names:
+            continue
+        path = Path(folder, name)
+        if not path.is_file():
+            continue
+        if name != "pyproject.toml" or _cfgfix_table(_read(path), path) is not None:
+            return path
+    return None
 
 
 def _read(path: Path) -> dict:
@@ -254,22 +273,39 @@ def _per_file_ignores(value, path: Path) -> tuple[tuple[str, tuple[str, ...]], .
 def _check_syntax(selectors: Iterable[str], what: str) -> None:
     for sel in selectors:
         if not _SELECTOR_RE.fullmatch(sel):
-            raise SettingsError(f"{what}: unknown rule selector '{sel}'")
+            hint = f"; did you mean '{sel.strip().upper()}'?" if _SELECTOR_RE.fullmatch(sel.strip().upper()) else ""
+            raise SettingsError(f"{what}: unknown rule selector '{sel}'{hint}")
+
+
+def _did_you_mean(selector: str, codes: list[str]) -> str:
+    """"; did you mean 'CFX103'?" for a code one typo away from a known one."""
+    import difflib
+
+    close = difflib.get_close_matches(selector, codes, n=1, cutoff=0.75)
+    return f"; did you mean '{close[0]}'? (`cfgfix rule --all` lists the rules)" if close else \
+        " (`cfgfix rule --all` lists the rules)"
 
 
 def check_gpu(value, what: str) -> str:
     """A target GPU the catalog knows, stripped; else SettingsError naming the catalog. The one
     check for `gpu` in a settings file and for every command's --gpu flag: an unknown card
     would silently switch off CFX602/CFX701 and leave `fix --fit` without a budget."""
-    from cfgfix.memory.gpus import find_gpu, gpu_names  # a leaf module: JSON data, no imports back
+    from cfgfix.memory.gpus import close_gpus, find_gpu  # a leaf module: JSON data, no imports back
 
     if not isinstance(value, str) or not value.strip():
         raise SettingsError(f"{what} must be a GPU name such as \"RTX 4090\", got {value!r}")
     if find_gpu(value) is None:
+        close = close_gpus(value)
+        hint = f"did you mean {_one_of(close)}? " if close else ""
         raise SettingsError(
-            f"{what}: unknown GPU {value.strip()!r}; the catalog knows {', '.join(gpu_names())} "
-            f"(`cfgfix estimate --list-gpus` lists them with their memory)")
+            f"{what}: unknown GPU {value.strip()!r}; {hint}"
+            f"`cfgfix estimate --list-gpus` lists the catalog's GPUs with their memory")
     return value.strip()
+
+
+def _one_of(names: list[str]) -> str:
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else "one of " + ", ".join(quoted)
 
 
 def with_gpu(settings: Settings, gpu: str | None) -> Settings:
@@ -323,7 +359,7 @@ def enabled_codes(settings: Settings, codes: list[str], default_codes: set[str])
         for sel in selectors:
             matched = {c for c in known if selector_matches(sel, c)}
             if not matched:
-                raise SettingsError(f"{_origin(settings, sel, key)}: unknown rule selector '{sel}'")
+                raise SettingsError(f"{_origin(settings, sel, key)}: unknown rule selector '{sel}'{_did_you_mean(sel, known)}")
             steps.append((_specificity(sel), not on, on, matched))
     for _, _, on, matched in sorted(steps, key=lambda s: (s[0], s[1])):
         enabled = enabled | matched if on else enabled - matched

@@ -17,6 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 
 from .documents.files import is_regular_file, read_file
 from .settings import DEFAULT_EXCLUDE, Settings
+from .settings_tree import SettingsTree
 
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
@@ -260,33 +261,53 @@ def _join(base: str, sub: str) -> str:
     return sub if base == "." else f"{base}/{sub}"
 
 
-def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], list[str]]:
+def discover(paths: list[Path], settings: Settings | SettingsTree) -> tuple[list[SourceFile], list[str]]:
     """The files to check under `paths`, sorted by display path, and warnings."""
-    cwd = os.path.abspath(os.getcwd())
-    root = os.path.abspath(settings.root)
-    defaults = _Patterns(DEFAULT_EXCLUDE if settings.exclude is None else ())
-    user = _Patterns((settings.exclude or ()) + settings.extend_exclude)
-    found: dict[str, SourceFile] = {}
-    warnings: list[str] = []
+    groups, warnings = discover_groups(paths, settings)
+    files = [sf for _, group in groups for sf in group]
+    if len(groups) > 1:
+        files.sort(key=lambda f: f.display)
+    return files, warnings
 
-    def add(path: str, sub: str, kind: str, top_display: str | None, top_root: str | None) -> None:
+
+def discover_groups(paths: list[Path], settings: Settings | SettingsTree, only: Settings | None = None
+                    ) -> tuple[list[tuple[Settings, list[SourceFile]]], list[str]]:
+    """The files to check under `paths`, grouped by the settings each one uses (each group
+    sorted by display path, the groups in the order their first file sorts), and warnings.
+    `only`: walk no folder that uses other settings (a project's own files)."""
+    tree = settings if isinstance(settings, SettingsTree) else SettingsTree.single(settings)
+    cwd = os.path.abspath(os.getcwd())
+    found: dict[str, tuple[SourceFile, Settings]] = {}
+    warnings: list[str] = []
+    scopes: dict[int, _Scope] = {}
+
+    def scope_of(s: Settings) -> _Scope:
+        scope = scopes.get(id(s))
+        if scope is None:
+            scope = scopes[id(s)] = _Scope(s)
+        return scope
+
+    def add(path: str, sub: str, kind: str, top_display: str | None, scope: _Scope, relpath: str | None) -> None:
         display = _join(top_display, sub) if top_display is not None else path.replace(os.sep, "/")
-        relpath = _join(top_root, sub) if top_root is not None else display
-        found[path] = SourceFile(Path(path), display, relpath, kind)
+        found[path] = (SourceFile(Path(path), display, relpath if relpath is not None else display, kind), scope.settings)
 
     for arg in paths:
         top = os.path.abspath(arg)
         if not os.path.exists(top):
             warnings.append(f"{arg}: path does not exist")
             continue
-        # Paths below `top` are relative to these three, worked out once per argument.
+        is_dir = os.path.isdir(top)
+        scope = scope_of(tree.for_folder(top if is_dir else os.path.dirname(top)))
+        if only is not None and scope.settings is not only:
+            continue
+        # Paths below `top` are relative to these, worked out once per argument (and again
+        # below a folder with its own config, whose root they are relative to).
         top_display = _rel(top, cwd)
-        top_root = _rel(top, root)
+        top_root = _rel(top, scope.root)
         top_match = top_root if top_root is not None else os.path.basename(top)  # excludes: root-relative
 
-        is_dir = os.path.isdir(top)
         # Named explicitly: defaults and .gitignore do not apply, the user's excludes do.
-        if top_match != "." and user.full and user.full.match_file(top_match + "/" if is_dir else top_match):
+        if top_match != "." and scope.user.full and scope.user.full.match_file(top_match + "/" if is_dir else top_match):
             continue
         if not is_dir:
             if not is_regular_file(top):  # a FIFO would block the read, /dev/zero fill memory
@@ -294,14 +315,16 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
                 continue
             kind = _kind_of(top, os.path.basename(top))
             if kind:
-                add(top, "", kind, top_display, top_root)
+                add(top, "", kind, top_display, scope, top_root)
             continue
-        above = _ancestor_ignores(top, root)
+        above = _ancestor_ignores(top, scope.root)
         if above and _gitignored(above, top, True):
             above = []  # a folder named explicitly is checked even when .gitignore skips it
-        stack = [(top, "", above)]
+        # (folder, path below top, ignore files in force, scope, the folder relative to its
+        # root, whether it is under that root: else relpaths are display paths, as before)
+        stack = [(top, "", above, scope, top_match, top_root is not None)]
         while stack:
-            folder, sub, ignores = stack.pop()
+            folder, sub, ignores, scope, match, under = stack.pop()
             try:
                 with os.scandir(folder) as it:
                     entries = list(it)
@@ -309,8 +332,14 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
                 warnings.append(f"{folder}: cannot read folder: {exc.strerror}")
                 continue
             names = {e.name for e in entries}
-            if folder != top and ("pyvenv.cfg" in names or "conda-meta" in names):
-                continue  # a virtualenv or conda env: someone else's code
+            if folder != top:
+                if "pyvenv.cfg" in names or "conda-meta" in names:
+                    continue  # a virtualenv or conda env: someone else's code
+                own = tree.inside(folder, names, scope.settings)
+                if own is not scope.settings:  # a folder with its own config: its own root
+                    if only is not None and own is not only:
+                        continue
+                    scope, match, under = scope_of(own), ".", True
             ignores = ignores + _ignores_in(folder, names)
             for e in entries:
                 try:
@@ -320,15 +349,32 @@ def discover(paths: list[Path], settings: Settings) -> tuple[list[SourceFile], l
                 except OSError:
                     continue
                 child = sub + e.name
-                rel = _join(top_match, child)
-                if defaults.hit(e.name, rel, is_dir) or user.hit(e.name, rel, is_dir):
+                rel = _join(match, e.name)
+                if scope.defaults.hit(e.name, rel, is_dir) or scope.user.hit(e.name, rel, is_dir):
                     continue
                 if ignores and _gitignored(ignores, e.path, is_dir):
                     continue
                 if is_dir:
-                    stack.append((e.path, child + "/", ignores))
+                    stack.append((e.path, child + "/", ignores, scope, rel, under))
                 elif e.path not in found:
                     kind = _kind_of(e.path, e.name)
                     if kind:
-                        add(e.path, child, kind, top_display, top_root)
-    return sorted(found.values(), key=lambda f: f.display), warnings
+                        add(e.path, child, kind, top_display, scope, rel if under else None)
+    return _grouped(found.values()), warnings
+
+
+class _Scope:
+    """One settings object's exclusions, compiled once per walk."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = os.path.abspath(settings.root)
+        self.defaults = _Patterns(DEFAULT_EXCLUDE if settings.exclude is None else ())
+        self.user = _Patterns((settings.exclude or ()) + settings.extend_exclude)
+
+
+def _grouped(found) -> list[tuple[Settings, list[SourceFile]]]:
+    by_settings: dict[int, tuple[Settings, list[SourceFile]]] = {}
+    for sf, settings in sorted(found, key=lambda item: item[0].display):
+        by_settings.setdefault(id(settings), (settings, []))[1].append(sf)
+    return list(by_settings.values())

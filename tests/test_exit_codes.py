@@ -55,7 +55,7 @@ def test_an_unknown_gpu_in_the_settings_names_the_key_the_file_and_the_catalog(i
         code, out = run(*command)
         assert code == 2, (command, out)
         assert f"{in_tmp / where}: 'gpu': unknown GPU 'Mystery 9000'" in out
-        assert "RTX 4090" in out and "--list-gpus" in out
+        assert "--list-gpus" in out and "RTX 4090" not in out  # no close name: no catalog dump
 
 
 def test_common_cards_are_in_the_catalog(in_tmp):
@@ -74,7 +74,13 @@ def test_an_unknown_gpu_flag_is_blamed_on_the_flag(in_tmp, command):
     write_project(in_tmp, {"train.py": TRAIN})
     code, out = run(*command, "--gpu", "bogus")
     assert code == 2, out
-    assert "--gpu: unknown GPU 'bogus'" in out and "RTX 4070" in out
+    assert "--gpu: unknown GPU 'bogus'" in out and "--list-gpus" in out
+    code, out = run(*command, "--gpu", "RTX 4090 Ti")
+    assert code == 2, out
+    assert "--gpu: unknown GPU 'RTX 4090 Ti'; did you mean one of 'RTX 4090', " in out
+    assert "H200" not in out  # the close names, not the whole catalog
+    code, out = run(*command, "--gpu", "")
+    assert code == 2 and "--gpu must be a GPU name" in out, out
 
 
 def test_explain_says_a_gpu_flag_comes_from_the_flag(in_tmp):

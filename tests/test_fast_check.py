@@ -73,7 +73,7 @@ def test_a_folder_with_nothing_to_check(tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ["--fix"], ["--diff"], ["--unsafe-fixes"], ["--simulate"], ["--config", "x.toml"], ["-h"], ["--help"],
+        ["--fix"], ["--diff"], ["--unsafe-fixes"], ["--simulate"], ["--config", ""], ["-h"], ["--help"],
         ["--output-format", "yaml"], ["--select"], ["--select", "--no-cache"], ["-qq"], [""], ["--no-cache=1"],
     ],
 )
@@ -87,6 +87,8 @@ def test_options_as_click_reads_them():
     assert options["quiet"] is True and options["no_cache"] is False
     assert options["paths"] == (Path("a.py"), Path("--weird.py"))
     assert _check_options(["--select="])["select"] == ""
+    options = _check_options(["--config", "x.toml", "--isolated", "--gpu=RTX 4090"])
+    assert (options["config_file"], options["isolated"], options["gpu"]) == (Path("x.toml"), True, "RTX 4090")
 
 
 @pytest.mark.parametrize("args", [["check", "--no-cache", "--output-format", "json"], ["check", "--no-cache", "no-such-file.py"]])

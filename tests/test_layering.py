@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cfgfix.project",),
     ("cfgfix.training",),
     ("cfgfix.rules",),
-    ("cfgfix.settings", "cfgfix.workspace", "cfgfix.cache", "cfgfix.suppressions"),
+    ("cfgfix.settings", "cfgfix.settings_tree", "cfgfix.workspace", "cfgfix.cache", "cfgfix.suppressions"),
     ("cfgfix.engine",),
     ("cfgfix.review", "cfgfix.report", "cfgfix.verify", "cfgfix.rulepages"),
     ("cfgfix.checking",),  # the check command and the plumbing every command shares, without click

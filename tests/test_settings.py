@@ -159,12 +159,20 @@ def test_selector_matching_no_code_names_origin(tmp_path):
     s = load_settings(tmp_path)
     with pytest.raises(SettingsError) as err:
         enabled_codes(s, CODES, DEFAULTS)
-    assert f"{cfg}: 'extend-select': unknown rule selector 'CFX7'" == str(err.value)
+    assert str(err.value).startswith(f"{cfg}: 'extend-select': unknown rule selector 'CFX7' ")
     # The same file with a bad flag: the flag is blamed, not the file.
     write(tmp_path / "cfgfix.toml", 'extend-select = ["CFX2"]\n')
     s = with_overrides(load_settings(tmp_path), ignore=["CFX999"])
     with pytest.raises(SettingsError, match="--ignore: unknown rule selector 'CFX999'"):
         enabled_codes(s, CODES, DEFAULTS)
+
+
+def test_unknown_selector_says_did_you_mean(tmp_path):
+    s = with_overrides(load_settings(tmp_path), select=["CFX1033"])
+    with pytest.raises(SettingsError, match="--select: unknown rule selector 'CFX1033'; did you mean 'CFX103'"):
+        enabled_codes(s, CODES, DEFAULTS)
+    with pytest.raises(SettingsError, match="--ignore: unknown rule selector 'cfx103'; did you mean 'CFX103'"):
+        with_overrides(load_settings(tmp_path), ignore=["cfx103"])
 
 
 # ------------------------------------------------------------------------ selection

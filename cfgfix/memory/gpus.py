@@ -95,5 +95,21 @@ def find_gpu(name: str) -> Gpu | None:
     return None
 
 
+def close_gpus(name: str, n: int = 3) -> list[str]:
+    """The catalog names closest to an unknown `name` (by its normalised spelling and the
+    aliases'), for a "did you mean": "RTX 4090 Ti" -> RTX 4090, RTX 4070 Ti."""
+    import difflib
+
+    by_key, _ = _catalog()
+    typed = normalize(name)
+    # a known name the input starts with first ("RTX 4090 Ti": RTX 4090), then by similarity
+    prefixes = sorted((k for k in by_key if len(k) >= 4 and typed.startswith(k)), key=len, reverse=True)
+    out: list[str] = []
+    for key in prefixes + difflib.get_close_matches(typed, list(by_key), n=3 * n, cutoff=0.6):
+        if by_key[key].name not in out:
+            out.append(by_key[key].name)
+    return out[:n]
+
+
 def gpu_names() -> list[str]:
     return [gpu.name for gpu in all_gpus()]
