@@ -508,8 +508,11 @@ class Engine:
         return "|".join([__version__, RESULT_SCHEMA, _code_stamp(), self.settings.fingerprint(), ",".join(sorted(self.codes))])
 
     def _file_key(self, sf: SourceFile) -> str:
-        """What besides its bytes a file's result depends on: its project's versions."""
-        return self.versions.for_file(sf.path).fingerprint()
+        """What besides its bytes a file's result depends on: its project's versions, and the
+        path its findings name (relative to the cwd: a run from another folder, such as the
+        repository above a project with its own config, must not print the other's paths)."""
+        key = self.versions.for_file(sf.path).fingerprint()
+        return key if sf.display == sf.relpath else f"{key}@{sf.display}"
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, files: list[SourceFile]) -> RunResult:
