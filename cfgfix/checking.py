@@ -53,6 +53,7 @@ class Run:
         self.files = [sf for _, _, files in groups for sf in files]
         if len(groups) > 1:
             self.files.sort(key=lambda f: f.display)
+        self._engines = {sf.path: engine for _, engine, files in groups for sf in files}
 
     @property
     def settings(self):
@@ -64,10 +65,8 @@ class Run:
         return [engine for _, engine, _ in self.groups]
 
     def engine_for(self, sf):
-        for _, engine, files in self.groups:
-            if any(f is sf for f in files):
-                return engine
-        raise KeyError(sf.display)
+        """The engine of the group `sf` belongs to (its settings, project and root)."""
+        return self._engines[sf.path]
 
     def run(self):
         """Each group's engine on its files, the results merged as one run's."""

@@ -229,3 +229,21 @@ def test_no_config_above_a_file_keeps_the_current_folders_settings(tmp_path, mon
     monkeypatch.chdir(tmp_path / "proj")
     code, out = run("check", "--no-cache", os.path.join("..", "elsewhere", "train.py"))
     assert code == 0, out
+
+
+def test_fix_applies_each_files_own_settings(nested):
+    code, out = run_in(nested, "fix", "--no-cache")
+    assert code == 0, out
+    unfixed = {"train.py", "sub/quiet.py", "sub/skipped/train.py"}  # ignored where they are, or excluded
+    for path in ("skipped/train.py", "sub/train.py", "sub/other.py", *unfixed):
+        fixed = "model.to(device)" not in (nested / path).read_text()
+        assert fixed == (path not in unfixed), path
+
+
+def run_in(folder: Path, *args) -> tuple[int, str]:
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return run(*args)
+    finally:
+        os.chdir(cwd)
