@@ -136,7 +136,11 @@ def rule(code, show_all, output_format) -> None:
         return
     found = rule_by_code(code)
     if found is None:
-        raise click.UsageError(f"unknown rule code {code!r}; `cfgfix rule --all` lists them")
+        import difflib
+
+        close = difflib.get_close_matches(code.strip().upper(), [r.code for r in all_rules()], n=1, cutoff=0.75)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise click.UsageError(f"unknown rule code {code!r}; {hint}`cfgfix rule --all` lists them")
     if output_format == "json":
         import json
 

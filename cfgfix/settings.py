@@ -115,9 +115,19 @@ def config_in(folder: Path, names=None) -> Path | None:
         path = Path(folder, name)
         if not path.is_file():
             continue
-        if name != "pyproject.toml" or _cfgfix_table(_read(path), path) is not None:
+        if name != "pyproject.toml" or (_mentions_cfgfix(path) and _cfgfix_table(_read(path), path) is not None):
             return path
     return None
+
+
+def _mentions_cfgfix(path: Path) -> bool:
+    """Whether a pyproject.toml can hold a [tool.cfgfix] table at all: another project's
+    (a vendored package in a walked tree) is neither parsed nor blamed for its TOML."""
+    try:
+        with open(path, "rb") as f:
+            return b"cfgfix" in f.read()
+    except OSError:
+        return True  # let the reader report it
 
 
 def _read(path: Path) -> dict:

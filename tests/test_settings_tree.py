@@ -247,3 +247,16 @@ def run_in(folder: Path, *args) -> tuple[int, str]:
         return run(*args)
     finally:
         os.chdir(cwd)
+
+
+def test_an_unknown_rule_code_says_did_you_mean():
+    code, out = run("rule", "CFX1033")
+    assert code == 2 and "unknown rule code 'CFX1033'; did you mean 'CFX103'?" in out
+
+
+def test_another_projects_pyproject_is_not_parsed(tmp_path):
+    """A vendored package's pyproject.toml (even an invalid one) is not a cfgfix config."""
+    write_project(tmp_path, {"cfgfix.toml": 'ignore = ["CFX103"]\n', "vendor/pkg/pyproject.toml": "[project\nname=",
+                             "vendor/pkg/train.py": TRAIN})
+    code, out = cfgfix(["check", "--no-cache"], tmp_path)
+    assert code == 0, out
