@@ -399,15 +399,19 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--before", metavar="REF", help="Compare two git revisions instead of applying fixes (with --after).")
 @click.option("--after", metavar="REF", help="The revision to compare against --before.")
-@click.option("--loss-rtol", type=click.FloatRange(min=0), default=0.02, show_default=True, help="Relative loss tolerance when losses need not be identical.")
+@click.option("--loss-rtol", type=click.FloatRange(min=0), default=0.02, show_default=True, help="Relative tolerance of losses and gradient norms when they need not be identical.")
+@click.option("--post", is_flag=True, help="Post (or update in place) the pull request's verification comment (GITHUB_TOKEN, GITHUB_REPOSITORY).")
+@click.option("--pr", type=int, metavar="N", help="Pull request number for --post [default: from the event].")
+@click.option("--comment-file", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH", help="Write the verification comment's markdown here (a dry run of --post).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify(command, **options) -> None:
     """Run a launch COMMAND for a few steps as it is and with cfgfix's fixes, and compare.
 
     Usage: cfgfix verify [OPTIONS] -- python train.py ... (no command: the project's one
-    launch script that starts training). Exit 0 when the fix holds (same
-    steps, finite and matching losses, peak memory not higher), 1 when it does not, 2 when
-    it could not run.
+    launch script that starts training). Exit 0 when the fix holds (same steps, finite and
+    matching losses and gradient norms, peak memory not higher, and the changed lines ran),
+    1 when it does not, 2 when it could not run, 3 when the runs agree but a changed line
+    did not run (not exercised).
     """
     from cfgfix.verify.command import Options, run
 

@@ -3,6 +3,7 @@
 A second run on the same pull request finds its own earlier comments and reviews by the
 hidden marker: comments that still apply are left as they are (not posted again), stale
 ones are deleted, the earlier summary is updated; nothing without the marker is touched.
+`upsert_comment` keeps one marked pull-request comment (`cfgfix verify --post`).
 """
 
 from __future__ import annotations
@@ -290,3 +291,23 @@ def post_review(client: Client, payload: dict, approve_when_clean: bool) -> str:
             client.request("POST", f"{pulls}/reviews", dict(note, event="COMMENT"))
         done.append("posted an approval note")
     return "; ".join(done) or "nothing to post"
+
+
+def upsert_comment(client: Client, marker: str, build) -> str:
+    """Keep one pull-request comment holding `marker`: `build(earlier body or None)` gives its
+    body; it is created once, then edited in place, and any later duplicate (two jobs that
+    raced) is deleted. Comments without the marker are never touched."""
+    t = client.target
+    comments = client.pages(f"/repos/{t.repository}/issues/{t.pull}/comments")
+    ours = [c for c in comments if marker in (c.get("body") or "")]
+    if not ours:
+        client.request("POST", f"/repos/{t.repository}/issues/{t.pull}/comments", {"body": build(None)})
+        return "posted the verification comment"
+    first, *duplicates = ours
+    for extra in duplicates:
+        client.request("DELETE", f"/repos/{t.repository}/issues/comments/{extra['id']}")
+    body = build(first.get("body"))
+    if body == first.get("body"):
+        return "the verification comment is up to date"
+    client.request("PATCH", f"/repos/{t.repository}/issues/comments/{first['id']}", {"body": body})
+    return "updated the verification comment"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Mapping
 
 INSTALL_HINT = "pip install 'cfgfix[verify]'"
@@ -118,4 +119,165 @@ def destructive_command(command: list[str], folder) -> str | None:
             line = f":{finding.span.line}" if name != "the command" else ""
             return f"{name}{line} would run a destructive command ({finding.message.split(':')[0]}); " \
                    f"pass the training command itself after `--` instead"
+    return None
+
+
+# -- effects the copies cannot contain -------------------------------------------------------------
+_OUTPUT_OPTIONS = frozenset({
+    "--output_dir", "--output-dir", "--out_dir", "--out-dir", "--outdir", "--output", "-o", "--save_dir",
+    "--save-dir", "--save_path", "--save-path", "--logging_dir", "--logging-dir", "--log_dir", "--log-dir",
+    "--checkpoint_dir", "--checkpoint-dir", "--ckpt_dir", "--ckpt-dir", "--cache_dir", "--cache-dir",
+    "--project_dir", "--project-dir", "--run_dir", "--run-dir",
+})
+_WRITERS_ALL = frozenset({"mkdir", "rm", "touch", "rmdir", "truncate"})  # every path argument is written
+_WRITERS_LAST = frozenset({"cp", "mv", "ln", "rsync", "install"})  # the destination is the last one
+_REDIRECTS = frozenset({">", ">>", "&>", "&>>", ">|", "1>", "2>", "1>>", "2>>"})
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", "\n"})
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def uncontained_command(command: list[str], folder) -> str | None:
+    """Why the launch's effects would escape the two copies, or None. verify runs the launch
+    twice, each in a throw-away copy; a launch that changes to an absolute folder (`cd
+    /home/u/sdxl`), or writes to a path outside its folder (`--output_dir /data/ckpt`, `>
+    ~/log.txt`, `mkdir -p ../runs`), would run the original and the patched code against
+    the user's real files, and the patched run would find what the original wrote. Read from
+    the command and the shell scripts it names; variables assigned in the script are
+    followed, other variables (and `cd "$(dirname "$0")"`) are taken to stay inside."""
+    import shlex
+    from pathlib import Path
+
+    folder = Path(folder)
+    texts = [("the command", shlex.join(command))]
+    if len(command) > 2 and command[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and command[1] == "-c":
+        texts.append(("the command", command[2]))  # `bash -c "cd /x && python train.py"`
+    for word in command:
+        path = folder / word
+        if word.endswith((".sh", ".bash")) and path.is_file():
+            try:
+                texts.append((word, path.read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                continue
+    for name, text in texts:
+        variables: dict[str, str] = {}
+        for number, line in _logical_lines(text):
+            problem = _line_escapes(line, variables)
+            if problem:
+                where = name if name == "the command" else f"{name}:{number}"
+                return (f"{where} {problem}: both runs would act on the same files outside the copies "
+                        f"(the patched run would see what the original left). Make the path relative to "
+                        f"the project, or pass a training command that stays inside it after `--`")
+    return None
+
+
+def _logical_lines(text: str):
+    """(line number, text) with backslash continuations joined."""
+    pending, start = "", None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if start is None:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        yield start, pending + line
+        pending, start = "", None
+    if pending:
+        yield start, pending
+
+
+def _words(line: str) -> list[str]:
+    import shlex
+
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote: not this guard's business
+        return []
+
+
+def _outside(path: str) -> bool:
+    """Whether a path written in the script leaves the folder it runs in."""
+    import posixpath
+
+    if path.startswith(("$HOME", "${HOME}")):
+        return True
+    if not path or path.startswith(("$(", "`")) or "$" in path:
+        return False  # a command substitution or an unknown variable
+    if path.startswith("/dev/"):
+        return False
+    if path.startswith(("/", "~")):
+        return True
+    return posixpath.normpath(path).startswith("..")
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    return _VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
+
+
+def _line_escapes(line: str, variables: dict[str, str]) -> str | None:
+    words = _words(line)
+    i, at_start = 0, True
+    while i < len(words):
+        word = words[i]
+        if word in _SEPARATORS:
+            at_start = True
+            i += 1
+            continue
+        if at_start:
+            if word == "export" and i + 1 < len(words):
+                i += 1
+                word = words[i]
+            assignment = _ASSIGNMENT.match(word)
+            if assignment:
+                variables[assignment.group(1)] = _expand(assignment.group(2), variables)
+                i += 1
+                continue  # `VAR=x cmd` keeps at_start for the command after it
+            at_start = False
+            args = _command_words(words, i)
+            expanded = [_expand(a, variables) for a in args]
+            problem = _command_escapes(word, expanded[1:])
+            if problem:
+                return problem
+        if word in _REDIRECTS and i + 1 < len(words):
+            target = _expand(words[i + 1], variables)
+            if _outside(target):
+                return f"writes to {target} (`{word} {words[i + 1]}`)"
+        i += 1
+    return None
+
+
+def _command_words(words: list[str], start: int) -> list[str]:
+    out = []
+    for word in words[start:]:
+        if word in _SEPARATORS:
+            break
+        out.append(word)
+    return out
+
+
+def _command_escapes(name: str, args: list[str]) -> str | None:
+    base = name.rsplit("/", 1)[-1]
+    if base in ("cd", "pushd"):
+        target = next((a for a in args if not a.startswith("-")), "~")
+        if _outside(target):
+            return f"changes to a folder outside the copy (`{base} {target}`)"
+        return None
+    paths = [a for a in args if not a.startswith("-")]
+    if base in _WRITERS_ALL:
+        bad = next((p for p in paths if _outside(p)), None)
+        return f"writes to {bad} (`{base}`)" if bad else None
+    if base in _WRITERS_LAST and len(paths) >= 2 and _outside(paths[-1]):
+        return f"writes to {paths[-1]} (`{base}`)"
+    if base == "tee":
+        bad = next((p for p in paths if _outside(p)), None)
+        return f"writes to {bad} (`tee`)" if bad else None
+    for j, arg in enumerate(args):
+        option, eq, value = arg.partition("=")
+        if option in _OUTPUT_OPTIONS:
+            value = value if eq else (args[j + 1] if j + 1 < len(args) else "")
+            if _outside(value):
+                return f"writes to {value} (`{option} {value}`)"
     return None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 
-from .verdict import peak_bytes
+from .verdict import COVERAGE, peak_bytes
 
 
 def to_json(context: dict, before, after, verdict) -> str:
@@ -17,6 +18,8 @@ def to_json(context: dict, before, after, verdict) -> str:
 
 def to_text(context: dict, before, after, verdict) -> str:
     lines = [f"cfgfix verify: {' '.join(context['command'])}  ({context['steps']} optimizer steps)"]
+    if context.get("picked"):
+        lines.append(f"launch picked (no command given): {context['picked']}")
     if context.get("fixes") is not None:
         fixes = context["fixes"]
         lines.append(f"fixes applied to the patched copy: {len(fixes)}")
@@ -34,6 +37,7 @@ def to_text(context: dict, before, after, verdict) -> str:
             lines.append(f"rank {b['rank']}" if b and b.get("rank") is not None else f"process {i}")
         lines += _table(names, b, a, before, after)
         lines.append("")
+    lines += coverage_lines(context.get("coverage"), names)
     for run in (before, after):
         if run is None:
             continue
@@ -46,10 +50,13 @@ def to_text(context: dict, before, after, verdict) -> str:
                 lines += ["  " + t for t in p["stack"].rstrip().splitlines()[:24]]
             for note in p.get("notes") or []:
                 lines.append(f"{run.label} ({_who(p)}) note: {note}")
+        if run.status == "no report" and run.started:
+            lines.append(f"{run.label}: Python processes it started (none reported a training step):")
+            lines += [f"  pid {p.get('pid')} ({p.get('role')}): {' '.join(str(a) for a in p.get('argv') or [])[:160]}" for p in run.started[:8]]
         if run.status in ("no report", "could not start") and run.output_tail:
             lines.append(f"{run.label}: output (last lines):")
             lines += ["  " + t for t in run.output_tail.rstrip().splitlines()[-12:]]
-    lines.append(_verdict_text(verdict))
+    lines.append(_verdict_text(verdict, "fix" if context.get("fixes") is not None else "change"))
     return "\n".join(lines) + "\n"
 
 
@@ -58,7 +65,9 @@ def _table(names, b, a, before, after) -> list[str]:
     for label, get in _ROWS:
         cells = (_cell(get, b), _cell(get, a))
         if cells != ("-", "-"):  # a measure neither run has (CUDA rows on a CPU)
-            rows.append((label, *cells))
+            key = _SERIES_ROWS.get(label)
+            change = compare_series(b.get(key), a.get(key)) if key and b and a else ""
+            rows.append((label, *cells, change))
     peak_b, peak_a = (peak_bytes(p) if p else None for p in (b, a))
     what = (peak_b or peak_a or ("not measured", 0))[0]
     change = ""
@@ -105,8 +114,40 @@ def _yes(x):
     return None if x is None else ("yes" if x else "NO")
 
 
+SERIES_SHOWN = 6  # a longer series is summarised in the text; JSON has every value
+
+
 def _floats(xs):
-    return ", ".join("-" if x is None else f"{x:.4f}" for x in xs) or None
+    if not xs:
+        return None
+    if len(xs) <= SERIES_SHOWN:
+        return ", ".join(_num(x) for x in xs)
+    return f"{len(xs)} values: first {_num(xs[0])}, last {_num(xs[-1])}"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def compare_series(before, after) -> str:
+    """How two series differ, value by value: identical, or the largest absolute and relative
+    difference and how many values differ."""
+    if not before or not after:
+        return ""
+    if len(before) != len(after):
+        return f"{len(after)} values against {len(before)}"
+    pairs = [(x, y) for x, y in zip(before, after) if x is not None and y is not None]
+    differ = [(x, y) for x, y in pairs if x != y]
+    if not differ and len(pairs) == len(before):
+        return "identical"
+    if not differ:
+        return "identical where both measured"
+    finite = [(x, y) for x, y in differ if math.isfinite(x) and math.isfinite(y)]
+    if not finite:
+        return f"{len(differ)} of {len(before)} differ (not finite)"
+    abs_diff = max(abs(y - x) for x, y in finite)
+    rel_diff = max(abs(y - x) / max(abs(x), 1e-12) for x, y in finite)
+    return f"{len(differ)} of {len(before)} differ, max {abs_diff:.4g} ({rel_diff:.2%})"
 
 
 _ROWS = [
@@ -129,11 +170,43 @@ def _who(p) -> str:
     return f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p['pid']}"
 
 
-def _verdict_text(verdict) -> str:
+_SERIES_ROWS = {"losses": "losses", "grad norm before clip": "grad_norms"}
+
+VERDICT_WORDS = {
+    "holds": "the {what} holds",
+    "does not hold": "the {what} does NOT hold",
+    "not exercised": "NOT EXERCISED: the runs agree, but changed lines did not run, so they prove nothing about them",
+}
+
+
+def _verdict_text(verdict, what: str = "fix") -> str:
     if not verdict.could_run:
         return f"verdict: could not verify: {verdict.reason}"
-    lines = ["verdict: " + ("the fix holds" if verdict.holds else "the fix does NOT hold")]
+    lines = [f"verdict: {VERDICT_WORDS[verdict.state].format(what=what)} (exit {verdict.exit_code})"]
     for check in verdict.checks:
-        mark = {True: "ok  ", False: "FAIL", None: "skip"}[check.holds]
+        mark = {True: "ok  ", False: "MISS" if check.name == COVERAGE else "FAIL", None: "skip"}[check.holds]
         lines.append(f"  {mark} {check.name}: {check.detail}")
     return "\n".join(lines)
+
+
+def coverage_lines(change: dict | None, names) -> list[str]:
+    """The changed statements and whether each ran."""
+    if not change or not (change["units"] or change["other_files"]):
+        return []
+    units = [u for u in change["units"] if u["counts"]]
+    out = [f"changed lines ({names[1]} copy; removed ones in the {names[0]}):"]
+    for u in units:
+        mark = {True: "ran    ", False: "NOT RUN", None: "-      "}[u["ran"]]
+        where = f"{u['path']}:{_lines(u['lines'])}" + (" (removed)" if u["side"] == "before" else "")
+        out.append(f"  {mark} {where}  {u['code']}")
+        if u["ran"] is False and u.get("hint"):
+            out.append(f"          {u['hint']}")
+    for f in change["other_files"]:
+        mark = {True: "read   ", False: "NOT READ", None: "-      "}[f["read"]]
+        out.append(f"  {mark} {f['path']} (not Python: whether a process opened it)")
+    out.append("")
+    return out
+
+
+def _lines(lines: list[int]) -> str:
+    return f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}-{lines[-1]}" if lines == list(range(lines[0], lines[-1] + 1)) else ",".join(map(str, lines))

@@ -40,6 +40,9 @@ class RunResult:
     processes: list[dict] = field(default_factory=list)
     output_tail: str = ""
     notes: list[str] = field(default_factory=list)
+    started: list[dict] = field(default_factory=list)  # every Python process the harness saw start
+    covered: dict[str, list[int]] = field(default_factory=dict)  # real path -> changed lines that ran
+    reads: list[str] = field(default_factory=list)  # changed non-Python files a process opened
 
     @property
     def status(self) -> str:
@@ -59,6 +62,7 @@ class RunResult:
             "returncode": self.returncode, "timed_out": self.timed_out,
             "launch_error": self.launch_error, "wall_s": round(self.wall_s, 3),
             "processes": self.processes, "output_tail": self.output_tail, "notes": self.notes,
+            "started": self.started, "covered": self.covered, "reads": self.reads,
         }
 
 
@@ -72,8 +76,9 @@ def harness_folder(into: Path) -> Path:
 
 
 def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device: str = "auto",
-               label: str = "run", progress=None) -> RunResult:
-    """Run `command` in `cwd` until it ends, stops at `steps` optimizer steps, or times out."""
+               label: str = "run", progress=None, cover: dict | None = None) -> RunResult:
+    """Run `command` in `cwd` until it ends, stops at `steps` optimizer steps, or times out.
+    `cover`: the changed lines to record (coverage.Change.spec)."""
     result = RunResult(label, list(command), str(cwd))
     with tempfile.TemporaryDirectory(prefix="cfgfix-verify-") as tmp:
         tmp_path = Path(tmp)
@@ -82,6 +87,10 @@ def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device
         reports.mkdir()
         log_path = tmp_path / "output.log"
         env = launch_env(os.environ, harness, reports, steps, device)
+        if cover and (cover.get("files") or cover.get("reads")):
+            spec = tmp_path / "cover.json"
+            spec.write_text(json.dumps(cover))
+            env["CFGFIX_VERIFY_COVER"] = str(spec)
         started = time.monotonic()
         with open(log_path, "wb") as log:
             try:
@@ -103,8 +112,40 @@ def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device
             _reap_descendants(proc.pid)
         result.wall_s = time.monotonic() - started
         result.processes = collect_reports(reports, result.timed_out)
+        result.started = collect_started(reports)
+        result.covered, result.reads = collect_coverage(reports)
         result.output_tail = _tail(log_path)
     return result
+
+
+def collect_started(reports: Path) -> list[dict]:
+    """The Python processes that started under the harness: pid, role, argv."""
+    started = []
+    for path in sorted(reports.glob("seen-*.json")):
+        try:
+            started.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(started, key=lambda s: s.get("pid", 0))
+
+
+def collect_coverage(reports: Path) -> tuple[dict[str, list[int]], list[str]]:
+    """The changed lines that ran (real path -> lines) and the changed non-Python files that
+    were opened, over every process of the launch."""
+    covered: dict[str, set[int]] = {}
+    reads: set[str] = set()
+    for path in reports.glob("cover-*.txt"):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for row in text.splitlines():
+            where, _, what = row.rpartition("\t")
+            if where == "read":
+                reads.add(what)
+            elif where and what.isdigit():
+                covered.setdefault(where, set()).add(int(what))
+    return {p: sorted(lines) for p, lines in sorted(covered.items())}, sorted(reads)
 
 
 def launch_env(base, harness: Path, reports: Path, steps: int, device: str) -> dict:

@@ -36,6 +36,7 @@ class WorkspaceError(Exception):
 class Copy:
     root: Path  # the copy of the folder the command runs in
     left_out: list[str] = field(default_factory=list)  # "data/ (1.2 GiB)"
+    tree: Path | None = None  # a revision's copy: the repository's top (root is a folder in it)
 
 
 @dataclass(frozen=True)
@@ -159,4 +160,12 @@ def export_revision(folder: Path, ref: str, dest: Path) -> Copy:
     tracked = frozenset(p for p in _git(folder, "ls-files", "-z").decode().split("\0") if p)
     run_root = dest / prefix if prefix else dest
     extra = copy_workspace(folder, run_root, exclude=tracked)
-    return Copy(run_root, extra.left_out)
+    return Copy(run_root, extra.left_out, dest)
+
+
+def revision_top(folder: Path) -> Path:
+    return Path(_git(folder, "rev-parse", "--show-toplevel").decode().strip())
+
+
+def revision_commit(folder: Path, ref: str) -> str:
+    return _git(folder, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()

@@ -14,8 +14,10 @@ After step N it writes its report and leaves with os._exit(0): a SystemExit coul
 swallowed by the script's own `finally` / `except BaseException` (verify-notes.md).
 
 Environment: CFGFIX_VERIFY_DIR (where reports go; without it this file does nothing but
-chain), CFGFIX_VERIFY_STEPS (N). Launcher parents (torchrun, accelerate launch, deepspeed)
-and multiprocessing helpers write nothing.
+chain), CFGFIX_VERIFY_STEPS (N), CFGFIX_VERIFY_COVER (a JSON file naming the changed lines:
+see _Coverage). Launcher parents (torchrun, accelerate launch, deepspeed) and
+multiprocessing helpers write no step report, but every Python process of the launch notes
+that it started (`seen-PID.json`) and records coverage of the change (`cover-PID.txt`).
 """
 
 import os
@@ -372,8 +374,168 @@ class _Harness:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             report["memory"]["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
             report["memory"]["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            report["device_name"] = torch.cuda.get_device_name()
         if self.counter is not None:
             report["memory"]["cpu_live_peak_bytes"] = self.counter.peak
+
+
+class _Coverage:
+    """Which of the changed lines run in this process: the lines cfgfix's fix (or the
+    revision) edited, named in the JSON file CFGFIX_VERIFY_COVER as {"files": {absolute path:
+    [line, ...]}, "reads": [absolute path, ...]}. Only those files are traced, and each line
+    only until it first runs: sys.monitoring (3.12+) turns the event off at each code object
+    of another file and at each line once seen; sys.settrace (before) installs a local
+    tracer only for code objects of a changed file that hold a changed line, and is removed
+    once every line was seen. "reads": changed files that are not Python (configs), noted
+    when the process opens them (an audit hook). A hit is appended to `cover-PID.txt` at
+    once, so it survives os._exit, a kill or a crash."""
+
+    def __init__(self, folder, files, reads):
+        self.out_path = os.path.join(folder, f"cover-{os.getpid()}.txt")
+        self.files = files  # real path -> set of lines not seen yet
+        self.reads = reads  # real paths of changed non-Python files not opened yet
+        self.names = {}  # co_filename as written -> real path of a changed file, or None
+        self.cwd = os.getcwd()
+        self.tool = None
+        self.tracer = None
+
+    @classmethod
+    def install(cls, folder, spec_path):
+        if not spec_path:
+            return
+        try:
+            import json
+
+            with open(spec_path) as f:
+                spec = json.load(f)
+            files = {os.path.realpath(p): set(lines) for p, lines in spec.get("files", {}).items() if lines}
+            reads = {os.path.realpath(p) for p in spec.get("reads", [])}
+            coverage = cls(folder, files, reads)
+            if files:
+                coverage.start_tracing()
+            if reads:
+                sys.addaudithook(coverage.on_audit)
+        except Exception as exc:  # noqa: BLE001 -- never change how the user's script runs
+            print(f"cfgfix verify: coverage of the change is not recorded: {exc!r}", file=sys.stderr)
+
+    def record(self, text):
+        try:
+            with open(self.out_path, "a") as out:
+                out.write(text)
+        except Exception:  # noqa: BLE001, S110 -- a full disk must not stop the user's run
+            pass
+
+    def changed_file(self, filename):
+        """The real path of a changed file for a code object's co_filename, or None."""
+        try:
+            return self.names[filename]
+        except KeyError:
+            pass
+        path = None
+        if filename and not filename.startswith("<"):
+            real = os.path.realpath(os.path.join(self.cwd, filename))
+            path = real if real in self.files else None
+        self.names[filename] = path
+        return path
+
+    def wanted_in(self, code):
+        path = self.changed_file(code.co_filename)
+        if path is None:
+            return None
+        lines = self.files[path]
+        return path if any(line in lines for _, _, line in code.co_lines()) else None
+
+    def hit(self, path, line):
+        lines = self.files.get(path)
+        if lines is None or line not in lines:
+            return
+        lines.discard(line)
+        self.record(f"{path}\t{line}\n")
+        if not any(self.files.values()):
+            self.stop_tracing()
+
+    # -- 3.12+: sys.monitoring ----------------------------------------------------------
+    def start_tracing(self):
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is None:
+            return self.start_settrace()
+        for tool in (monitoring.COVERAGE_ID, 3, 4):
+            try:
+                monitoring.use_tool_id(tool, "cfgfix-verify")
+            except ValueError:  # taken (the user's own coverage run, say)
+                continue
+            self.tool = tool
+            break
+        else:
+            return self.start_settrace()
+        events = monitoring.events
+
+        def on_start(code, offset):
+            if self.wanted_in(code) is not None:
+                monitoring.set_local_events(self.tool, code, events.LINE)
+            return monitoring.DISABLE
+
+        def on_line(code, line):
+            path = self.changed_file(code.co_filename)
+            if path is not None:
+                self.hit(path, line)
+            return monitoring.DISABLE
+
+        monitoring.register_callback(self.tool, events.PY_START, on_start)
+        monitoring.register_callback(self.tool, events.LINE, on_line)
+        monitoring.set_events(self.tool, events.PY_START)
+
+    # -- before 3.12: sys.settrace ------------------------------------------------------
+    def start_settrace(self):
+        import threading
+
+        def local(frame, event, arg):
+            if event == "line":
+                self.hit(self.names.get(frame.f_code.co_filename), frame.f_lineno)
+            return local
+
+        def tracer(frame, event, arg):
+            if self.tracer is None:  # every line seen, in another thread: stop in this one too
+                sys.settrace(None)
+                return None
+            return local if self.wanted_in(frame.f_code) is not None else None
+
+        self.tracer = tracer
+        sys.settrace(tracer)
+        threading.settrace(tracer)
+
+    def stop_tracing(self):
+        """Every changed line ran: no more cost to the run."""
+        if self.tool is not None:
+            monitoring = sys.monitoring
+            monitoring.set_events(self.tool, 0)
+            monitoring.register_callback(self.tool, monitoring.events.PY_START, None)
+            monitoring.register_callback(self.tool, monitoring.events.LINE, None)
+            monitoring.free_tool_id(self.tool)
+            self.tool = None
+        elif getattr(self, "tracer", None) is not None:
+            import threading
+
+            if sys.gettrace() is self.tracer:
+                sys.settrace(None)
+            threading.settrace(None)
+            self.tracer = None  # other threads' tracers remove themselves at their next call
+
+    def on_audit(self, event, args):
+        if event != "open" or not self.reads:
+            return
+        try:
+            name = args[0]
+            if isinstance(name, bytes):
+                name = os.fsdecode(name)
+            if not isinstance(name, str):
+                return  # a file descriptor
+            real = os.path.realpath(os.path.join(self.cwd, name))
+            if real in self.reads:
+                self.reads.discard(real)
+                self.record(f"read\t{real}\n")
+        except Exception:  # noqa: BLE001, S110 -- an audit hook that raises would fail the open
+            pass
 
 
 def _int_env(name):
@@ -401,9 +563,26 @@ def _leave(code):
     os._exit(code)
 
 
+def _note_start(folder, role):
+    """`seen-PID.json`: this Python process started under the harness (the runner tells a
+    launch that ran no Python from one whose Python never reached torch)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, f"seen-{os.getpid()}.json"), "w") as out:
+            json.dump({"pid": os.getpid(), "role": role, "argv": list(sys.argv)}, out)
+    except Exception:  # noqa: BLE001, S110 -- a note only
+        pass
+
+
 def _install():
     folder = os.environ.get("CFGFIX_VERIFY_DIR")
-    if not folder or _role() != "worker":
+    if not folder:
+        return
+    role = _role()
+    _note_start(folder, role)
+    _Coverage.install(folder, os.environ.get("CFGFIX_VERIFY_COVER"))
+    if role != "worker":
         return
     try:
         target = max(int(os.environ.get("CFGFIX_VERIFY_STEPS", "2")), 1)
