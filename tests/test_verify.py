@@ -88,21 +88,29 @@ def test_plain_loop_stops_at_n_steps_and_reports_every_measure(plain_safe):
         assert p["seeded"] is True and p["device"] == "cpu"
 
 
+def _missed(doc: dict) -> list[str]:
+    return [u["code"] for u in doc["coverage"]["units"] if u["counts"] and u["ran"] is False]
+
+
 def test_safe_fixes_keep_losses_identical_and_detach_lowers_the_peak(plain_safe):
     code, doc = plain_safe
-    assert code == 0 and doc["verdict"]["holds"] is True
     assert {(f["code"], f["safe"]) for f in doc["fixes"]} == {("CFX301", True), ("CFX302", True)}
     before, after = _proc(doc, "before"), _proc(doc, "after")
     assert after["losses"] == before["losses"] and after["grad_norms"] == before["grad_norms"]
     assert _check(doc, "losses match")["detail"].startswith("identical (safe fixes only")
+    assert _check(doc, "gradient norms match")["detail"].startswith("identical (safe fixes only")
     # the evaluation kept every batch's graph through `losses.append(outputs.loss)`
     assert after["memory"]["cpu_live_peak_bytes"] < before["memory"]["cpu_live_peak_bytes"]
     assert _check(doc, "peak memory")["holds"] is True
+    # every check holds, but CFX301 removed a `torch.cuda.empty_cache()` under
+    # `if torch.cuda.is_available()` that a CPU run never calls: not exercised, not "holds"
+    assert _missed(doc) == ["torch.cuda.empty_cache()"]
+    assert code == 3 and doc["verdict"]["state"] == "not exercised" and doc["verdict"]["holds"] is False
 
 
 def test_unsafe_no_grad_fix_lowers_the_cpu_peak_further(plain_safe, plain_unsafe):
     code, doc = plain_unsafe
-    assert code == 0 and doc["verdict"]["holds"] is True
+    assert code == 3 and _missed(doc) == ["torch.cuda.empty_cache()"]  # the no_grad line ran (eval every step)
     assert ("CFX303", False) in {(f["code"], f["safe"]) for f in doc["fixes"]}
     before, after = _proc(doc, "before"), _proc(doc, "after")
     assert after["losses"] == before["losses"]
@@ -399,7 +407,7 @@ def test_without_a_command_verify_picks_the_projects_one_launch_script(tmp_path)
     (tmp_path / "setup.sh").write_text("pip install -r requirements.txt\n")
     assert project_launch(tmp_path)[0] is None  # no launch script yet
     (tmp_path / "train.sh").write_text("#!/bin/bash\npython train.py --steps 10\n")
-    assert project_launch(tmp_path) == (["bash", "train.sh"], "")
+    assert project_launch(tmp_path) == (["bash", "train.sh"], "the only launch script here that starts a training script (train.py, which runs a training step)")
     (tmp_path / "other.sh").write_text("#!/bin/bash\ntorchrun --nproc_per_node 2 train.py\n")
     command, problem = project_launch(tmp_path)
     assert command is None and "other.sh, train.sh" in problem

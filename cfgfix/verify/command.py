@@ -79,7 +79,7 @@ def project_launch(folder: Path) -> tuple[list[str] | None, str]:
         return None, f"no launch command, and several launch scripts start training ({names}): name one, or {usage}"
     started = sorted({os.path.relpath(s.script, folder) for s in setups if s.script is not None})
     why = ("the only launch script here that starts a training script"
-           + (f" ({', '.join(started)}, which takes an optimizer step)" if started else ""))
+           + (f" ({', '.join(started)}, which runs a training step)" if started else ""))
     return ["bash", os.path.relpath(scripts[0], folder)], why
 
 

@@ -1,9 +1,9 @@
 """Coverage of the change: which statements the fix (or the revision) edited, which lines of
 them the harness must see run, and whether it did.
 
-A changed line is one whose text differs between the two copies once leading whitespace is
-ignored (wrapping a block in `with torch.no_grad():` changes one line, not the re-indented
-block). Each changed line of a Python file maps to a *unit*, the statement that holds it; a
+A changed line is one whose code differs between the two copies; indentation, spacing and
+comments do not count (wrapping a block in `with torch.no_grad():` changes one line, not the
+re-indented block). Each changed line of a Python file maps to a *unit*, the statement that holds it; a
 unit ran when any of its probe lines produced a line event in a process of the launch:
 - a simple statement: its own lines;
 - the header of a compound statement (`if`, `for`, `with`, ...): the header's lines;
@@ -83,11 +83,28 @@ class Change:
 
 
 # -- what changed -------------------------------------------------------------------------------
+def code_lines(source: str) -> list[str]:
+    """Each line's code tokens, joined by one space: a change of indentation, spacing or a
+    comment is no change of code. A source that does not tokenize: its stripped lines."""
+    import io
+    import tokenize
+
+    count = len(source.splitlines())
+    lines: list[list[str]] = [[] for _ in range(count + 1)]
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in skip and token.start[0] <= count:
+                lines[token.start[0]].append(token.string)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return [line.strip() for line in source.splitlines()]
+    return [" ".join(tokens) for tokens in lines[1:]]
+
+
 def changed_lines(old: str, new: str) -> tuple[set[int], set[int], set[int]]:
     """(after-side changed lines, before-side replaced lines, before-side deleted lines), 1-based,
-    ignoring changes of leading whitespace only."""
-    a = [line.strip() for line in old.splitlines()]
-    b = [line.strip() for line in new.splitlines()]
+    comparing code only (code_lines)."""
+    a, b = code_lines(old), code_lines(new)
     after, replaced, deleted = set(), set(), set()
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag in ("replace", "insert"):
