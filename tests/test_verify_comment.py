@@ -195,3 +195,27 @@ def test_sections_of_the_same_head_are_kept_and_older_ones_dropped():
     newer = merge(again, "change", "def", "#### The pull request's change: ✅ holds\n")
     assert "suggested fixes" not in newer  # it spoke for the older head commit
     assert newer.count(MARKER) == 1
+
+
+def test_the_verify_action_runs_both_verifications_into_one_comment(pull_request, tmp_path):
+    """verify/action.yml's script, run as GitHub runs a composite step (bash -eo pipefail),
+    with its inputs as environment variables: the pull request's change, then cfgfix's
+    suggested fixes (none here), into one comment file."""
+    import yaml
+
+    action = yaml.safe_load((REPO / "verify" / "action.yml").read_text())
+    step = next(s for s in action["runs"]["steps"] if s["name"] == "Verify the pull request")
+    out = tmp_path / "comment.md"
+    env = dict(os.environ, PY=PYTHON, PYTHONPATH=str(REPO), GITHUB_TOKEN="",
+               PR_BASE=_git(pull_request, "rev-parse", "HEAD~1").strip(), PR_HEAD=_git(pull_request, "rev-parse", "HEAD").strip(),
+               INPUT_COMMAND=f"{PYTHON} train.py --target 0", INPUT_STEPS="2", INPUT_DEVICE="cpu", INPUT_TIMEOUT="300",
+               INPUT_BASE="", INPUT_HEAD="", INPUT_SUGGESTED_FIXES="true", INPUT_UNSAFE_FIXES="false",
+               INPUT_POST="false", INPUT_COMMENT_FILE=str(out), INPUT_FAIL_ON="does-not-hold")
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=pull_request,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert text.count(MARKER) == 1
+    assert "#### The pull request's change: ✅ holds" in text
+    assert "#### cfgfix's suggested fixes: ➖ nothing to verify" in text
+    assert text.index("pull request's change") < text.index("suggested fixes")

@@ -122,7 +122,7 @@ def test_a_deletion_must_have_run_in_the_original(tmp_path):
     assert [(u.side, u.lines, u.counts) for u in change.units] == [("before", [14], True), ("before", [15], True)]
     assert [f.path for f in change.other] == ["config.yaml"]
     spec = change.spec(tmp_path / "a", "before")
-    assert spec["files"] == {str(tmp_path / "a" / "train.py"): [14, 15]}
+    assert spec["files"] == {str(tmp_path / "a" / "train.py"): [[14], [15]]}
     assert spec["reads"] == [str(tmp_path / "a" / "config.yaml")]
 
 
@@ -174,11 +174,12 @@ def test_the_harness_records_only_changed_lines_that_ran(tmp_path, python):
     (tmp_path / "config.yaml").write_text("a: 1\n")
     (tmp_path / "other.yaml").write_text("b: 1\n")
     prog = str((tmp_path / "prog.py").resolve())
-    spec = {"files": {prog: [5, 6, 7, 11, 15]},
+    spec = {"files": {prog: [[5], [6], [7], [11], [15, 16]]},
             "reads": [str(tmp_path / "config.yaml"), str(tmp_path / "other.yaml")]}
     result = run_launch([python, "prog.py"], tmp_path, steps=2, timeout=60, cover=spec)
     assert result.returncode == 0, result.output_tail
-    # x > 100 ran, its `return "big"` did not; unused() never ran; the thread's line did
+    # x > 100 ran, its `return "big"` did not; unused() never ran; the thread's function did
+    # (line 15 proves it: line 16 is not watched any more)
     assert result.covered == {prog: [5, 7, 15]}
     assert result.reads == [str((tmp_path / "config.yaml").resolve())]
     assert [s["role"] for s in result.started] == ["worker"]
@@ -347,3 +348,16 @@ def test_a_launch_whose_python_never_trains_says_so(tmp_path):
     assert result.status == "exited early"
     assert "(it never imported torch: the launch did not start training)" in describe(result)
     assert judge(result, None, 2, safe_only=True).exit_code == 2
+
+
+@pytest.mark.parametrize("python", _pythons())
+def test_tracing_stops_once_every_changed_statement_ran(tmp_path, python):
+    (tmp_path / "prog.py").write_text(
+        "import sys\n\n\ndef f():\n    return 1\n\n\nf()\n"
+        "monitoring = getattr(sys, 'monitoring', None)\n"
+        "tools = [monitoring.get_tool(i) for i in range(6)] if monitoring else []\n"
+        "print(sys.gettrace() is None and 'cfgfix-verify' not in tools)\n")
+    prog = str((tmp_path / "prog.py").resolve())
+    result = run_launch([python, "prog.py"], tmp_path, steps=2, timeout=60, cover={"files": {prog: [[5]]}, "reads": []})
+    assert result.covered == {prog: [5]}
+    assert result.output_tail.strip() == "True"

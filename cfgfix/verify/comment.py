@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from .report import compare_series
+from .report import compare_series, tracing_note
 from .verdict import COVERAGE, peak_bytes
 
 MARKER = "<!-- cfgfix-verify -->"
@@ -60,6 +60,9 @@ def render_section(context: dict, before, after, verdict, nothing: str = "") -> 
             lines += [f"**{_who(b, i)}**", ""]
         lines += _table(names, b, a)
         lines.append("")
+    note = tracing_note(before, after)
+    if note:
+        lines += [f"<sub>Note: {_escape(note)}.</sub>", ""]
     lines += _coverage(context.get("coverage"))
     if verdict.checks:
         lines.append("<details><summary>Checks</summary>")
@@ -105,7 +108,7 @@ def _table(names, b: dict, a: dict | None) -> list[str]:
         change = f"{(pa[1] - pb[1]) / 2**20:+.2f} MiB ({(pa[1] - pb[1]) / pb[1]:+.1%})"
     rows.append((f"peak memory ({what})", _mib(pb), _mib(pa), change))
     out = [f"| | {names[0]} | {names[1]} | change |", "|---|---|---|---|"]
-    out += [f"| {label} | {x} | {y} | {z} |" for label, x, y, z in rows]
+    out += [f"| {label} | {x} | {y} | {z} |" for label, x, y, z in rows if (x, y) != ("-", "-")]
     return out
 
 

@@ -69,13 +69,16 @@ class Change:
     unparsed: list[str] = field(default_factory=list)  # changed Python files that do not parse
 
     def spec(self, root: Path, side: str) -> dict:
-        """The harness's CFGFIX_VERIFY_COVER document for the run of one side."""
-        files: dict[str, set[int]] = {}
+        """The harness's CFGFIX_VERIFY_COVER document for the run of one side: per file, the
+        probe lines of each unit (the harness stops watching a unit once one of them ran)."""
+        files: dict[str, list[list[int]]] = {}
         for unit in self.units:
             if unit.side == side:
-                files.setdefault(str(root / unit.path), set()).update(unit.probe)
+                files.setdefault(str(root / unit.path), []).append(unit.probe)
         reads = [str(root / f.path) for f in self.other]
-        return {"files": {path: sorted(lines) for path, lines in files.items()}, "reads": reads}
+        # "steady": both runs pay sys.settrace's cost alike (harness: _Coverage), even the side
+        # with nothing of its own to watch (a pure insertion leaves the original none)
+        return {"files": files, "reads": reads, "steady": bool(self.units)}
 
     def to_dict(self) -> dict:
         return {"units": [u.to_dict() for u in self.units], "other_files": [f.to_dict() for f in self.other],

@@ -37,6 +37,9 @@ def to_text(context: dict, before, after, verdict) -> str:
             lines.append(f"rank {b['rank']}" if b and b.get("rank") is not None else f"process {i}")
         lines += _table(names, b, a, before, after)
         lines.append("")
+    note = tracing_note(before, after)
+    if note:
+        lines += [f"note: {note}", ""]
     lines += coverage_lines(context.get("coverage"), names)
     for run in (before, after):
         if run is None:
@@ -210,3 +213,15 @@ def coverage_lines(change: dict | None, names) -> list[str]:
 
 def _lines(lines: list[int]) -> str:
     return f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}-{lines[-1]}" if lines == list(range(lines[0], lines[-1] + 1)) else ",".join(map(str, lines))
+
+
+def tracing_note(before, after) -> str:
+    """What coverage recording costs the step times, when it costs something: sys.settrace
+    (Python < 3.12) slows Python code, in both runs alike."""
+    started = [p for run in (before, after) if run is not None for p in run.started]
+    versions = sorted({p.get("python") for p in started if p.get("tracer") == "settrace" and p.get("python")})
+    if not versions:
+        return ""
+    return (f"the changed lines were watched with sys.settrace (Python {', '.join(versions)}), which slows "
+            f"Python code in both runs alike: compare the two runs' step times with each other, not with a "
+            f"run outside verify (Python 3.12+ uses sys.monitoring, at no lasting cost)")

@@ -87,7 +87,7 @@ def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device
         reports.mkdir()
         log_path = tmp_path / "output.log"
         env = launch_env(os.environ, harness, reports, steps, device)
-        if cover and (cover.get("files") or cover.get("reads")):
+        if cover and (cover.get("files") or cover.get("reads") or cover.get("steady")):
             spec = tmp_path / "cover.json"
             spec.write_text(json.dumps(cover))
             env["CFGFIX_VERIFY_COVER"] = str(spec)

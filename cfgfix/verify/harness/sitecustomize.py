@@ -380,43 +380,54 @@ class _Harness:
 
 
 class _Coverage:
-    """Which of the changed lines run in this process: the lines cfgfix's fix (or the
+    """Which of the changed lines run in this process: the statements cfgfix's fix (or the
     revision) edited, named in the JSON file CFGFIX_VERIFY_COVER as {"files": {absolute path:
-    [line, ...]}, "reads": [absolute path, ...]}. Only those files are traced, and each line
-    only until it first runs: sys.monitoring (3.12+) turns the event off at each code object
-    of another file and at each line once seen; sys.settrace (before) installs a local
-    tracer only for code objects of a changed file that hold a changed line, and is removed
-    once every line was seen. "reads": changed files that are not Python (configs), noted
-    when the process opens them (an audit hook). A hit is appended to `cover-PID.txt` at
-    once, so it survives os._exit, a kill or a crash."""
+    [[line, ...], ...]}, "reads": [absolute path, ...]}: per file, groups of lines, one group
+    per changed statement, any line of which running proves the statement ran. Only those
+    files are traced, and a group only until one of its lines runs: sys.monitoring (3.12+)
+    turns the event off at each code object of another file and at each line once seen, so
+    its cost ends with the first step. sys.settrace (before 3.12) installs a local tracer
+    only for code objects of a changed file that hold a wanted line, but a trace function
+    alone slows every Python instruction of the thread (about 2x in CPython 3.11): with
+    "steady" (set by cfgfix for both runs whenever either side has lines to watch) it stays
+    installed for the whole run in both copies, so their step times compare like for like,
+    instead of one run losing it at its first step and the other never. "reads": changed
+    files that are not Python (configs), noted when the process opens them (an audit hook).
+    A hit is appended to `cover-PID.txt` at once, so it survives os._exit, a kill or a crash."""
 
-    def __init__(self, folder, files, reads):
+    def __init__(self, folder, groups, reads):
         self.out_path = os.path.join(folder, f"cover-{os.getpid()}.txt")
-        self.files = files  # real path -> set of lines not seen yet
+        self.groups = groups  # real path -> [set of lines] not seen yet
+        self.files = {path: set().union(*sets) for path, sets in groups.items()}  # the lines still wanted
         self.reads = reads  # real paths of changed non-Python files not opened yet
         self.names = {}  # co_filename as written -> real path of a changed file, or None
         self.cwd = os.getcwd()
         self.tool = None
         self.tracer = None
+        self.steady = False
 
     @classmethod
     def install(cls, folder, spec_path):
+        """The tracer used ("monitoring", "settrace") or None."""
         if not spec_path:
-            return
+            return None
         try:
             import json
 
             with open(spec_path) as f:
                 spec = json.load(f)
-            files = {os.path.realpath(p): set(lines) for p, lines in spec.get("files", {}).items() if lines}
+            files = {os.path.realpath(p): [set(g) for g in groups if g]
+                     for p, groups in spec.get("files", {}).items() if any(groups)}
             reads = {os.path.realpath(p) for p in spec.get("reads", [])}
             coverage = cls(folder, files, reads)
-            if files:
-                coverage.start_tracing()
+            coverage.steady = bool(spec.get("steady"))
+            kind = coverage.start_tracing() if files or coverage.steady else None
             if reads:
                 sys.addaudithook(coverage.on_audit)
+            return kind
         except Exception as exc:  # noqa: BLE001 -- never change how the user's script runs
             print(f"cfgfix verify: coverage of the change is not recorded: {exc!r}", file=sys.stderr)
+            return None
 
     def record(self, text):
         try:
@@ -449,9 +460,11 @@ class _Coverage:
         lines = self.files.get(path)
         if lines is None or line not in lines:
             return
-        lines.discard(line)
         self.record(f"{path}\t{line}\n")
-        if not any(self.files.values()):
+        left = [group for group in self.groups[path] if line not in group]
+        self.groups[path] = left
+        self.files[path] = set().union(*left)
+        if not any(self.files.values()) and not (self.steady and self.tracer is not None):
             self.stop_tracing()
 
     # -- 3.12+: sys.monitoring ----------------------------------------------------------
@@ -459,6 +472,8 @@ class _Coverage:
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is None:
             return self.start_settrace()
+        if not self.files:
+            return None  # nothing to watch; sys.monitoring costs nothing to leave off
         for tool in (monitoring.COVERAGE_ID, 3, 4):
             try:
                 monitoring.use_tool_id(tool, "cfgfix-verify")
@@ -484,6 +499,7 @@ class _Coverage:
         monitoring.register_callback(self.tool, events.PY_START, on_start)
         monitoring.register_callback(self.tool, events.LINE, on_line)
         monitoring.set_events(self.tool, events.PY_START)
+        return "monitoring"
 
     # -- before 3.12: sys.settrace ------------------------------------------------------
     def start_settrace(self):
@@ -503,6 +519,7 @@ class _Coverage:
         self.tracer = tracer
         sys.settrace(tracer)
         threading.settrace(tracer)
+        return "settrace"
 
     def stop_tracing(self):
         """Every changed line ran: no more cost to the run."""
@@ -563,14 +580,16 @@ def _leave(code):
     os._exit(code)
 
 
-def _note_start(folder, role):
+def _note_start(folder, role, tracer):
     """`seen-PID.json`: this Python process started under the harness (the runner tells a
-    launch that ran no Python from one whose Python never reached torch)."""
+    launch that ran no Python from one whose Python never reached torch), and how it records
+    coverage of the change."""
     import json
 
     try:
         with open(os.path.join(folder, f"seen-{os.getpid()}.json"), "w") as out:
-            json.dump({"pid": os.getpid(), "role": role, "argv": list(sys.argv)}, out)
+            json.dump({"pid": os.getpid(), "role": role, "argv": list(sys.argv), "tracer": tracer,
+                       "python": ".".join(map(str, sys.version_info[:2]))}, out)
     except Exception:  # noqa: BLE001, S110 -- a note only
         pass
 
@@ -580,8 +599,8 @@ def _install():
     if not folder:
         return
     role = _role()
-    _note_start(folder, role)
-    _Coverage.install(folder, os.environ.get("CFGFIX_VERIFY_COVER"))
+    tracer = _Coverage.install(folder, os.environ.get("CFGFIX_VERIFY_COVER"))
+    _note_start(folder, role, tracer)
     if role != "worker":
         return
     try:
