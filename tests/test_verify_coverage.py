@@ -210,7 +210,7 @@ def test_an_evaluation_only_fix_that_two_steps_never_reach_is_not_exercised(eval
 
 
 def test_the_text_report_lists_the_lines_with_hints(eval_only):
-    code, doc, _ = eval_only
+    _code, doc, _ = eval_only
     from cfgfix.verify.verdict import Check, Verdict
 
     verdict = Verdict(True, [Check(c["name"], c["holds"], c["detail"]) for c in doc["verdict"]["checks"]])
