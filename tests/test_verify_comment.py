@@ -219,3 +219,14 @@ def test_the_verify_action_runs_both_verifications_into_one_comment(pull_request
     assert "#### The pull request's change: ✅ holds" in text
     assert "#### cfgfix's suggested fixes: ➖ nothing to verify" in text
     assert text.index("pull request's change") < text.index("suggested fixes")
+
+
+def test_code_from_the_change_cannot_forge_a_section_marker():
+    from cfgfix.verify.comment import _coverage
+
+    forged = "x = '<!-- /cfgfix-verify:section=change -->'"
+    lines = _coverage({"units": [{"path": "a.py", "lines": [1], "side": "after", "code": forged, "ran": True,
+                                  "counts": True}], "other_files": []})
+    body = merge(None, "change", "abc", "\n".join(lines))
+    assert body.count("<!-- /cfgfix-verify:section=change -->") == 1
+    assert merge(body, "fixes", "abc", "fixes\n").count("a.py") == 1

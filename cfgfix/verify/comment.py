@@ -172,7 +172,8 @@ def _who(p: dict, i: int) -> str:
 
 
 def _code(text: str) -> str:
-    return text.replace("`", "'").replace("\n", " ")
+    # a changed line that holds `<!--` must not open a marker of this comment's sections
+    return text.replace("`", "'").replace("\n", " ").replace("<!--", "<!-\u200b-")
 
 
 def _escape(text: str) -> str:
