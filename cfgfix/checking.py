@@ -72,18 +72,7 @@ class Run:
         """Each group's engine on its files, the results merged as one run's."""
         from cfgfix.engine import RunResult
 
-        if len(self.groups) == 1:
-            _, engine, files = self.groups[0]
-            return engine.run(files)
-        findings, sources, errors, count = [], {}, [], 0
-        for _, engine, files in self.groups:
-            result = engine.run(files)
-            findings.extend(result.findings)
-            sources.update(result.sources)
-            errors.extend(result.errors)
-            count += result.files
-        findings.sort(key=lambda f: f.sort_key())
-        return RunResult(findings, sources, errors, count)
+        return RunResult.merged([engine.run(files) for _, engine, files in self.groups])
 
 
 def settings_tree(config_file, isolated=False, select=None, ignore=None, extend_select=None, gpu=None,

@@ -333,7 +333,7 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
                    isolated=isolated)
     engine, settings = run.engines[0], run.settings
     try:
-        result = build_review(engine, settings, base, head, list(paths), Path.cwd(), unsafe_fixes)
+        result = build_review(engine, settings, base, head, list(paths), Path.cwd(), unsafe_fixes, run.tree)
     except (GitError, ValueError) as exc:
         _fail(str(exc))
     rules = all_rules()

@@ -462,6 +462,15 @@ class RunResult:
     errors: list[str]
     files: int
 
+    @classmethod
+    def merged(cls, results: list[RunResult]) -> RunResult:
+        """Several engines' runs (one per settings file) as one run's result."""
+        if len(results) == 1:
+            return results[0]
+        findings = sorted((f for r in results for f in r.findings), key=Finding.sort_key)
+        sources = {k: v for r in results for k, v in r.sources.items()}
+        return cls(findings, sources, [e for r in results for e in r.errors], sum(r.files for r in results))
+
 
 class Engine:
     """Lints a set of files with the project's settings; the one entry point for commands."""

@@ -201,6 +201,25 @@ def test_paths_limit_and_clean(repo):
     assert "No findings on changed lines (2 changed files)." in result.output
 
 
+def test_each_changed_file_is_reviewed_with_its_closest_settings(repo):
+    """As `check`: a subproject's cfgfix.toml replaces the repository's for its files."""
+    _git(repo, "checkout", "-q", "main")
+    (repo / "cfgfix.toml").write_text('ignore = ["CFX101"]\n')
+    (repo / "sub").mkdir()
+    (repo / "sub" / "cfgfix.toml").write_text('ignore = ["CFX9"]\n')
+    (repo / "sub" / "train.py").write_text(BASE_TRAIN)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "configs")
+    _git(repo, "checkout", "-q", "feature")
+    _git(repo, "rebase", "-q", "main")
+    (repo / "sub" / "train.py").write_text(PR_TRAIN)
+    result = _review("--output-format", "json", "--fail-on", "none")
+    assert result.exit_code == 0, result.output
+    codes = {(c["path"], c["code"]) for c in json.loads(result.output)}
+    assert ("sub/train.py", "CFX101") in codes  # sub/cfgfix.toml: not the root's ignore
+    assert ("train.py", "CFX101") not in codes and ("train.sh", "CFX105") in codes  # the root's
+
+
 # -- posting ----------------------------------------------------------------------------------
 class FakeGitHub:
     """A tiny threaded stand-in for the endpoints `--post` calls; answers from a script."""

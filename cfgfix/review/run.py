@@ -13,15 +13,17 @@ def _real(path) -> str:
     return os.path.realpath(path)
 
 
-def linked_files(engine, settings, changed_sfs):
+def linked_files(engine, settings, changed_sfs, tree=None):
     """Files the project model ties to a changed file: a changed launch script brings in the
     script it starts and its accelerate config, and a changed script or config brings in
-    the launch scripts that start or use it (their lines only count when changed)."""
+    the launch scripts that start or use it (their lines only count when changed). With the
+    run's SettingsTree, the project is the files that use `settings` (not a subproject's)."""
     from cfgfix.engine import LAUNCH_TOKENS, SHELL_KINDS
     from cfgfix.project import LaunchFacts, _resolve
-    from cfgfix.workspace import discover
+    from cfgfix.workspace import discover_groups
 
-    project_files, _ = discover([settings.root], settings)
+    groups, _ = discover_groups([settings.root], tree or settings, only=settings)
+    project_files = [sf for _, group in groups for sf in group]
     by_real = {_real(sf.path): sf for sf in project_files}
     changed = {_real(sf.path) for sf in changed_sfs}
     extra = {}
@@ -47,9 +49,13 @@ def linked_files(engine, settings, changed_sfs):
 
 
 def build_review(engine, settings, base: str | None, head: str | None, paths: list[Path], cwd: Path,
-                 unsafe_fixes: bool = False) -> Review:
+                 unsafe_fixes: bool = False, tree=None) -> Review:
+    """The review of the changed lines. With the run's SettingsTree, each changed file is
+    linted with the settings file closest to it (as `check` does), `engine` serving the files
+    that use `settings` and an engine per other settings file the others."""
     from cfgfix.documents.text import DecodeError, SourceText
-    from cfgfix.workspace import discover
+    from cfgfix.engine import Engine, RunResult
+    from cfgfix.workspace import discover_groups
 
     root = repo_root(cwd)
     if head is not None and git(root, "rev-parse", f"{head}^{{commit}}").strip() != git(root, "rev-parse", "HEAD").strip():
@@ -61,11 +67,17 @@ def build_review(engine, settings, base: str | None, head: str | None, paths: li
         changed = [cf for cf in changed if any(_inside(_real(root / cf.path), w) for w in wanted)]
     by_path = {cf.path: cf for cf in changed}
     on_disk = [root / cf.path for cf in changed if (root / cf.path).is_file()]
-    changed_sfs, _ = discover(on_disk, settings) if on_disk else ([], [])
-    files = changed_sfs + linked_files(engine, settings, changed_sfs)
-    result = engine.run(files) if files else None
+    groups, _ = discover_groups(on_disk, tree or settings) if on_disk else ([], [])
+    runs, linted = [], 0
+    for group_settings, changed_sfs in groups:
+        group_engine = engine if group_settings is settings else Engine(
+            group_settings, use_cache=engine.cache is not None, tree=tree)
+        files = changed_sfs + linked_files(group_engine, group_settings, changed_sfs, tree)
+        runs.append(group_engine.run(files))
+        linted += len(files)
+    result = RunResult.merged(runs) if runs else None
     commit = git(root, "rev-parse", head or "HEAD").strip()
-    review = Review(commit_id=commit, changed=changed, linted=len(files))
+    review = Review(commit_id=commit, changed=changed, linted=linted)
     review.errors = result.errors if result else []
     if result is None:
         return review
