@@ -22,11 +22,26 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"cfgfix {__version__}")
         raise SystemExit(0)
+    from cfgfix import interrupts
+
+    interrupts.install()
+    try:
+        _dispatch(args, fast_exit=argv is None)
+    except KeyboardInterrupt as stop:
+        interrupts.exit_for(stop)
+    except SystemExit as done:
+        if interrupts.received is None or done.code == interrupts.exit_code(interrupts.received):
+            raise
+        # click turned the stop into "Aborted!" and exit 1: exit as the signal says
+        interrupts.exit_for(interrupts.Interrupted(interrupts.received))
+
+
+def _dispatch(args: list[str], fast_exit: bool) -> None:
     if args[:1] == ["check"]:
         _collect_less()
         options = _check_options(args[1:])
         if options is not None and _utf8(sys.stdout) and _utf8(sys.stderr):
-            _run_check(options, fast_exit=argv is None)
+            _run_check(options, fast_exit=fast_exit)
     from cfgfix.commands import cli
 
     cli.main(args=args, prog_name="cfgfix")
@@ -86,9 +101,10 @@ def _check_options(args: list[str]) -> dict | None:
 
 
 def _run_check(options: dict, fast_exit: bool = False) -> None:
-    """Run `check` as click's standalone mode would: Ctrl-C prints "Aborted!" and exits 1, a
-    closed pipe exits 1 quietly. With `fast_exit` (the process's own entry point, never a
-    caller in the same process), the process ends without tearing the interpreter down."""
+    """Run `check` as click's standalone mode would, but for a stop signal: Ctrl-C, SIGTERM
+    or SIGHUP exit 128 + the signal (cfgfix.interrupts); a closed pipe exits 1 quietly. With
+    `fast_exit` (the process's own entry point, never a caller in the same process), the
+    process ends without tearing the interpreter down."""
     import errno
 
     try:
@@ -97,9 +113,16 @@ def _run_check(options: dict, fast_exit: bool = False) -> None:
         check(**options, exiting=fast_exit)
     except SystemExit as done:
         if fast_exit:
-            _exit_without_teardown(done.code)
+            from cfgfix import interrupts
+
+            stopped = interrupts.received
+            _exit_without_teardown(done.code if stopped is None else interrupts.exit_code(stopped))
         raise
-    except (EOFError, KeyboardInterrupt):
+    except KeyboardInterrupt as stop:
+        from cfgfix import interrupts
+
+        interrupts.exit_for(stop)
+    except EOFError:
         sys.stderr.write("\nAborted!\n")
         sys.stderr.flush()
         raise SystemExit(1) from None

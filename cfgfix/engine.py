@@ -685,11 +685,13 @@ class Engine:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         context = multiprocessing.get_context(method)
         workers = min(self.jobs, 8)
-        from concurrent.futures import ProcessPoolExecutor
+        from cfgfix.pool import map_in_pool
 
-        with ProcessPoolExecutor(workers, context, _init_worker, (self.codes, self.versions, self.linter.record_deps)) as pool:
-            chunk = max(1, len(jobs) // (workers * 8))
-            return [FileResult.from_dict(d) for d in pool.map(_lint_in_worker, jobs, chunksize=chunk)]
+        # the workers die with this process, however it ends (cfgfix/pool.py)
+        chunk = max(1, len(jobs) // (workers * 8))
+        init = (self.codes, self.versions, self.linter.record_deps)
+        return [FileResult.from_dict(d)
+                for d in map_in_pool(context, workers, _init_worker, init, _lint_in_worker, jobs, chunk)]
 
     # -- one file, with the project in view ---------------------------------------------------
     def lint_one(self, sf: SourceFile, data: bytes, sources: dict[str, SourceText]) -> list[Finding]:

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cfgfix"
 
 # Lowest first. A module may import its own layer (without a cycle) and any layer below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("cfgfix", "cfgfix.core", "cfgfix.records", "cfgfix.__main__"),  # the version, the shared value types
+    ("cfgfix", "cfgfix.core", "cfgfix.records", "cfgfix.__main__", "cfgfix.interrupts", "cfgfix.pool",
+     "cfgfix.git_command"),  # the version, the shared value types
     ("cfgfix.documents",),
     ("cfgfix.fixing",),  # edits applied to documents, atomic writes
     ("cfgfix.analysis",),

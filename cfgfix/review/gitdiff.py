@@ -13,6 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from cfgfix import git_command
 from cfgfix.records import dataclass, field
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
@@ -43,10 +44,10 @@ class ChangedFile:
 
 
 def git(root: Path, *args: str) -> str:
-    # No external diff drivers or textconv filters: the repository cannot make us run code.
-    command = ["git", "-c", "core.quotepath=off", *args]
+    # The repository cannot make git run code (cfgfix/git_command.py); diffs also take
+    # --no-ext-diff and --no-textconv.
     try:
-        done = subprocess.run(command, cwd=root, capture_output=True, timeout=120, check=False)
+        done = git_command.run(root, "-c", "core.quotepath=off", *args, timeout=120)
     except FileNotFoundError:
         raise GitError("git is not installed") from None
     except subprocess.TimeoutExpired:

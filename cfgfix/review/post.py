@@ -18,7 +18,9 @@ import urllib.parse
 import urllib.request
 
 from cfgfix.records import dataclass
+from cfgfix.review import transport
 from cfgfix.review.review import MARKER
+from cfgfix.review.scrub import Scrubber
 
 DEFAULT_API = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -103,7 +105,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 MAX_REDIRECTS = 3
 
@@ -119,15 +120,21 @@ def _sleep(seconds: float) -> None:
 
 
 class Client:
+    """Every string this client raises or logs passes `self.scrub` whole, before any cut
+    (cfgfix/review/scrub.py); each exchange has a deadline and a size bound
+    (cfgfix/review/transport.py)."""
+
     def __init__(self, target: Target, sleep=None, clock=time.time, log=None) -> None:
         self.target = target
+        self.scrub = Scrubber(target.token)
         # Looked up at call time, so tests can replace the module's `_sleep`.
         self.sleep = sleep or (lambda seconds: _sleep(seconds))
         self.clock = clock
-        self.log = log or (lambda message: None)
+        log = log or (lambda message: None)
+        self.log = lambda message: log(self.scrub(message))
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self.target.token, "***") if self.target.token else text
+    def _error(self, message: str) -> PostError:
+        return PostError(self.scrub(message))
 
     def request(self, method: str, path: str, payload=None):
         url = self.target.api_url + path
@@ -145,45 +152,48 @@ class Client:
         while attempt <= MAX_ATTEMPTS:
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
-                with _OPENER.open(request, timeout=30) as response:
-                    body = response.read()
+                _, _, body = transport.exchange(request, _NoRedirect())
                 return self._decode(method, path, body)
+            except transport.TransportError as exc:  # a drip or a flood: another try would be the same
+                raise self._error(f"GitHub's answer to {method} {path}: {exc}") from None
+            except MemoryError:
+                raise self._error(f"GitHub's answer to {method} {path} does not fit in memory") from None
             except urllib.error.HTTPError as exc:
-                try:
-                    body = exc.read().decode("utf-8", "replace")
-                except (OSError, http.client.HTTPException):
-                    body = ""
+                body = getattr(exc, "body", b"").decode("utf-8", "replace")
                 if 300 <= exc.code < 400:
                     url = self._follow(method, path, url, exc.code, exc.headers.get("Location"))
                     redirects += 1
                     if redirects > MAX_REDIRECTS:
-                        raise PostError(self._scrub(f"GitHub redirected {method} {path} more than {MAX_REDIRECTS} times")) from None
+                        raise self._error(f"GitHub redirected {method} {path} more than {MAX_REDIRECTS} times")
                     continue
                 wait = self._retry_wait(exc.code, exc.headers, body, attempt)
                 if wait is None or attempt == MAX_ATTEMPTS:
-                    raise PostError(self._explain(method, path, exc.code, body)) from None
+                    raise self._error(self._explain(method, path, exc.code, body)) from None
                 self.log(f"{method} {path}: HTTP {exc.code}, retrying in {wait:g} s")
                 self.sleep(wait)
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
                 if attempt == MAX_ATTEMPTS:
-                    raise PostError(self._scrub(f"cannot reach {self.target.api_url}: {getattr(exc, 'reason', exc)}")) from None
+                    reason = getattr(exc, "reason", exc)
+                    raise self._error(f"cannot reach {self.target.api_url}: {reason}") from None
                 self.sleep(min(MAX_WAIT, 2.0 ** (attempt - 1)))
             attempt += 1
-        raise PostError(self._scrub(f"gave up on {method} {path} after {MAX_ATTEMPTS} attempts"))
+        raise self._error(f"gave up on {method} {path} after {MAX_ATTEMPTS} attempts")
 
     def _follow(self, method: str, path: str, url: str, status: int, location: str | None) -> str:
         """Where a redirected read goes next; a PostError for anything else. A write that is
         redirected did not happen (urllib would have re-sent it as a GET and reported
         success), and the token never leaves the API's origin."""
         if method in _WRITES:
-            raise PostError(self._scrub(f"GitHub answered {method} {path} with a redirect (HTTP {status}) "
-                                        f"to {location or 'nowhere'}: nothing was written; check GITHUB_API_URL"))
+            where = self.scrub.excerpt(location, 200) if location else "nowhere"
+            raise self._error(f"GitHub answered {method} {path} with a redirect (HTTP {status}) "
+                              f"to {where}: nothing was written; check GITHUB_API_URL")
         if not location:
-            raise PostError(self._scrub(f"GitHub answered {method} {path} with HTTP {status} and no Location"))
+            raise self._error(f"GitHub answered {method} {path} with HTTP {status} and no Location")
         target = urllib.parse.urljoin(url, location)
         if _origin(target) != _origin(self.target.api_url):
-            raise PostError(self._scrub(f"GitHub redirected {method} {path} to another origin ({target[:120]}); "
-                                        f"the token is not sent there: check GITHUB_API_URL"))
+            where = self.scrub.excerpt(target, 120)
+            raise self._error(f"GitHub redirected {method} {path} to another origin ({where}); "
+                              f"the token is not sent there: check GITHUB_API_URL")
         return target
 
     def _decode(self, method: str, path: str, body: bytes):
@@ -192,7 +202,8 @@ class Client:
         try:
             return json.loads(body)
         except (ValueError, RecursionError):
-            raise PostError(self._scrub(f"GitHub's answer to {method} {path} is not JSON: {body[:120]!r}")) from None
+            text = self.scrub.excerpt(body.decode("utf-8", "replace"), 120)
+            raise self._error(f"GitHub's answer to {method} {path} is not JSON: {text!r}") from None
 
     def _retry_wait(self, status: int, headers, body: str, attempt: int) -> float | None:
         limited = status == 429 or (status == 403 and (
@@ -214,21 +225,23 @@ class Client:
         detail = ""
         try:
             data = json.loads(body)
-            detail = data.get("message", "")
+            detail = str(data.get("message", ""))
             errors = data.get("errors")
             if errors:
                 detail += ": " + "; ".join(e if isinstance(e, str) else json.dumps(e) for e in errors)
         except (ValueError, AttributeError, TypeError, RecursionError):  # not JSON, or not an object
-            detail = body[:200]
+            detail = body
         base = _STATUS_HELP.get(status, f"GitHub answered HTTP {status}")
-        return self._scrub(f"{base} [{method} {path}]" + (f" ({detail})" if detail else ""))
+        detail = self.scrub.excerpt(detail, 400) if detail else ""
+        return f"{base} [{method} {path}]" + (f" ({detail})" if detail else "")
 
     def pages(self, path: str) -> list:
         items, page = [], 1
         while page <= 50:
             batch = self.request("GET", f"{path}?per_page=100&page={page}") or []
             if not isinstance(batch, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), int) for i in batch):
-                raise PostError(f"GitHub's answer to GET {path} is not a list of objects with ids: {str(batch)[:120]}")
+                raise self._error(f"GitHub's answer to GET {path} is not a list of objects with ids: "
+                                  f"{self.scrub.excerpt(batch, 120)}")
             items.extend(batch)
             if len(batch) < 100:
                 break

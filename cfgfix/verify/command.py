@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cfgfix import interrupts
+from cfgfix.interrupts import Interrupted
 from cfgfix.records import asdict, dataclass
 from cfgfix.review.gitdiff import GitError
 
@@ -83,20 +85,6 @@ def project_launch(folder: Path) -> tuple[list[str] | None, str]:
     return ["bash", os.path.relpath(scripts[0], folder)], why
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (a CI timeout, `timeout 2 cfgfix verify`, a closed terminal). A
-    KeyboardInterrupt, so it unwinds the way Ctrl-C does: the running launch's process group
-    is stopped (runner.run_launch) and the temporary folders are removed on the way out."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _interrupt(signum, _frame) -> None:
-    raise Interrupted(signum)
-
-
 def run(options: Options, out=None, err=None) -> int:
     """`verify`, with SIGTERM and SIGHUP turned into a clean stop: the launch (its whole
     process group) is killed, its folders removed, and the exit code is the signal's (128+N),
@@ -108,7 +96,7 @@ def run(options: Options, out=None, err=None) -> int:
     if threading.current_thread() is not threading.main_thread():
         return _verify(options, out, err)
     names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
-    previous = {n: signal.signal(getattr(signal, n), _interrupt) for n in names}
+    previous = {n: signal.signal(getattr(signal, n), interrupts.handler) for n in names}
     try:
         return _verify(options, out, err)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP as Interrupted

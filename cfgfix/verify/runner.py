@@ -101,7 +101,7 @@ def run_launch(command: list[str], cwd: Path, steps: int, timeout: float, device
                 return result
             try:
                 result.returncode = _wait(proc, reports, started, timeout, label, steps, progress)
-            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (command.Interrupted)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cfgfix.interrupts.Interrupted)
                 _stop(proc, reports, quick=True)
                 proc.wait()
                 raise

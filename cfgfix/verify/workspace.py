@@ -17,6 +17,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from cfgfix import git_command
 from cfgfix.records import dataclass, field
 
 SKIP_NAMES = frozenset({
@@ -135,7 +136,9 @@ def apply_fixes(root: Path, unsafe: bool) -> list[AppliedFix]:
 # -- git revisions ------------------------------------------------------------------------
 def _git(folder: Path, *args: str) -> bytes:
     try:
-        done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, check=False)
+        # the checked repository's config runs nothing (cfgfix/git_command.py): `git archive`
+        # would run its smudge filters
+        done = git_command.run(folder, *args, timeout=None)
     except FileNotFoundError:
         raise WorkspaceError("git is not installed") from None
     if done.returncode != 0:
