@@ -26,7 +26,7 @@ from cfgfix.project import LaunchFacts, ProjectModel
 from cfgfix.records import dataclass, field, replace
 from cfgfix.settings import Settings, enabled_codes, ignored_codes_for
 from cfgfix.suppressions import is_suppressed, parse_directives, removal_edit
-from cfgfix.workspace import SourceFile
+from cfgfix.workspace import SourceFile, link_leaving
 
 
 @lru_cache(maxsize=1)
@@ -751,7 +751,13 @@ class Engine:
         source = display_source(sf, data)
         if source is None:
             return findings
-        if findings:
+        outside = findings and link_leaving(sf.path, self.settings.root)
+        if outside:
+            # a link to a file outside the project (`.env -> ../secret.txt`): its lines stay
+            # out of every report; the findings say where the link goes instead
+            findings = [replace(f, message=f"{f.message} ({sf.display} links to {outside}, outside the "
+                                            f"project: its lines are not shown)") for f in findings]
+        elif findings:
             sources[sf.display] = source
             if sf.kind == "notebook":
                 findings = [_lines_to_cells(f, source) for f in findings]
@@ -761,7 +767,8 @@ class Engine:
         kept = [f for f in findings if f.code == "CFX901" or not is_suppressed(f, directives)]
         if "CFX902" in self.codes and "CFX902" not in ignored:
             kept.extend(self._unused(source, directives))
-            sources[sf.display] = source
+            if not link_leaving(sf.path, self.settings.root):
+                sources[sf.display] = source
         return kept
 
     def _unused(self, source: SourceText, directives) -> list[Finding]:

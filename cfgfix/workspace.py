@@ -241,6 +241,14 @@ def _ancestor_ignores(folder: str, root: str) -> list[_IgnoreFile]:
 # ----------------------------------------------------------------------------- walking
 
 
+def link_leaving(path, root) -> str | None:
+    """Where `path` points when it is a symbolic link to a file outside `root`, else None."""
+    if not os.path.islink(path):
+        return None
+    real = os.path.realpath(path)
+    return None if _is_under(real, os.path.realpath(root)) else real
+
+
 def _is_under(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 

@@ -48,3 +48,10 @@ def no_installed_versions(request, monkeypatch):
     if request.module.__name__.endswith("test_versions"):
         return  # those tests exercise the installed fallback themselves
     monkeypatch.setattr(versions, "_installed", lambda name: versions.VersionInfo(name, "", ""))
+
+
+@pytest.fixture(autouse=True)
+def _not_in_github_actions(monkeypatch):
+    """The suite may run inside GitHub Actions; `verify`'s guard reads GITHUB_ACTIONS, and a
+    test that clears GITHUB_EVENT_NAME means a local run."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)

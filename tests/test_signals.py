@@ -200,3 +200,27 @@ def test_python_dash_m_ignores_the_projects_own_modules(tmp_path):
                               capture_output=True, timeout=120)
         assert b"PWNED" not in proc.stdout + proc.stderr, command
         assert proc.returncode in (0, 1), (command, proc.stderr.decode(errors="replace")[-800:])
+
+
+def test_a_link_out_of_the_project_is_reported_without_its_lines(tmp_path):
+    """`.env -> ../secret.txt`: the findings say where the link goes; no line of the target
+    reaches the output, in any format."""
+    project = tmp_path / "project"
+    project.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("API_KEY=sk-live-0123456789abcdef\nPYTORCH_CUDA_ALLOC_CONF=expandable_segments:Ture\n")
+    (project / ".env").symlink_to(secret)
+    (project / "inside.env").write_text("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:Ture\n")
+    for fmt in ("text", "json", "sarif", "github", "concise"):
+        proc = subprocess.run([sys.executable, "-m", "cfgfix", "check", "--no-cache", "--output-format", fmt, "."],
+                              cwd=project, env=_env(), capture_output=True, timeout=120)
+        if fmt == "concise" and proc.returncode == 2:
+            continue  # an older CLI without the concise format
+        out = proc.stdout.decode()
+        assert proc.returncode == 1, (fmt, proc.stderr.decode())
+        assert "sk-live" not in out and "API_KEY" not in out, (fmt, out)
+        assert "links to" in out and "outside the project" in out, (fmt, out)
+    # a file inside the project keeps its code frame
+    proc = subprocess.run([sys.executable, "-m", "cfgfix", "check", "--no-cache", "inside.env"],
+                          cwd=project, env=_env(), capture_output=True, timeout=120)
+    assert b"expandable_segments:Ture" in proc.stdout

@@ -15,17 +15,39 @@ INSTALL_HINT = "pip install 'cfgfix[verify]'"
 # Events whose workflow may run code that a pull request wrote: trusted only when the
 # payload proves the code comes from this repository itself.
 _PULL_REQUEST_EVENTS = ("pull_request", "pull_request_review", "pull_request_review_comment")
+_CHECKED_EVENTS = (*_PULL_REQUEST_EVENTS, "workflow_run", "issue_comment")
+
+# Events whose workflow runs the repository's own code (a pushed ref, the default branch),
+# exactly as GitHub names them (lower case). Any other name, an empty one, or one in another
+# case is refused: GitHub sends none of those, and a guard that lets through what it does
+# not know fails open (`workflow_call` is never an event name: a called workflow sees its
+# caller's event; `merge_group` and the check events can carry a pull request's commits).
+TRUSTED_EVENTS = frozenset({
+    "push", "schedule", "workflow_dispatch", "repository_dispatch", "release", "create", "delete",
+    "deployment", "deployment_status", "issues", "label", "milestone", "discussion", "discussion_comment",
+    "gollum", "page_build", "public", "watch", "fork", "registry_package", "branch_protection_rule",
+    "project", "project_card", "project_column",
+})
 
 
 def untrusted_event(environ: Mapping[str, str]) -> str | None:
     """Why this GitHub Actions event is untrusted, or None. Untrusted unless proven trusted:
     an event that can carry a pull request's code needs a readable payload that shows the
-    code comes from this repository; a missing or malformed payload is a refusal."""
-    event = environ.get("GITHUB_EVENT_NAME", "")
+    code comes from this repository; a missing or malformed payload is a refusal, and so is
+    an event name GitHub does not send."""
+    event = environ.get("GITHUB_EVENT_NAME")
+    if event is None:
+        if environ.get("GITHUB_ACTIONS") == "true":
+            return "GITHUB_ACTIONS is true but GITHUB_EVENT_NAME is unset: nothing shows where the code comes from"
+        return None  # a local run: the user's own code
     if event == "pull_request_target":
         return "GITHUB_EVENT_NAME is pull_request_target: the workflow runs a pull request's code with the base repository's secrets"
-    if event not in (*_PULL_REQUEST_EVENTS, "workflow_run", "issue_comment"):
-        return None  # push, schedule, workflow_dispatch, a local run: the repository's own code
+    if event in TRUSTED_EVENTS:
+        return None
+    if event not in _CHECKED_EVENTS:
+        shown = event[:60] if event.isprintable() else repr(event[:60])
+        return (f"GITHUB_EVENT_NAME is {shown!r}, not an event GitHub sends (names are exact, in lower case): "
+                f"verify runs only where it can tell whose code it runs")
     path = environ.get("GITHUB_EVENT_PATH")
     if not path:
         return f"GITHUB_EVENT_NAME is {event} but GITHUB_EVENT_PATH is unset: nothing shows where the code comes from"
