@@ -84,6 +84,11 @@ def tie_to_parent(parent: int) -> None:
         os.setpgid(0, 0)
     except (OSError, AttributeError):
         pass
+    die_with_parent(parent)
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when `parent` (its parent's pid when it started) ends."""
     _death_signal()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)

@@ -1,5 +1,6 @@
 """What DeepSpeed knows, as data: top-level config keys (any version from 0.10 to 0.19; an
-unknown one is silently ignored), the deprecated forms and the keys removed in 0.19 [C12]."""
+unknown one is silently ignored), the deprecated forms and the keys removed in 0.19.7 and
+0.19.8 [C12]."""
 
 # Every top-level key some supported DeepSpeed version reads (runtime/config.py and the
 # get_*_config helpers it calls: monitors, profilers, data efficiency, autotuning, ...).
@@ -25,23 +26,30 @@ domino autotp sequence_parallel fp8 fp16_master_weights_and_grads
 # Keys the HF/accelerate integrations read from the same file (never DeepSpeed's own).
 INTEGRATION_KEYS = frozenset({"gradient_clipping"})
 
-# Keys that DeepSpeed 0.19 rejects with DeepSpeedConfigError [C12]; the message to quote.
-REMOVED_IN_019 = {
-    "amp": "NVIDIA Apex AMP integration has been removed; use 'fp16', 'bf16' or 'torch_autocast'",
-    "elasticity": "elastic training support has been removed",
-    "nebula": "the Nebula checkpoint engine has been removed",
-    "compression_training": "compression training has been removed",
-    "quantize_training": "quantize training has been removed",
-    "sparse_gradients": "sparse gradients have been removed",
-    "eigenvalue": "the eigenvalue computation has been removed",
-    "sparse_attention": "sparse attention has been removed",
-    "graph_harvesting": "graph harvesting has been removed",
-    "curriculum_learning": "the legacy curriculum learning block has been removed (use data_efficiency)",
-    "progressive_layer_drop": "progressive layer drop has been removed",
+# Keys DeepSpeed rejects with DeepSpeedConfigError (`_reject_removed_config_keys` in
+# runtime/config.py), with the release that began to, read from the sdists: 0.19.6 has no
+# such list, 0.19.7 rejects six keys, 0.19.8 fourteen [C12]. Present at all is enough (a
+# `null` or `{"enabled": false}` block is rejected too). Key -> (what DeepSpeed says, since).
+REMOVED_TOP_LEVEL = {
+    "nebula": ("Nebula checkpointing has been removed", "0.19.7"),
+    "compression_training": ("the DeepSpeed compression library has been removed", "0.19.7"),
+    "quantize_training": ("Mixture-of-Quantization (MoQ) / 'quantize_training' has been removed", "0.19.7"),
+    "sparse_attention": ("DeepSpeed Sparse Attention has been removed", "0.19.7"),
+    "amp": ("NVIDIA Apex AMP integration has been removed; use 'fp16', 'bf16' or 'torch_autocast'", "0.19.8"),
+    "sparse_gradients": ("sparse compression of dense embedding gradients has been removed", "0.19.8"),
+    "eigenvalue": ("eigenvalue-based Mixture-of-Quantization has been removed", "0.19.8"),
+    "elasticity": ("elastic training has been removed; set the batch sizes directly", "0.19.8"),
+    "graph_harvesting": ("graph harvesting has been removed", "0.19.8"),
+    "curriculum_learning": ("the legacy top-level curriculum_learning has been removed "
+                            "(use data_efficiency.data_sampling.curriculum_learning)", "0.19.8"),
+    "progressive_layer_drop": ("Progressive Layer Dropping has been removed", "0.19.8"),
 }
-# Under zero_optimization: `mics_*` and `zeropp_loco_param`.
-REMOVED_ZERO_PREFIXES = ("mics_",)
-REMOVED_ZERO_KEYS = frozenset({"zeropp_loco_param"})
+# The same, under `zero_optimization`.
+REMOVED_ZERO = {
+    "mics_shard_size": ("MiCS ZeRO-3 sharding has been removed", "0.19.7"),
+    "mics_hierarchical_params_gather": ("MiCS ZeRO-3 sharding has been removed", "0.19.7"),
+    "zeropp_loco_param": ("LoCo-Zero++ has been removed (ZeRO++ quantized gradients work without it)", "0.19.8"),
+}
 
 # ZeRO options DeepSpeed reads under two names [C12]. `DeepSpeedZeroConfig`
 # (runtime/zero/config.py) declares each as a pydantic field with a `stage3_*` alias, and

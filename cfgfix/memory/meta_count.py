@@ -72,4 +72,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from cfgfix.pool import die_with_parent
+
+    die_with_parent(os.getppid())  # `estimate --simulate` killed: the user's module stops too
     raise SystemExit(main(sys.argv[1:]))

@@ -153,6 +153,7 @@ def launch_env(base, harness: Path, reports: Path, steps: int, device: str) -> d
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), base.get("PYTHONPATH", "")) if p)
     env["CFGFIX_VERIFY_DIR"] = str(reports)
     env["CFGFIX_VERIFY_STEPS"] = str(steps)
+    env["CFGFIX_VERIFY_PARENT"] = str(os.getpid())  # the launch dies with verify (harness)
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the script's own `cuda if available else cpu` picks the CPU
     return env

@@ -594,10 +594,38 @@ def _note_start(folder, role, tracer):
         pass
 
 
+def _watch_verify(parent):
+    """The launch ends with the `cfgfix verify` that started it: killed with SIGKILL or by the
+    OOM killer, verify cannot stop its launch, which would train on, holding the GPU. Every
+    Python process of the launch watches verify's pid and kills the launch's process group
+    (its own session, runner.run_launch) once that pid is gone."""
+    import signal
+    import threading
+    import time
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                try:
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+                finally:
+                    os._exit(137)
+            except OSError:
+                pass  # alive, another user's (EPERM)
+
+    threading.Thread(target=watch, name="cfgfix-verify-watch", daemon=True).start()
+
+
 def _install():
     folder = os.environ.get("CFGFIX_VERIFY_DIR")
     if not folder:
         return
+    parent = _int_env("CFGFIX_VERIFY_PARENT")
+    if parent:
+        _watch_verify(parent)
     role = _role()
     tracer = _Coverage.install(folder, os.environ.get("CFGFIX_VERIFY_COVER"))
     _note_start(folder, role, tracer)
