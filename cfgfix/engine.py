@@ -181,7 +181,9 @@ class Linter:
                 rules.append(rule)
         return rules
 
-    def lint(self, sf: SourceFile, data: bytes) -> FileResult:
+    def lint(self, sf: SourceFile, data: bytes, config_kinds: frozenset[str] | None = None) -> FileResult:
+        """One file's result. `config_kinds` reads a YAML/JSON file as those configs whatever
+        its content says (a launch passes it as its DeepSpeed or accelerate config)."""
         data = lone_cr_as_lf(data)  # CR-only files: the same lines, the same findings as LF
         try:
             if sf.kind == "python":
@@ -191,7 +193,7 @@ class Linter:
             if sf.kind in SHELL_KINDS:
                 return self._shell(sf, data)
             if sf.kind in ("yaml", "json"):
-                return self._config(sf, data)
+                return self._config(sf, data, config_kinds)
         except Exception as exc:  # a bug in a reader must cost one file, never the run
             if is_huge_number_error(exc):  # ordinary (if absurd) input, not our bug
                 return self._unparsable(sf, f"{sf.display} {HUGE_NUMBER}; the file was skipped")
@@ -323,13 +325,14 @@ class Linter:
         self._run(rules, ctx, sf, result)
         return result
 
-    def _config(self, sf: SourceFile, data: bytes) -> FileResult:
-        """accelerate / DeepSpeed configs, recognised by content: a YAML or JSON file that is
-        not one (a Helm chart, a data file) is never reported, even when it cannot be parsed."""
+    def _config(self, sf: SourceFile, data: bytes, used_as: frozenset[str] | None = None) -> FileResult:
+        """accelerate / DeepSpeed configs, recognised by content (or by use, `used_as`): a
+        YAML or JSON file that is not one (a Helm chart, a data file) is never reported, even
+        when it cannot be parsed."""
         from cfgfix.analysis.config_kinds import looks_like_config
 
         has_rules = self._has_rules(sf.kind)
-        if (not has_rules and not self.wants_config_kinds) or not looks_like_config(data):
+        if (not has_rules and not self.wants_config_kinds) or not (used_as or looks_like_config(data)):
             return FileResult()
         from cfgfix.analysis.config_kinds import config_kinds
         from cfgfix.documents.config import ConfigError, parse_config
@@ -349,14 +352,27 @@ class Linter:
                     f"loaders) rejects it; only DeepSpeed's own hjson-based loader (deepspeed.initialize) reads it; "
                     f"the config was skipped", exc.line, exc.column, Severity.WARNING)
             return self._unparsable(sf, f"{exc.message}; the config was skipped", exc.line, exc.column)
-        kinds = config_kinds(document)
-        if not kinds:
+        kinds = config_kinds(document) or used_as
+        if not kinds or document.root is None or document.root.kind != "mapping":
             return FileResult()
         ctx = ConfigContext(document, kinds, self.versions.for_file(sf.path))
         result = FileResult(configs=sorted(kinds))
         if has_rules:
-            self._run(self._matching(sf.kind, data), ctx, sf, result)
+            # a config by use may hold none of the byte triggers (`{"amp": {...}}`): every rule reads it
+            rules = self._matching(sf.kind, data) if not used_as else self._all(sf.kind)
+            self._run(rules, ctx, sf, result)
         return result
+
+    def _all(self, kind: str) -> list:
+        """Every enabled rule for files of `kind`, triggers or not."""
+        rules = []
+        for entry in self._entries:
+            if kind in entry.kinds:
+                rule = self._instances.get(entry.code)
+                if rule is None:
+                    rule = self._instances[entry.code] = entry.load()()
+                rules.append(rule)
+        return rules
 
     def _run(self, rules, ctx, sf: SourceFile, result: FileResult) -> None:
         from cfgfix.rules.base import Conditioned  # loaded with the rules themselves
@@ -623,8 +639,8 @@ class Engine:
                     continue  # a config with an absurd number: the file itself gets its CFX901
                 errors.append(f"internal error in {rule.code} (project stage): {exc!r}")
         if self._config_rules and project.launches:
-            for sf, data, fmt in project.configs_by_use():
-                result = self.linter.lint(replace(sf, kind=fmt), data)
+            for sf, data, fmt, kinds in project.configs_by_use():
+                result = self.linter.lint(replace(sf, kind=fmt), data, kinds)
                 for finding in result.findings:
                     by_file.setdefault(finding.span.path, []).append(finding)
                 errors.extend(result.errors)

@@ -561,22 +561,23 @@ class ProjectModel:
                     self.displays.setdefault(path, sf.display)
                 return
 
-    def configs_by_use(self) -> list[tuple[object, bytes, str]]:
-        """(file, bytes, "yaml" or "json") for each file of this run that is a config only
-        because a launch passes it as one and whose name is not a config's (`config.sh`):
-        the per-file config rules read it as that format."""
+    def configs_by_use(self) -> list[tuple[object, bytes, str, frozenset[str]]]:
+        """(file, bytes, "yaml" or "json", kinds) for each file of this run that is a config
+        only because a launch passes it as one: its content alone does not say so
+        (`{"train_batch_size": 16, "train_batch_size": 32}`) or its name is not a config's
+        (`config.sh`). The per-file config rules read it as that format and those kinds."""
         self._linked()
         found = []
-        for path in self.configs:
+        for path, kinds in self.configs.items():
             for sf in self.unrecognised.get(path.name, ()):
-                if sf.kind in ("json", "yaml") or _real(sf.path) != path:
+                if _real(sf.path) != path:
                     continue
                 try:
                     data = self._overrides.get(path)
                     data = data if data is not None else read_file(path)
                 except OSError:
                     continue
-                found.append((sf, data, config_format(path, lone_cr_as_lf(data))))
+                found.append((sf, data, config_format(path, lone_cr_as_lf(data)), kinds))
         return found
 
     def _linked(self):
