@@ -37,9 +37,12 @@ def handler(signum, _frame) -> None:
 
 
 def install() -> None:
-    """Turn the stop signals into Interrupted in this process (main thread only)."""
+    """Turn the stop signals into Interrupted in this process (main thread only), forgetting
+    any signal an earlier command in the same process received."""
+    global received
     if threading.current_thread() is not threading.main_thread():
         return
+    received = None
     for name in STOP_SIGNALS:
         try:
             signal.signal(getattr(signal, name), handler)
