@@ -314,7 +314,7 @@ class Linter:
         result = FileResult()
         try:
             document = parse_shell(source, {"shell": "sh", "markdown": "sh"}.get(sf.kind, sf.kind))
-            ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path))
+            ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path), sf.path, self.modules.root)
             if wants_launches:
                 result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
         except Exception as exc:  # the shell reader is lenient by design; a crash is our bug
@@ -323,6 +323,8 @@ class Linter:
             result.errors.append(f"internal error reading {sf.display}: {exc!r}")
             return result
         self._run(rules, ctx, sf, result)
+        if self.record_deps and ctx.deps:  # a rule read the helper scripts it runs
+            result.deps = _dependency_hashes(sorted(ctx.deps), self.modules.root)
         return result
 
     def _config(self, sf: SourceFile, data: bytes, used_as: frozenset[str] | None = None) -> FileResult:

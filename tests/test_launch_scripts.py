@@ -34,7 +34,9 @@ def flagged(tmp_path, name, text):
         ("kill -9 $(lsof -t -i :6006)", False),
         ("fuser -v /dev/nvidia0", False),
         ("docker exec trainer pkill -9 -f python", False),
-        ("ssh node2 'pkill -9 -f python'", False),
+        ("ssh node2 'pkill -9 -f python'", True),  # every Python process on node2 (issue 22)
+        ("ssh -p 2222 -i key node2 \"nvidia-smi --gpu-reset\"", True),
+        ("ssh node2 'python train.py'", False),
         ("nvidia-smi --query-compute-apps=pid --format=csv | grep -c pid", False),
     ],
 )
@@ -160,3 +162,54 @@ def test_inline_words_keep_their_positions_and_srun_counts_copies():
 def test_makefile_needs_a_launch(tmp_path):
     assert flagged(tmp_path, "Makefile", "clean:\n\tpkill -f python\n") == []
     assert flagged(tmp_path, "Makefile", "clean:\n\tpkill -f python\ntrain:\n\tpython train.py\n") == [2]
+
+
+# -- what a launch script runs elsewhere (issue 22) ---------------------------------------------
+def _helper_project(tmp_path, launch, helpers):
+    write_project(tmp_path, {"run.sh": launch, **helpers})
+    _, _, result = lint_project(tmp_path)
+    return [(f.path, f.span.line, [r.span.path for r in f.related]) for f in result.findings if f.code == "CFX308"]
+
+
+@pytest.mark.parametrize("call", ["bash kill_all.sh", "sh ./kill_all.sh", "source kill_all.sh", ". kill_all.sh",
+                                  "./kill_all.sh", "sudo bash kill_all.sh || true", "bash -e kill_all.sh"])
+def test_a_helper_script_the_launch_runs_is_read(tmp_path, call):
+    found = _helper_project(tmp_path, f"#!/bin/bash\n{call}\n{LAUNCH}", {"kill_all.sh": "#!/bin/bash\npkill -f python\n"})
+    assert found == [("run.sh", 2, ["kill_all.sh"])], found
+
+
+def test_helpers_are_followed_three_deep_once_each_and_from_their_own_folder(tmp_path):
+    found = _helper_project(
+        tmp_path, "#!/bin/bash\nbash tools/a.sh\nbash tools/a.sh\n" + LAUNCH,
+        {"tools/a.sh": "bash b.sh\n", "tools/b.sh": "source ./c.sh\n", "tools/c.sh": "killall python3\n"})
+    assert found == [("run.sh", 2, ["tools/c.sh"])], found
+
+
+def test_a_cycle_of_helpers_ends(tmp_path):
+    found = _helper_project(tmp_path, "#!/bin/bash\nbash a.sh\n" + LAUNCH,
+                            {"a.sh": "bash b.sh\n", "b.sh": "bash a.sh\npkill -9 -f python\n"})
+    assert found == [("run.sh", 2, ["b.sh"])], found
+
+
+def test_a_helper_outside_the_project_is_not_read(tmp_path):
+    outside = tmp_path / "outside.sh"
+    outside.write_text("pkill -9 -f python\n")
+    project = tmp_path / "project"
+    found = _helper_project(project, f"#!/bin/bash\nbash ../outside.sh\nbash {outside}\n" + LAUNCH, {})
+    assert found == []
+
+
+def test_a_helper_of_a_script_that_starts_no_training_is_not_flagged(tmp_path):
+    found = _helper_project(tmp_path, "#!/bin/bash\nbash kill_all.sh\necho done\n", {"kill_all.sh": "pkill -f python\n"})
+    assert found == []
+
+
+def test_a_changed_helper_is_seen_by_a_cached_run(tmp_path):
+    from conftest import lint_project as lint
+
+    write_project(tmp_path, {"run.sh": "#!/bin/bash\nbash stop.sh\n" + LAUNCH, "stop.sh": "kill $(cat train.pid)\n"})
+    _, _, first = lint(tmp_path, use_cache=True)
+    assert not [f for f in first.findings if f.code == "CFX308"]
+    (tmp_path / "stop.sh").write_text("pkill -9 -f python\n")
+    _, _, second = lint(tmp_path, use_cache=True)
+    assert [f.span.line for f in second.findings if f.code == "CFX308"] == [2]

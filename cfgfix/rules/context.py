@@ -4,6 +4,7 @@ the project's library versions."""
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 from cfgfix.analysis.versions import Versions
 from cfgfix.documents.python import PythonDocument
@@ -73,6 +74,9 @@ class ShellContext:
     document: object  # cfgfix.documents.shell.ShellDocument
     kind: str  # "shell" | "makefile" | "dockerfile" | "env"
     versions: Versions
+    path: Path | None = None  # the file, for the helper scripts it runs
+    root: Path | None = None  # the project root: helpers outside it are never read
+    deps: set = field(default_factory=set)  # the helper scripts read (the cache's dependencies)
 
     @property
     def source(self) -> SourceText:
@@ -83,6 +87,14 @@ class ShellContext:
         from cfgfix.documents.launches import find_launches
 
         return find_launches(self.document)
+
+    @cached_property
+    def inner(self):
+        """What the script runs elsewhere: helper scripts, trap actions, ssh commands
+        (analysis/shell_helpers.py)."""
+        from cfgfix.analysis.shell_helpers import inner_commands
+
+        return inner_commands(self.document, self.path, self.source.path, self.root, deps=self.deps)
 
 
 @dataclass

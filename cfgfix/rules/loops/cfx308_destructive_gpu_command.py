@@ -5,17 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from cfgfix.core import Finding, Severity
+from cfgfix.analysis.shell_helpers import unwrap as _unwrap
+from cfgfix.core import Finding, Related, Severity
+from cfgfix.records import replace
 from cfgfix.rules.base import Example, Rule, register
 
-# Run the command that follows their own options.
-_WRAPPERS = {"sudo", "doas", "nohup", "exec", "command", "time", "nice", "timeout", "env", "setsid", "stdbuf"}
-_WRAPPER_VALUE_OPTIONS = {
-    "sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "--user", "--group", "--prompt"},
-    "nice": {"-n", "--adjustment"},
-    "timeout": {"-s", "-k", "--signal", "--kill-after"},
-    "stdbuf": {"-i", "-o", "-e"},
-}
 # pkill/killall options that take a value, and those that narrow the match to one run.
 _PKILL_VALUE = {"-u", "-U", "-g", "-G", "-s", "-t", "--signal", "--ns", "--nslist", "--euid", "--uid",
                 "--pgroup", "--group", "--session", "--terminal", "-F", "--pidfile", "-P", "--parent"}
@@ -45,7 +39,10 @@ class DestructiveGpuCommand(Rule):
     `sh -c "..."` (also behind `srun`, `timeout`, `nohup`; a single-quoted script may splice
     in outer variables, `'... --out '"$OUT"' ...'`), or in a heredoc handed to `sbatch` or to a shell (`srun bash <<EOF`).
     Comments, `echo`/`printf` text and shell blocks in a README are not commands and are
-    never flagged.
+    never flagged. What a launch script runs elsewhere counts as its own lines: a project
+    script it runs (`bash kill_all.sh`, `sh`, `source`, `.`, `./x.sh`, also in a function;
+    up to three deep; a path with a variable is not guessed), a `trap` action, and the
+    command of `ssh host "..."`; the finding sits on the line that runs it.
 
     ## Why is this bad?
     They do not free memory that anything still needs: a process's GPU memory is released
@@ -88,7 +85,8 @@ class DestructiveGpuCommand(Rule):
     kinds = ("shell", "makefile", "dockerfile")
     # Few, cheap tokens: the engine tests them on every file (`kill` covers pkill, killall
     # and `xargs kill`; every `fuser -k` of a GPU names `/dev/nvidia`).
-    triggers = ((b"kill", b"nvidia-smi", b"reboot", b"/dev/nvidia"),)
+    # `.sh`, `source`, `trap` and `ssh` let a script that runs a helper in (ctx.inner).
+    triggers = ((b"kill", b"nvidia-smi", b"reboot", b"/dev/nvidia", b".sh", b"source", b"trap", b"ssh"),)
 
     VALID = [
         Example(
@@ -147,6 +145,19 @@ class DestructiveGpuCommand(Rule):
             "python train.py --config configs/a.yaml\n",
             path="start.sh",
             why="a GPU process list narrowed by `grep` to one program",
+        ),
+        Example(
+            "#!/bin/bash\nbash stop_previous.sh\ntrap 'echo done; rm -f train.pid' EXIT\nssh node2\n"
+            "torchrun --nproc_per_node 2 train.py\n",
+            path="run.sh",
+            files={"stop_previous.sh": "#!/bin/bash\n[ -f train.pid ] && kill \"$(cat train.pid)\"\n"},
+            why="a helper, a trap and an ssh login that kill nothing beyond this run",
+        ),
+        Example(
+            "#!/bin/bash\nbash \"$SCRIPTS/kill_all.sh\"\nbash missing.sh\ntorchrun --nproc_per_node 2 train.py\n",
+            path="run.sh",
+            files={"kill_all.sh": "pkill -9 -f python\n"},
+            why="a helper path with a variable is not guessed; a helper that is not there is not read",
         ),
     ]
     INVALID = [
@@ -217,6 +228,32 @@ class DestructiveGpuCommand(Rule):
             why="`fuser -k` on the GPU device files, in a Dockerfile `CMD`",
             line=2,
         ),
+        Example(
+            "#!/bin/bash\nbash scripts/kill_all.sh\ntorchrun --nproc_per_node 2 train.py\n",
+            path="run.sh",
+            files={"scripts/kill_all.sh": "#!/bin/bash\npkill -f python\n"},
+            why="a helper script the launch runs",
+            line=2,
+        ),
+        Example(
+            "#!/bin/bash\nfree_gpus() {\n  source ./free_gpu.sh\n}\nfree_gpus\ndeepspeed train.py\n",
+            path="launch.sh",
+            files={"free_gpu.sh": "nvidia-smi --gpu-reset\n"},
+            why="a helper sourced in a function",
+            line=3,
+        ),
+        Example(
+            "#!/bin/bash\ntrap 'pkill -9 -f python' EXIT\naccelerate launch train.py\n",
+            path="run.sh",
+            why="a trap action",
+            line=2,
+        ),
+        Example(
+            "#!/bin/bash\nssh worker1 \"pkill -9 -f python\"\ntorchrun --nnodes 2 --nproc_per_node 8 train.py\n",
+            path="multinode.sh",
+            why="a remote command over ssh",
+            line=2,
+        ),
     ]
 
     def check(self, ctx) -> Iterable[Finding]:
@@ -230,6 +267,21 @@ class DestructiveGpuCommand(Rule):
             message = _destructive(argv, commands, index, ctx.source.text)
             if message:
                 yield self.finding(command.span, message)
+        # what the script runs elsewhere: a helper script, a trap action, an ssh command
+        for inner in ctx.inner:
+            inner_commands = inner.document.commands
+            for index, command in enumerate(inner_commands):
+                argv = _unwrap([w.text for w in command.words])
+                message = _destructive(argv, inner_commands, index, inner.document.source.text) if argv else None
+                if not message:
+                    continue
+                if inner.how == "script":
+                    where = f"runs {inner.label}, whose line {command.span.line} does this: "
+                    related = [Related(replace(command.span, path=inner.label), f"in {inner.label}")]
+                else:
+                    where = f"{inner.label}: "
+                    related = []
+                yield self.finding(inner.command.span, where + message, related=related)
 
 
 def _starts_training(ctx) -> bool:
@@ -241,27 +293,6 @@ def _starts_training(ctx) -> bool:
 
 def _program(word: str) -> str:
     return word.rsplit("/", 1)[-1]
-
-
-def _unwrap(argv: list[str]) -> list[str]:
-    """The command behind `sudo`, `nohup`, `timeout 10`, `env A=B` and the like."""
-    i = 0
-    while i < len(argv):
-        wrapper = _program(argv[i])
-        if wrapper not in _WRAPPERS:
-            return argv[i:]
-        i += 1
-        takes_value = _WRAPPER_VALUE_OPTIONS.get(wrapper, set())
-        while i < len(argv) and argv[i].startswith("-"):
-            if wrapper == "command" and argv[i] in ("-v", "-V"):
-                return []  # `command -v pkill` only looks the program up
-            i += 2 if argv[i] in takes_value else 1
-        if wrapper == "timeout":
-            i += 1  # the duration
-        elif wrapper == "env":
-            while i < len(argv) and "=" in argv[i]:
-                i += 1
-    return []
 
 
 def _patterns(args: list[str], takes_value: set[str]) -> tuple[list[str], set[str]]:
