@@ -18,7 +18,7 @@ class ScriptFacts:
     initialize: list[ast.Call] = field(default_factory=list)  # `deepspeed.initialize(...)`
     hf_saves: list[tuple[ast.Call, str]] = field(default_factory=list)  # (call, "trainer" | "accelerate")
     save_checkpoint: bool = False  # `engine.save_checkpoint(...)`: the full ZeRO checkpoint
-    fills_auto: bool = False  # the script compares or writes the string "auto" itself
+    fills_auto: bool = False  # the script handles the string "auto" itself (not `device_map="auto"`)
     torch_optimizers: dict[str, ast.Call] = field(default_factory=dict)  # variable -> torch.optim.X(...)
 
     @property
@@ -53,10 +53,13 @@ def analyse(tree: ast.Module) -> ScriptFacts:
     libraries = {value.split(".")[0] for value in imports.aliases.values()}
     hf = bool(libraries & {"transformers", "trl"})
     assigned: list[tuple[ast.expr, ast.Call]] = []
+    other_autos = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and node.value == "auto":
-            facts.fills_auto = True
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+        if isinstance(node, ast.Constant) and node.value == "auto" and not facts.fills_auto:
+            if other_autos is None:
+                other_autos = _other_autos(tree)
+            facts.fills_auto = id(node) not in other_autos
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
             assigned.append((node.targets[0], node.value))
         if not isinstance(node, ast.Call):
             continue
@@ -102,3 +105,24 @@ def script_facts(project, path):
         parsed = project.script(path)
         cache[key] = (parsed[0], analyse(parsed[1])) if parsed is not None else None
     return cache[key]
+
+
+# Keywords whose "auto" selects something other than a DeepSpeed value: a model's placement
+# or dtype, Lightning's accelerator and devices, a tokenizer's padding.
+_OTHER_AUTO = frozenset({
+    "device_map", "torch_dtype", "dtype", "attn_implementation", "max_memory", "accelerator", "devices",
+    "strategy", "precision", "padding", "mode", "report_to", "auto_find_batch_size",
+})
+
+
+def _other_autos(tree) -> set[int]:
+    """The "auto" constants that are values of `_OTHER_AUTO` keywords or dict keys."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in _OTHER_AUTO:
+            found.add(id(node.value))
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value in _OTHER_AUTO:
+                    found.add(id(value))
+    return found
