@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cfgfix.fixing",),  # edits applied to documents, atomic writes
     ("cfgfix.analysis",),
     ("cfgfix.memory",),
-    ("cfgfix.project",),
+    ("cfgfix.project", "cfgfix.project_references"),
     ("cfgfix.training",),
     ("cfgfix.rules",),
     ("cfgfix.settings", "cfgfix.settings_tree", "cfgfix.workspace", "cfgfix.cache", "cfgfix.suppressions"),
