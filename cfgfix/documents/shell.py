@@ -60,6 +60,10 @@ class ShellDocument:
     # (name, offset) where a variable took a value we cannot know (`for NAME in`, `read`,
     # `unset`, `NAME+=`); name "*" for `source`/`.`/`eval`, which may change any variable.
     clobbers: list[tuple[str, int]] = field(default_factory=list)
+    # Dockerfile RUN/CMD/ENTRYPOINT bodies written as a JSON array that is not one (`CMD
+    # ['python', 'train.py']`): (instruction, start, end) of the body; Docker runs them in
+    # the shell form, as `/bin/sh -c "['python', 'train.py']"`
+    bad_exec_forms: list[tuple[str, int, int]] = field(default_factory=list)
     # (start, end) of the inline scripts that run once per task (`srun bash -c '...'`,
     # `mpirun -np 4 sh -c "..."`): a plain `python train.py` there is one of several copies.
     copied: list[tuple[int, int]] = field(default_factory=list)
@@ -993,6 +997,8 @@ def _make_export(builder: _Builder, match: re.Match, start: int, end: int) -> No
 
 _DOCKER_INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)[ \t]*")
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# `[` then a quote: the exec form was meant (`RUN [ -f x ]` is the shell's test command)
+_EXEC_FORM_MEANT = re.compile(r"""\[\s*['"\u2018\u201c]""")
 
 
 def _docker_end(text: str, pos: int) -> int:
@@ -1105,6 +1111,8 @@ def _docker_command(builder: _Builder, keyword: str, start: int, end: int) -> in
         builder.doc.scopes.setdefault(span.start, builder.scope())
         builder.inline_script(words)
         return end
+    if _EXEC_FORM_MEANT.match(text, start, end) and text[start:end].rstrip().endswith("]"):
+        builder.doc.bad_exec_forms.append((keyword, start, len(text[:end].rstrip())))
     heredoc = "<<" in text[start:end]  # BuildKit heredocs run past the instruction line
     lexer = _Lexer(text, None if heredoc else end, docker=True)
     try:
