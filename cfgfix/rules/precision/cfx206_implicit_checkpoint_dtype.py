@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from cfgfix.analysis.checkpoint_dtypes import model_id_of, stored_dtype
 from cfgfix.analysis.model_calls import LOAD_TRIGGERS, dtype_source_text, may_load_model
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
@@ -96,6 +97,11 @@ class ImplicitCheckpointDtype(Rule):
     ```
     or `dtype=torch.bfloat16` when pure bfloat16 is the plan (then with a Kahan-summation
     optimizer).
+
+    Silent for checkpoints stored in float32, where `"auto"` is float32 as on 4.x: a local
+    checkpoint whose `config.json` says so, and the published BERT, RoBERTa, DistilBERT,
+    ALBERT, XLM-R, ELECTRA, DeBERTa, BART, T5 (original and v1.1) and GPT-2 checkpoints
+    (analysis/checkpoint_dtypes.py).
 
     ## Fix safety
     Unsafe, and offered only when the script uses autocast or AMP (`torch.autocast`,
@@ -233,6 +239,24 @@ class ImplicitCheckpointDtype(Rule):
             files=V5,
         ),
         Example(
+            "import torch\nfrom transformers import AutoModelForSequenceClassification\n"
+            "MODEL = 'google-bert/bert-base-uncased'\n"
+            "model = AutoModelForSequenceClassification.from_pretrained(MODEL, num_labels=2)\n"
+            "gpt = AutoModelForSequenceClassification.from_pretrained('gpt2')\n"
+            "optimizer = torch.optim.AdamW(list(model.parameters()) + list(gpt.parameters()))\n"
+            "model(**batch).loss.backward()\noptimizer.step()\n",
+            why="checkpoints stored in float32 (BERT, GPT-2): \"auto\" loads float32, as 4.x did",
+            files=V5,
+        ),
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('./checkpoints/base')\n"
+            "optimizer = torch.optim.AdamW(model.parameters())\n"
+            "model(**batch).loss.backward()\noptimizer.step()\n",
+            why="a local checkpoint whose config.json says float32",
+            files={**V5, "checkpoints/base/config.json": '{"model_type": "llama", "torch_dtype": "float32"}\n'},
+        ),
+        Example(
             "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\nfrom transformers import AutoModelForCausalLM\n"
             "accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
             "model = AutoModelForCausalLM.from_pretrained('m')\n"
@@ -283,7 +307,7 @@ class ImplicitCheckpointDtype(Rule):
             "    )\n"
             "    return model\n"
             "def main():\n"
-            "    model = load('t5-base')\n"
+            "    model = load('my-org/t5-sft')\n"
             "    model.train()\n"
             "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
             "        loss = model(**batch).loss\n"
@@ -298,7 +322,7 @@ class ImplicitCheckpointDtype(Rule):
             "    )\n"
             "    return model\n"
             "def main():\n"
-            "    model = load('t5-base')\n"
+            "    model = load('my-org/t5-sft')\n"
             "    model.train()\n"
             "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
             "        loss = model(**batch).loss\n"
@@ -322,9 +346,12 @@ class ImplicitCheckpointDtype(Rule):
         cast_loads = {id(mc.state.load.call) for mc in ctx.models.calls if mc.target_dtype or mc.dtype_unknown}
         amp = None
         src = ctx.source
+        folder = ctx.path.parent if getattr(ctx, "path", None) is not None else None
         for load in candidates:
             if id(load.call) in cast_loads:
                 continue  # `.float()`, `.bfloat16()`: the script picks the dtype itself
+            if load.path is None and stored_dtype(model_id_of(load.call, ctx.document.tree) or "", folder) == "float32":
+                continue  # "auto" loads a float32 checkpoint in float32, as 4.x did
             from cfgfix.analysis.load_training import load_training
 
             training = load_training(ctx, load.call)

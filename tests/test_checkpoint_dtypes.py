@@ -1,0 +1,46 @@
+"""Which checkpoints are stored in float32 (transformers 5's dtype="auto" changes nothing
+for them: CFX206 stays silent), and how a load's model id is read (issue 25)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from cfgfix.analysis.checkpoint_dtypes import model_id_of, stored_dtype
+
+
+@pytest.mark.parametrize("model_id", [
+    "bert-base-uncased", "google-bert/bert-large-cased", "roberta-base", "FacebookAI/roberta-large",
+    "distilbert-base-uncased", "distilbert/distilbert-base-cased", "albert-base-v2", "xlm-roberta-base",
+    "google/electra-small-discriminator", "microsoft/deberta-v3-base", "facebook/bart-large", "t5-small",
+    "google-t5/t5-base", "google/t5-v1_1-large", "gpt2", "openai-community/gpt2-xl", "distilgpt2",
+])
+def test_float32_families(model_id):
+    assert stored_dtype(model_id) == "float32"
+
+
+@pytest.mark.parametrize("model_id", [
+    "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "google/flan-t5-xl", "gpt2-finetuned/model",
+    "someone/bert-base-uncased", "t5-base-finetuned", "google/gemma-2b", "EleutherAI/pythia-1.4b",
+    "./checkpoints/bert-base-uncased/sub/deeper", "", "x" * 400,
+])
+def test_unknown_or_half_precision_ids(model_id):
+    assert stored_dtype(model_id) is None
+
+
+def test_a_local_checkpoint_says_its_own_dtype(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    assert stored_dtype("ckpt", tmp_path) == "bfloat16"
+    assert stored_dtype("./ckpt", tmp_path) == "bfloat16"
+    (tmp_path / "ckpt" / "config.json").write_text("not json")
+    assert stored_dtype("ckpt", tmp_path) is None
+
+
+def test_model_id_from_the_call():
+    tree = ast.parse("NAME = 'gpt2'\nA.from_pretrained('roberta-base')\nA.from_pretrained(NAME)\n"
+                     "A.from_pretrained(pretrained_model_name_or_path='t5-small')\nA.from_pretrained(args.model)\n")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    calls.sort(key=lambda c: c.lineno)
+    assert [model_id_of(c, tree) for c in calls] == ["roberta-base", "gpt2", "t5-small", None]
