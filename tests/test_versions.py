@@ -315,3 +315,21 @@ def test_metadata_version_reads_dist_info_folders(tmp_path, monkeypatch):
     assert versions_module._metadata_version("deepspeed") == "0.16.9"
     assert versions_module._metadata_version("torch") is None
     versions_module._listing.cache_clear()
+
+
+def test_a_nested_project_inherits_the_pins_it_does_not_state(tmp_path):
+    """issue 25: `sub/requirements.txt` without a torch line under a root that pins
+    `torch>=2.0.0` is on the root's torch range, not on an assumed current release; a
+    library the nested file states keeps its own answer."""
+    from cfgfix.analysis.versions import ProjectVersions
+
+    (tmp_path / "requirements.txt").write_text("torch>=2.0.0\ntransformers==4.46.3\n")
+    sub = tmp_path / "examples" / "sft"
+    sub.mkdir(parents=True)
+    (sub / "requirements.txt").write_text("transformers==5.2.0\ndatasets\n")
+    (tmp_path / "examples" / "other").mkdir()
+    versions = ProjectVersions(tmp_path)
+    nested = versions.for_file(sub / "train.py")
+    assert nested.resolve("torch").specifier == ">=2.0.0" and nested.resolve("torch").evidence == "pin"
+    assert nested.resolve("transformers").specifier == "==5.2.0"
+    assert versions.for_file(tmp_path / "examples" / "other" / "x.py").resolve("transformers").specifier == "==4.46.3"

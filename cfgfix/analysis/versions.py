@@ -566,6 +566,15 @@ class Versions:
                     unpinned.setdefault(name, label)
         return cls({**fallback, **pins}, unpinned)
 
+    def inheriting(self, outer: Versions) -> Versions:
+        """These pins, with `outer`'s for the packages this project does not mention."""
+        mentioned = set(self._pins) | set(self._unpinned)
+        pins = {**{k: v for k, v in outer._pins.items() if k not in mentioned}, **self._pins}
+        unpinned = {**{k: v for k, v in outer._unpinned.items() if k not in mentioned}, **self._unpinned}
+        if pins == self._pins and unpinned == self._unpinned:
+            return self
+        return Versions(pins, unpinned)
+
     def with_requirements(self, requirements: list[str], source: str) -> Versions:
         """These versions with `requirements` (pip arguments: `transformers==4.44.2`) put
         first: what a notebook or a Dockerfile installs is what its code runs on."""
@@ -751,8 +760,9 @@ def _has_pins(folder: str) -> bool:
 class ProjectVersions:
     """Versions for each file: the pins of the nearest folder above it that has any
     (requirements*.txt, pyproject.toml, setup.cfg, environment.yml), up to the folder
-    holding `.git` or the settings root. One repository can hold several projects, each
-    with its own pins; a file outside every pinned folder gets the root's view."""
+    holding `.git` or the settings root, and for a library that folder does not mention,
+    the pins of the folders above it. One repository can hold several projects, each with
+    its own pins; a file outside every pinned folder gets the root's view."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
@@ -791,7 +801,14 @@ class ProjectVersions:
     def _for_folder(self, folder: str) -> Versions:
         owner = self._find_owner(folder)
         if owner not in self._by_folder:
-            self._by_folder[owner] = Versions.from_project(Path(owner))
+            own = Versions.from_project(Path(owner))
+            parent = os.path.dirname(owner)
+            if owner != self._root and parent != owner and not os.path.exists(os.path.join(owner, ".git")):
+                # a nested project's file without a line for a library inherits the pin of
+                # the project around it (`sub/requirements.txt` without torch, `torch>=2.0`
+                # at the root: the sub-project runs in that environment)
+                own = own.inheriting(self._for_folder(parent))
+            self._by_folder[owner] = own
         return self._by_folder[owner]
 
     def _find_owner(self, folder: str) -> str:
