@@ -142,9 +142,23 @@ def _evidence_in(index, scope, key: str) -> Training:
             found = _classify_use(s, key, lambda node, key=key: dotted(node) == key)
             if found is not None and found.other:
                 return found
-            if found is not None and evidence is None:
+            if found is not None and evidence is None and not _only_evaluated(s, calls):
                 evidence = found.evidence
     return Training(evidence=evidence)
+
+
+def _only_evaluated(site, calls) -> bool:
+    """`trainer = Trainer(model=model, ...)` whose trainer, in the same scope, is evaluated or
+    asked to predict and never trained: the model is not trained there."""
+    if not _TRAINER.search(site.name or ""):
+        return False
+    stmt = site.context.stmt
+    if not (isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    name = stmt.targets[0].id
+    methods = {c.method for c in calls if c.receiver == name}
+    return "train" not in methods and bool(methods & {"evaluate", "predict"})
 
 
 _OPTIMIZER_NAME = re.compile(r"optim|(^|_)opt$")

@@ -249,6 +249,14 @@ class ImplicitCheckpointDtype(Rule):
             files=V5,
         ),
         Example(
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('my-org/sft-model')\n"
+            "trainer = Trainer(model=model, args=TrainingArguments('out', bf16=True), eval_dataset=ds)\n"
+            "print(trainer.evaluate())\n",
+            why="a Trainer that only evaluates: the model is not trained",
+            files=V5,
+        ),
+        Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('./checkpoints/base')\n"
             "optimizer = torch.optim.AdamW(model.parameters())\n"
