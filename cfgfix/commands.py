@@ -393,7 +393,14 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
 # -- verify -----------------------------------------------------------------------------------
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", type=click.IntRange(min=1), default=2, show_default=True, help="Optimizer steps to run in each copy.")
-@click.option("--fix-unsafe", is_flag=True, help="Apply unsafe fixes too in the patched copy.")
+@click.option("--unsafe-fixes", "--fix-unsafe", "fix_unsafe", is_flag=True, help="Apply unsafe fixes too in the patched copy.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Fix the copy with this pyproject.toml or cfgfix.toml (default: the closest one above each file).")
+@click.option("--isolated", is_flag=True, help="Fix the copy with the defaults and the flags only.")
+@click.option("--no-cache", is_flag=True, help="Accepted as by every command; verify never uses .cfgfix_cache/.")
+@click.option("--select", metavar="CODES", help="Apply the fixes of these rules only (codes or prefixes, comma-separated).")
+@click.option("--ignore", metavar="CODES", help="Do not apply these rules' fixes.")
+@click.option("--extend-select", metavar="CODES", help="Also apply these rules' fixes.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600, show_default=True, help="Seconds each run may take.")
 @click.option("--device", type=click.Choice(("auto", "cuda", "cpu")), default="auto", show_default=True, help="cpu hides the GPUs (CUDA_VISIBLE_DEVICES=''); cuda requires one.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
@@ -413,9 +420,20 @@ def verify(command, **options) -> None:
     1 when it does not, 2 when it could not run, 3 when the runs agree but a changed line
     did not run (not exercised).
     """
+    from cfgfix.checking import _codes_flag, fail
+    from cfgfix.settings import SettingsError
     from cfgfix.verify.command import Options, run
 
-    raise SystemExit(run(Options(command=list(command), **options)))
+    options.pop("no_cache")
+    try:
+        selection = {name: _codes_flag(flag, options.pop(name)) for name, flag in (
+            ("select", "--select"), ("ignore", "--ignore"), ("extend_select", "--extend-select"))}
+    except SettingsError as exc:
+        fail(str(exc))
+    if options["config_file"] is not None and options["isolated"]:
+        fail("--config and --isolated cannot be used together")
+    selection = {k: v for k, v in selection.items() if v is not None}
+    raise SystemExit(run(Options(command=list(command), selection=selection, **options)))
 
 
 # -- estimate ---------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ class Options:
     post: bool = False  # post or update the pull request's verification comment
     pr: int | None = None
     comment_file: Path | None = None  # write the comment's markdown here (a dry run without --post)
+    selection: dict | None = None  # --select / --ignore / --extend-select: which rules' fixes
+    config_file: Path | None = None  # --config: the settings the copy is fixed with
+    isolated: bool = False  # --isolated: the defaults and the flags only
 
 
 def launch_command(args: list[str]) -> list[str]:
@@ -161,7 +164,7 @@ def _verify(options: Options, out=None, err=None) -> int:
         except WorkspaceError as exc:
             return fail(str(exc))
         if copies is None:
-            message = "nothing to verify: cfgfix has no fix to apply here" + ("" if options.fix_unsafe else " (unsafe fixes need --fix-unsafe)")
+            message = "nothing to verify: cfgfix has no fix to apply here" + ("" if options.fix_unsafe else " (unsafe fixes need --unsafe-fixes)")
             if options.output_format == "json":
                 out.write(json.dumps(context | {"runs": None, "verdict": {
                     "could_run": True, "holds": True, "state": "nothing to verify", "exit_code": 0,
@@ -217,7 +220,13 @@ def _prepare(options: Options, folder: Path, tmp: Path, context: dict, progress:
     progress.line(f"copying {folder}")
     before = copy_workspace(folder, tmp / "original")
     after = copy_workspace(folder, tmp / "patched")
-    fixes = apply_fixes(after.root, options.fix_unsafe)
+    config = options.config_file
+    if config is not None:
+        config = Path(os.path.abspath(config))
+        inside = os.path.relpath(config, os.path.abspath(folder))
+        if not inside.startswith(".."):
+            config = after.root / inside  # the copy's own settings file, not the original's
+    fixes = apply_fixes(after.root, options.fix_unsafe, options.selection, config, options.isolated)
     context.update(fixes=[asdict(f) for f in fixes], left_out=before.left_out)
     if not fixes:
         return None

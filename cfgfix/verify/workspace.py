@@ -100,36 +100,42 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
-def apply_fixes(root: Path, unsafe: bool) -> list[AppliedFix]:
-    """Apply cfgfix's fixes inside the copy at `root`, as `cfgfix fix` would there (its
-    [tool.cfgfix] settings; safe fixes, plus unsafe ones when asked). Returns what changed."""
+def apply_fixes(root: Path, unsafe: bool, selection: dict | None = None, config_file: Path | None = None,
+                isolated: bool = False) -> list[AppliedFix]:
+    """Apply cfgfix's fixes inside the copy at `root`, as `cfgfix fix` would there: each file
+    with its closest settings file in the copy (or `config_file` / `isolated`, as the
+    command line says), `selection` ({"select": [...], "ignore": [...], "extend_select":
+    [...]}) over them; safe fixes, plus unsafe ones when asked. Returns what changed."""
     from cfgfix.core import Applicability
     from cfgfix.engine import Engine
     from cfgfix.fixing import WriteError, fix_file, wanted, write_atomically
-    from cfgfix.settings import SettingsError, load_settings
-    from cfgfix.workspace import discover
+    from cfgfix.settings import SettingsError, with_overrides
+    from cfgfix.settings_tree import SettingsTree
+    from cfgfix.workspace import discover_groups
 
     try:
-        settings = load_settings(root)
-        engine = Engine(settings, use_cache=False)  # never write a cache into the copy
+        tree = SettingsTree(root, config_file, isolated, lambda s: with_overrides(s, **(selection or {})))
+        groups, _warnings = discover_groups([root], tree)
     except SettingsError as exc:
         raise WorkspaceError(str(exc)) from None
-    files, _warnings = discover([root], settings)
-    result = engine.run(files)
     applied = []
-    for sf in files:
-        if not any(f.path == sf.display and wanted(f, unsafe) for f in result.findings):
-            continue
-        outcome = fix_file(engine, sf, sf.path.read_bytes(), unsafe)
-        if outcome is None or not outcome.changed:
-            continue
-        try:
-            write_atomically(sf.path, outcome.source.to_bytes(), settings.root)
-        except WriteError as exc:
-            raise WorkspaceError(str(exc)) from None
-        rel = sf.path.relative_to(root).as_posix()
-        for finding in outcome.applied:
-            applied.append(AppliedFix(rel, finding.span.line, finding.code, finding.fix.applicability is Applicability.SAFE))
+    for settings, files in groups:
+        engine = Engine(settings, use_cache=False, tree=tree)  # never write a cache into the copy
+        result = engine.run(files)
+        for sf in files:
+            if not any(f.path == sf.display and wanted(f, unsafe) for f in result.findings):
+                continue
+            outcome = fix_file(engine, sf, sf.path.read_bytes(), unsafe)
+            if outcome is None or not outcome.changed:
+                continue
+            try:
+                write_atomically(sf.path, outcome.source.to_bytes(), settings.root)
+            except WriteError as exc:
+                raise WorkspaceError(str(exc)) from None
+            rel = sf.path.relative_to(root).as_posix()
+            for finding in outcome.applied:
+                applied.append(AppliedFix(rel, finding.span.line, finding.code,
+                                          finding.fix.applicability is Applicability.SAFE))
     return applied
 
 
