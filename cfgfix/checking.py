@@ -37,6 +37,43 @@ def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
     stream.flush()
 
 
+def escape_unwritable_output() -> None:
+    """Let stdout and stderr write any file name: a name that is not UTF-8 reaches us with its
+    bytes as lone surrogates, which a strict stream (`PYTHONIOENCODING=utf-8`, common in CI
+    images, or a UTF-8 locale) refuses with a traceback. A character the stream cannot encode
+    is written as an escape instead: `\\xe9` for such a byte, `\\uXXXX` for any other (valid
+    inside JSON strings too). Streams that already choose (surrogateescape writes the name's
+    own bytes, like `ls`) are left alone."""
+    import codecs
+
+    try:
+        codecs.lookup_error(_ESCAPE)
+    except LookupError:
+        codecs.register_error(_ESCAPE, _escape_unencodable)
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors=_ESCAPE)
+
+
+_ESCAPE = "cfgfix-escape"
+
+
+def _escape_unencodable(exc: UnicodeError):
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    parts = []
+    for char in exc.object[exc.start:exc.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that is not UTF-8
+            parts.append(f"\\x{code - 0xDC00:02x}")
+        elif code > 0xFFFF:  # as a UTF-16 pair, the one form JSON reads
+            code -= 0x10000
+            parts.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            parts.append(f"\\u{code:04x}")
+    return "".join(parts), exc.end
+
+
 def codes(value: str | None) -> list[str] | None:
     if value is None:
         return None

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"cfgfix {__version__}")
         raise SystemExit(0)
+    from cfgfix.checking import escape_unwritable_output
+
+    escape_unwritable_output()  # a file name that is not UTF-8 prints, whatever the stream
     from cfgfix import interrupts
 
     interrupts.install()

@@ -274,13 +274,17 @@ def _notebook_candidate(notebook, edits):
     if not still_parses("python", new.masked):
         return None
     old_data, new_data = json.loads(notebook.file.text), json.loads(text)
-    for cell in old_data.get("cells", []):
-        if cell.get("cell_type") == "code":
-            cell.pop("source", None)
-    for cell in new_data.get("cells", []):
-        if cell.get("cell_type") == "code":
-            cell.pop("source", None)
-    return new if old_data == new_data else None
+    return new if _without_code_sources(old_data) == _without_code_sources(new_data) else None
+
+
+def _without_code_sources(data):
+    """The notebook's JSON with code cells' sources dropped; any other shape (a cell that is
+    not an object, `cells` that is not a list) is kept as it is and so must stay unchanged."""
+    if isinstance(data, dict) and isinstance(data.get("cells"), list):
+        for cell in data["cells"]:
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                cell.pop("source", None)
+    return data
 
 
 class WriteError(Exception):

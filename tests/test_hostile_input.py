@@ -345,3 +345,54 @@ def test_a_followed_module_with_any_line_ending_reads_the_same(in_tmp, newline):
     code, out = run("check", "--no-cache", "--output-format", "json", ".")
     assert_no_bug(code, out)
     assert [(f["code"], f["filename"], f["location"]["row"]) for f in json.loads(out)] == [("CFX101", "train.py", 4)]
+
+
+# -- found by the independent fuzzer (issue 24) -------------------------------------------------
+def _cli(args, cwd, encoding="utf-8"):
+    """The real entry point in a child process, with a strict stdout encoding as CI images set."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": encoding, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", "from cfgfix.cli import main; main()", *args], cwd=cwd, env=env, check=False,
+                          capture_output=True)
+
+
+def test_fix_on_a_notebook_with_cells_that_are_not_objects(in_tmp):
+    """`cells` holding a number, a string, null and a list next to a fixable code cell: check
+    reads the code cell, and fix fixes it and keeps the odd entries as they are."""
+    code = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": TRAIN.splitlines(keepends=True)}
+    cells = [7, code, "x", None, [1], {"cell_type": "code"}, {"source": 3}]
+    (in_tmp / "nb.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    checked = _cli(["check", "--no-cache", "nb.ipynb"], in_tmp)
+    assert checked.returncode == 1 and b"CFX103" in checked.stdout, checked
+    for args in (["fix", "--diff", "nb.ipynb"], ["fix", "nb.ipynb"]):
+        done = _cli(args, in_tmp)
+        assert b"Traceback" not in done.stderr + done.stdout and done.returncode in (0, 1), done
+    fixed = json.loads((in_tmp / "nb.ipynb").read_text())
+    assert fixed["cells"][0] == 7 and fixed["cells"][2:] == cells[2:]
+    assert "model.to(device)\n" not in fixed["cells"][1]["source"]
+    assert _cli(["check", "--no-cache", "nb.ipynb"], in_tmp).returncode == 0
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "ascii"])
+def test_a_file_name_that_is_not_utf8_prints_in_every_format(in_tmp, encoding):
+    name = os.fsdecode(b"tr\xe9in-\xff.py")
+    (in_tmp / name).write_text(TRAIN)
+    for fmt in ("text", "json", "sarif", "github"):
+        done = _cli(["check", "--no-cache", "--output-format", fmt], in_tmp, encoding)
+        assert done.returncode == 1 and not done.stderr, (fmt, done)
+        out = done.stdout.decode("utf-8")  # click writes UTF-8 where the stream says ASCII
+        if fmt == "json":
+            assert {item["filename"] for item in json.loads(out)} == {name}  # json.loads gives the name back
+        elif fmt == "sarif":
+            location = json.loads(out)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+            assert location["artifactLocation"]["uri"] == "tr%E9in-%FF.py"
+        else:  # click rewrites an ASCII stream's characters it cannot write as "?"
+            assert ("tr?in-?.py" if encoding == "ascii" else "tr\\xe9in-\\xff.py") in out
+    diff = _cli(["fix", "--diff"], in_tmp, encoding)
+    assert b"+++ b/tr" in diff.stdout and b"Traceback" not in diff.stderr, diff
+    fixed = _cli(["fix"], in_tmp, encoding)
+    assert fixed.returncode == 0 and b"Traceback" not in fixed.stderr, fixed
+    assert "model.to(device)" not in (in_tmp / name).read_text()

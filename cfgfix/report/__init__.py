@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from cfgfix.core import Applicability, Edit, Finding, Fix
+from cfgfix.core import Applicability, Edit, Finding, Fix, LazyRegex
 from cfgfix.documents.text import SourceText
 from cfgfix.records import dataclass
 from cfgfix.rules.base import DOCS_URL, Rule
 
+_SURROGATE = LazyRegex("[\ud800-\udfff]")
 FORMATS = ("text", "concise", "json", "sarif", "github")
 _MODULES = {"text": "text", "concise": "concise", "json": "json_format", "sarif": "sarif", "github": "github"}
 
@@ -42,6 +43,18 @@ def render(fmt: str, findings: list[Finding], ctx: ReportContext) -> str:
         raise ValueError(f"unknown output format {fmt!r}; choose from {', '.join(FORMATS)}")
     module = import_module(f"{__name__}.{_MODULES[fmt]}")
     return module.render(findings, ctx)
+
+
+def json_text(value) -> str:
+    """`value` as indented JSON that any UTF-8 reader accepts: a file name that is not UTF-8
+    reaches us with its bytes as lone surrogates (U+DC80-U+DCFF), which no UTF-8 stream can
+    write, so they are written as `\\udcXX` escapes (Python's json.loads gives the name back)."""
+    import json
+
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if not text.isascii():
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text + "\n"
 
 
 # -- helpers shared by the formats ---------------------------------------------------------

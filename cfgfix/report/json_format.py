@@ -3,11 +3,10 @@ editor integrations can read it; cfgfix adds `name`, `severity` and `related`.""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from cfgfix.core import Finding, Span
-from cfgfix.report import edit_region, rule_url, sorted_findings, span_in_cell
+from cfgfix.report import edit_region, json_text, rule_url, sorted_findings, span_in_cell
 
 if TYPE_CHECKING:
     from cfgfix.report import ReportContext
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
 
 def render(findings: list[Finding], ctx: ReportContext) -> str:
     items = [_finding(f, ctx) for f in sorted_findings(findings)]
-    return json.dumps(items, indent=2, ensure_ascii=False) + "\n"
+    return json_text(items)
 
 
 def _point(line: int, column: int) -> dict:

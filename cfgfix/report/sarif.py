@@ -14,14 +14,13 @@ Notes that shape the output:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import Counter
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from cfgfix.core import Finding, Severity, Span
-from cfgfix.report import edit_region, offered_fix, rule_url, sorted_findings, span_in_cell, stored_finding
+from cfgfix.report import edit_region, json_text, offered_fix, rule_url, sorted_findings, span_in_cell, stored_finding
 from cfgfix.rules.base import doc_sections
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ def render(findings: list[Finding], ctx: ReportContext) -> str:
             {"tool": {"driver": driver}, "columnKind": "unicodeCodePoints", "results": results}
         ],
     }
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return json_text(log)
 
 
 # -- rules ---------------------------------------------------------------------------------
@@ -92,9 +91,15 @@ def _uri(path: str) -> dict:
         return {
             "uri": "file://"
             + ("" if path.startswith("/") else "/")
-            + quote(path.replace("\\", "/"), safe="/:")
+            + quote(_name_bytes(path.replace("\\", "/")), safe="/:")
         }
-    return {"uri": quote(path), "uriBaseId": "%SRCROOT%"}
+    return {"uri": quote(_name_bytes(path)), "uriBaseId": "%SRCROOT%"}
+
+
+def _name_bytes(path: str) -> bytes:
+    # the file name's own bytes, so a name that is not UTF-8 (held as lone surrogates)
+    # becomes its percent-escapes (`tr%E9in.py`) rather than an encoding error
+    return path.encode("utf-8", "surrogateescape")
 
 
 def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
@@ -120,7 +125,7 @@ def _fingerprint(finding: Finding, ctx: ReportContext, seen: Counter) -> str:
         anchor = source.line_text(finding.span.line).strip()
     else:
         anchor = finding.message  # without the text, the message is the next most stable thing
-    digest = hashlib.sha256("\0".join((finding.code, finding.path, anchor)).encode()).hexdigest()[
+    digest = hashlib.sha256(f"{finding.code}\0{finding.path}\0{anchor}".encode("utf-8", "surrogatepass")).hexdigest()[
         :32
     ]
     seen[digest] += 1  # identical lines in one file get :1, :2 ... in file order

@@ -18,6 +18,7 @@ A SettingsError or a CFX901 is the right answer to bad input, never a failure.
 
     python -m tests.fuzz.harness --seconds 300 --seed 1 [--out DIR]   (from the repository root)
     python tests/fuzz/harness.py --seconds 300 --seed 1
+    python tests/fuzz/harness.py --seconds 600 --kind shell   (one kind)
 
 The test suite runs a slice of a few seconds (tests/test_fuzz.py).
 """
@@ -260,8 +261,8 @@ def run_one(root: Path, files: dict[str, bytes], mutated: str) -> tuple[str, str
 
 
 def fuzz(seconds: float, seed: int, out: Path | None = None, per_input: float = PER_INPUT_SECONDS,
-         log=lambda m: None) -> dict:
-    """Mutated inputs round-robin over the kinds until `seconds` pass; the summary."""
+         log=lambda m: None, only: tuple[str, ...] = ()) -> dict:
+    """Mutated inputs round-robin over the kinds (or the `only` ones) until `seconds` pass; the summary."""
     import shutil
     import sys as _sys
 
@@ -274,7 +275,7 @@ def fuzz(seconds: float, seed: int, out: Path | None = None, per_input: float = 
     deadline = time.monotonic() + seconds
     previous = signal.signal(signal.SIGALRM, _alarm)
     base = Path(tempfile.mkdtemp(prefix="cfgfix-fuzz-"))
-    kinds = [k for k in KINDS if pools[k]]
+    kinds = [k for k in KINDS if pools[k] and (not only or k in only)]
     i = 0
     try:
         while time.monotonic() < deadline:
@@ -328,9 +329,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--per-input", type=float, default=PER_INPUT_SECONDS)
     parser.add_argument("--out", type=Path, help="copy each failing project here")
+    parser.add_argument("--kind", action="append", choices=KINDS, default=[],
+                        help="fuzz only this kind of input (repeatable); every kind when left out")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
-    summary = fuzz(args.seconds, args.seed, args.out, args.per_input, log=lambda m: print(m, file=sys.stderr))
+    summary = fuzz(args.seconds, args.seed, args.out, args.per_input, log=lambda m: print(m, file=sys.stderr),
+                   only=tuple(args.kind))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
