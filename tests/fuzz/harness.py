@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("python", "yaml", "json", "shell", "makefile", "dockerfile", "env", "settings")
+MUTATED_KINDS = ("python", "yaml", "json", "shell", "makefile", "dockerfile", "env", "settings")
+GENERATED_KINDS = ("notebook", "filename", "launch-huge", "big-config")  # tests/fuzz/hostile.py
+KINDS = MUTATED_KINDS + GENERATED_KINDS
 PER_INPUT_SECONDS = 20.0  # a hang; real inputs take milliseconds
 
 _LAUNCH = "accelerate launch --config_file acc.yaml --num_processes 2 train.py --deepspeed ds.json --config train.yaml\n"
@@ -105,7 +107,7 @@ def seed_projects() -> list[dict[str, str]]:
 
 def by_kind(projects: list[dict[str, str]]) -> dict[str, list[tuple[dict, str]]]:
     """(project, the file to mutate) for each kind."""
-    out: dict[str, list] = {k: [] for k in KINDS}
+    out: dict[str, list] = {k: [] for k in MUTATED_KINDS}
     for project in projects:
         for name in project:
             kind = _kind(os.path.basename(name))
@@ -218,6 +220,16 @@ def _alarm(_signum, _frame):
     raise _Hang()
 
 
+def write_files(root: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        path = root / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        except OSError:  # a mutated name the file system refuses is no input
+            continue
+
+
 def run_one(root: Path, files: dict[str, bytes], mutated: str) -> tuple[str, str]:
     """Write the project under `root` and run settings, check, fix (in memory), explain."""
     from cfgfix.engine import Engine
@@ -226,13 +238,7 @@ def run_one(root: Path, files: dict[str, bytes], mutated: str) -> tuple[str, str
     from cfgfix.training.resolve import training_setups
     from cfgfix.workspace import discover
 
-    for name, data in files.items():
-        path = root / name
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        except OSError:  # a mutated name the file system refuses is no input
-            continue
+    write_files(root, files)
     cwd = os.getcwd()
     os.chdir(root)
     try:
@@ -261,10 +267,13 @@ def run_one(root: Path, files: dict[str, bytes], mutated: str) -> tuple[str, str
 
 
 def fuzz(seconds: float, seed: int, out: Path | None = None, per_input: float = PER_INPUT_SECONDS,
-         log=lambda m: None, only: tuple[str, ...] = ()) -> dict:
-    """Mutated inputs round-robin over the kinds (or the `only` ones) until `seconds` pass; the summary."""
+         log=lambda m: None, only: tuple[str, ...] = (), big: bool = True) -> dict:
+    """Mutated inputs round-robin over the kinds (or the `only` ones) until `seconds` pass; the
+    summary. `big=False` keeps the generated kinds' sizes small (the test suite's slice)."""
     import shutil
     import sys as _sys
+
+    from fuzz.hostile import GENERATED
 
     _sys.setrecursionlimit(max(_sys.getrecursionlimit(), 1000))
     rng = random.Random(seed)
@@ -275,20 +284,23 @@ def fuzz(seconds: float, seed: int, out: Path | None = None, per_input: float = 
     deadline = time.monotonic() + seconds
     previous = signal.signal(signal.SIGALRM, _alarm)
     base = Path(tempfile.mkdtemp(prefix="cfgfix-fuzz-"))
-    kinds = [k for k in KINDS if pools[k] and (not only or k in only)]
+    kinds = [k for k in KINDS if (k in GENERATED or pools[k]) and (not only or k in only)]
     i = 0
     try:
         while time.monotonic() < deadline:
             kind = kinds[i % len(kinds)]
             i += 1
-            project, name = rng.choice(pools[kind])
-            files = mutate(project, name, rng, donors)
+            if kind in GENERATED:
+                files, name, runner = GENERATED[kind](pools, rng, donors, big)
+            else:
+                project, name = rng.choice(pools[kind])
+                files, runner = mutate(project, name, rng, donors), None
             root = base / str(i)
             root.mkdir()
             counts[kind] += 1
             signal.setitimer(signal.ITIMER_REAL, per_input)
             try:
-                status, detail = run_one(root, files, name)
+                status, detail = (runner or run_one)(root, files, name)
             except _Hang:
                 status, detail = "hang", f"over {per_input:g} s"
             except RecursionError as exc:  # counted as a crash: the user would see a traceback
@@ -331,10 +343,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="copy each failing project here")
     parser.add_argument("--kind", action="append", choices=KINDS, default=[],
                         help="fuzz only this kind of input (repeatable); every kind when left out")
+    parser.add_argument("--small", action="store_true", help="the generated kinds at the test slice's sizes")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     summary = fuzz(args.seconds, args.seed, args.out, args.per_input, log=lambda m: print(m, file=sys.stderr),
-                   only=tuple(args.kind))
+                   only=tuple(args.kind), big=not args.small)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -346,4 +359,5 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "tests"))  # `fuzz.hostile`, as the test suite imports it
     raise SystemExit(main())
