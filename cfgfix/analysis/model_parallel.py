@@ -58,6 +58,29 @@ def _size(value) -> int | None:
     return None
 
 
+def _config_sizes(doc) -> list[tuple[str, object, object]]:
+    """(key, scalar value, span) of the size-like settings of a config document, found once
+    per document: each launch and each round of `fix` asks again (issue 24)."""
+    found = doc.memo.get("model-parallel")
+    if found is not None:
+        return found
+    found = []
+    stack = [(doc.root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node is None or node.kind != "mapping" or depth > 6:
+            continue
+        for key, value in node.entries:
+            if not isinstance(key.value, str):
+                continue
+            if value.kind == "mapping":
+                stack.append((value, depth + 1))
+            elif SIZES.get(_name(key.value)) or _PARALLEL_LIKE.search(_name(key.value)):
+                found.append((key.value, value.value if value.kind == "scalar" else None, doc.span(value)))
+    doc.memo["model-parallel"] = found
+    return found
+
+
 def from_sources(args=(), doc=None, doc_label: str = "") -> ModelParallel:
     """The sizes in a launch's script arguments (`(text, span)` tokens) and a training config
     document; a size stated twice must agree."""
@@ -96,19 +119,8 @@ def from_sources(args=(), doc=None, doc_label: str = "") -> ModelParallel:
             value, span = (tokens[i + 1][0], tokens[i + 1][1]) if i + 1 < len(tokens) else (None, span)
         note(name, value, span, "")
     if doc is not None:
-        stack = [(doc.root, 0)]
-        while stack:
-            node, depth = stack.pop()
-            if node is None or node.kind != "mapping" or depth > 6:
-                continue
-            for key, value in node.entries:
-                if not isinstance(key.value, str):
-                    continue
-                if value.kind == "mapping":
-                    stack.append((value, depth + 1))
-                elif SIZES.get(_name(key.value)) or _PARALLEL_LIKE.search(_name(key.value)):
-                    note(key.value, value.value if value.kind == "scalar" else None, doc.span(value),
-                         f" in {doc_label}" if doc_label else "")
+        for name, value, span in _config_sizes(doc):
+            note(name, value, span, f" in {doc_label}" if doc_label else "")
     if unknown:
         return ModelParallel(None)
     divisor = 1

@@ -106,6 +106,8 @@ class ConfigDocument:
     source: SourceText
     fmt: str  # "json" | "yaml"
     root: Node | None
+    # what analyses read from this document, by the analysis (they never change it)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def span(self, node: Node):
         return self.source.span(node.start, node.end)
@@ -114,6 +116,34 @@ class ConfigDocument:
 def parse_config(source: SourceText, fmt: str) -> ConfigDocument:
     if len(source.text) > MAX_BYTES:
         raise ConfigError(f"the file is larger than {MAX_BYTES // (1024 * 1024)} MB; not read as a config")
+    if len(source.text) < _REMEMBER_FROM:
+        return _parse(source, fmt)
+    # A large config is read by the linter, by the project stage and again by every round of
+    # `fix` that re-checks a launch linking it: parsed once per content (issue 24: a 6.4 MB
+    # YAML made `fix --diff` 5x slower than `check`).
+    import hashlib
+
+    key = (source.path, fmt, hashlib.blake2b(source.text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+    found = _REMEMBERED.pop(key, None)
+    if found is None:
+        try:
+            found = _parse(source, fmt)
+        except ConfigError as exc:
+            found = exc
+    _REMEMBERED[key] = found  # most recent last
+    while len(_REMEMBERED) > _REMEMBER_COUNT:
+        del _REMEMBERED[next(iter(_REMEMBERED))]
+    if isinstance(found, ConfigError):
+        raise found.with_traceback(None)
+    return found
+
+
+_REMEMBER_FROM = 256 * 1024  # smaller configs parse in milliseconds
+_REMEMBER_COUNT = 4
+_REMEMBERED: dict[tuple, ConfigDocument | ConfigError] = {}
+
+
+def _parse(source: SourceText, fmt: str) -> ConfigDocument:
     if fmt == "json":
         return ConfigDocument(source, fmt, _JsonScanner(source).parse())
     return ConfigDocument(source, fmt, _parse_yaml(source))
@@ -233,6 +263,23 @@ def _flow_depth(text: str) -> int:
     return best
 
 
+# A file this large may hold more than MAX_NODES nodes: they are counted from the parser's
+# events first, which stops at the limit, rather than after composing every node of a
+# 6 MB file (8 s) only to refuse it (issue 24). Each node takes at least two characters.
+_COUNT_FIRST_BYTES = 2 * MAX_NODES
+
+
+def _refuse_past_max_nodes(text: str) -> None:
+    import yaml
+
+    count = 0
+    for event in yaml.parse(text, Loader=_yaml_loader()):
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent, yaml.AliasEvent)):
+            count += 1
+            if count > MAX_NODES:
+                raise ConfigError(f"more than {MAX_NODES} nodes after expanding aliases; not read as a config")
+
+
 def _parse_yaml(source: SourceText) -> Node | None:
     import yaml
 
@@ -240,6 +287,8 @@ def _parse_yaml(source: SourceText) -> Node | None:
     if text.count("[") + text.count("{") > MAX_DEPTH and _flow_depth(text) > MAX_DEPTH:
         raise ConfigError(f"nested deeper than {MAX_DEPTH} levels; not read as a config")
     try:
+        if len(text) > _COUNT_FIRST_BYTES:
+            _refuse_past_max_nodes(text)
         documents = yaml.compose_all(text, Loader=_yaml_loader())
         root = next((d for d in documents if d is not None), None)
     except yaml.MarkedYAMLError as exc:

@@ -57,7 +57,15 @@ def normalise(setting: str, value: object) -> object:
 
 # -- YAML / JSON ------------------------------------------------------------------------------
 def from_config(doc, origin: str) -> dict[str, Value]:
-    """Settings of a training config document (a `ConfigDocument`), the shallowest wins."""
+    """Settings of a training config document (a `ConfigDocument`), the shallowest wins;
+    read once per document and origin (each launch and each round of `fix` asks again)."""
+    key = ("training-values", origin)
+    if key not in doc.memo:
+        doc.memo[key] = _from_config(doc, origin)
+    return dict(doc.memo[key])
+
+
+def _from_config(doc, origin: str) -> dict[str, Value]:
     found: dict[str, list[tuple[int, Value]]] = {}
     stack = [(doc.root, 0, "")]
     while stack:
