@@ -13,8 +13,10 @@ when every per-file result came from the cache.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
+from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -137,7 +139,7 @@ class LaunchFacts:
             "training_config": self.training_config,
             "grad_accum": self.grad_accum,
             "grad_accum_span": self.grad_accum_span.to_dict() if self.grad_accum_span else None,
-            "args": [[text, span.to_dict()] for text, span in self.args],
+            **_packed_args(self.args, self.span.path),
             "cuda_devices": self.cuda_devices,
             "module": self.module,
             "hostfile": self.hostfile,
@@ -152,13 +154,38 @@ class LaunchFacts:
             Span.from_dict(data["span"]), data.get("deepspeed_config"), data.get("training_config"),
             data.get("grad_accum"),
             Span.from_dict(data["grad_accum_span"]) if data.get("grad_accum_span") else None,
-            tuple((text, Span.from_dict(span)) for text, span in data.get("args", ())),
+            _unpacked_args(data, data["span"]["path"]),
             data.get("cuda_devices"),
             data.get("module"),
             data.get("hostfile"),
             data.get("num_nodes"),
             data.get("num_gpus"),
         )
+
+
+def _packed_args(args, path: str) -> dict:
+    """The script arguments as the cache stores them: their texts, and their spans' six
+    numbers as one array's bytes in base64. A dict per span was ~350 of the ~1,000 bytes
+    each argument of a 400,000-argument launch line cost (issue 24)."""
+    if any(span.path != path for _, span in args):
+        return {"args": [[text, span.to_dict()] for text, span in args]}
+    numbers = array("q", (n for _, s in args for n in (s.line, s.column, s.end_line, s.end_column, s.start, s.end)))
+    return {"args": [text for text, _ in args], "arg_spans": base64.b64encode(numbers.tobytes()).decode("ascii")}
+
+
+def _unpacked_args(data: dict, path: str) -> tuple[tuple[str, Span], ...]:
+    texts = data.get("args", ())
+    numbers = data.get("arg_spans")
+    if numbers is None:
+        return tuple((text, Span.from_dict(span)) for text, span in texts)
+    if not texts:
+        return ()
+    n = array("q")
+    n.frombytes(base64.b64decode(numbers))
+    if len(n) != 6 * len(texts):
+        raise ValueError("each argument needs six span numbers")
+    return tuple((text, Span(path, n[at], n[at + 1], n[at + 2], n[at + 3], n[at + 4], n[at + 5]))
+                 for text, at in zip(texts, range(0, len(n), 6), strict=True))
 
 
 @dataclass(frozen=True)

@@ -708,7 +708,11 @@ class _Builder:
         self.doc.clobbers.sort(key=lambda c: c[1])
 
     def _word(self, tok: _Tok) -> Word:
-        return Word(tok.text, self.source.text[tok.start:tok.end], self.source.span(tok.start, tok.end))
+        text = self.source.text
+        # most words are written as they read (no quotes): one string for both, not a copy
+        # per word (issue 24: a launch line of 400,000 arguments)
+        same = tok.end - tok.start == len(tok.text) and text.startswith(tok.text, tok.start)
+        return Word(tok.text, tok.text if same else text[tok.start:tok.end], self.source.span(tok.start, tok.end))
 
     def _assignments(self, words: list[Word], kind: str, scope: tuple[int, ...]) -> list[Assignment]:
         found = []
