@@ -396,3 +396,78 @@ def test_a_file_name_that_is_not_utf8_prints_in_every_format(in_tmp, encoding):
     fixed = _cli(["fix"], in_tmp, encoding)
     assert fixed.returncode == 0 and b"Traceback" not in fixed.stderr, fixed
     assert "model.to(device)" not in (in_tmp / name).read_text()
+
+
+# -- hostile sizes (issue 24) ------------------------------------------------------------------
+def test_each_launch_sees_the_variables_set_before_it_and_no_later_ones():
+    """A launch's environment is a point in the script's variable history (not a copy of
+    every variable per launch, which made a script that sets a variable before each of its
+    6,400 launches take 67 s and 1.2 GB)."""
+    from cfgfix.documents.launches import find_launches
+    from cfgfix.documents.shell import parse_shell
+    from cfgfix.documents.text import SourceText
+
+    lines = []
+    for i in range(300):
+        lines.append(f"export V{i}={i}\nCUDA_VISIBLE_DEVICES={i % 4} torchrun --nproc_per_node 2 train.py --out $V{i}\n")
+    lines.append("( SUB=1 )\nif x; then MAYBE=1; fi\nV0=last torchrun --nproc_per_node 2 train.py\n")
+    found = find_launches(parse_shell(SourceText("run.sh", "".join(lines)), "sh"))
+    assert len(found) == 301
+    for i, launch in enumerate(found[:300]):
+        assert launch.env[f"V{i}"] == str(i) and f"V{i + 1}" not in launch.env
+        assert launch.env["CUDA_VISIBLE_DEVICES"] == str(i % 4) and len(launch.env) == i + 2
+    last = found[-1].env
+    assert last["V0"] == "last" and last["V299"] == "299" and "SUB" not in last and "MAYBE" not in last
+    assert dict(last) == {**{f"V{i}": str(i) for i in range(300)}, "V0": "last"}
+
+
+def test_launch_arguments_survive_the_cache_shape():
+    from cfgfix.project import LaunchFacts
+
+    write_args = "torchrun --nproc_per_node 2 train.py --lr 1e-5 \\\n  'a b' --deepspeed ds.json ü\n"
+    from cfgfix.documents.launches import find_launches
+    from cfgfix.documents.shell import parse_shell
+    from cfgfix.documents.text import SourceText
+
+    launch = find_launches(parse_shell(SourceText("run.sh", write_args), "sh"))[0]
+    facts = LaunchFacts.from_launch(launch)
+    stored = json.loads(json.dumps(facts.to_dict()))
+    assert isinstance(stored["arg_spans"], str)
+    assert LaunchFacts.from_dict(stored) == facts
+    assert [t for t, _ in facts.args] == ["--lr", "1e-5", "a b", "--deepspeed", "ds.json", "ü"]
+    assert facts.args[2][1].line == 2
+
+
+def test_fix_parses_a_large_linked_config_once(in_tmp, monkeypatch):
+    """`fix` re-checks a launch after each round: its megabyte configs are parsed once, not
+    once per round (a 6.4 MB YAML made `fix --diff` 5x slower than `check`)."""
+    from cfgfix.documents import config
+
+    big = "learning_rate: 1e-5\nbf16: true\n" + "".join(f"block_{i}:\n  a: {i}\n  s: '{'x' * 90}'\n" for i in range(3000))
+    write_project(in_tmp, {
+        "train.py": TRAIN + "model.half()\nTrainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n",
+        "run.sh": "accelerate launch --config_file acc.yaml train.py --config train.yaml\n",
+        "acc.yaml": "distributed_type: MULTI_GPU\nmixed_precision: bf16\nnum_processes: 2\n",
+        "train.yaml": big,
+    })
+    parsed = []
+    real = config._parse
+    monkeypatch.setattr(config, "_parse", lambda source, fmt: parsed.append(source.path) or real(source, fmt))
+    config._REMEMBERED.clear()
+    code, out = run("fix", "--diff", "--no-cache")
+    assert_no_bug(code, out)
+    assert "-model.to(device)" in out
+    assert parsed.count("train.yaml") == 1, parsed
+
+
+def test_a_yaml_past_the_node_limit_is_refused_before_it_is_composed(monkeypatch):
+    import yaml
+
+    from cfgfix.documents import config
+    from cfgfix.documents.text import SourceText
+
+    text = "".join(f"k{i}: {i}\n" for i in range(config.MAX_NODES))
+    monkeypatch.setattr(yaml, "compose_all", lambda *a, **k: pytest.fail("composed"))
+    config._REMEMBERED.clear()
+    with pytest.raises(config.ConfigError, match="more than 200000 nodes"):
+        config.parse_config(SourceText("big.yaml", text), "yaml")
