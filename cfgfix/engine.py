@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cfgfix.analysis.versions import ProjectVersions
 from cfgfix.core import Finding, LazyRegex, Severity, Span, is_huge_number_error, well_typed
-from cfgfix.documents.files import MAX_PYTHON_BYTES, FileTooLarge, read_file
+from cfgfix.documents.files import MAX_PYTHON_BYTES, MAX_SCRIPT_BYTES, FileTooLarge, read_file
 from cfgfix.documents.text import DecodeError, SourceText, lone_cr_as_lf
 from cfgfix.project import LaunchFacts, ProjectModel
 from cfgfix.records import dataclass, field, replace
@@ -300,6 +300,11 @@ class Linter:
         wants_launches = any(token in data for token in LAUNCH_TOKENS)
         if not rules and not wants_launches:
             return FileResult()
+        if len(data) > MAX_SCRIPT_BYTES and sf.kind != "markdown":  # a README's shell blocks are read, not its prose
+            return self._unparsable(
+                sf, f"{sf.display} is larger than {MAX_SCRIPT_BYTES / 1e6:g} MB ({len(data) / 1e6:.1f} MB): "
+                f"not read as a launch script (a launch script is far smaller; a generated file is not one)",
+                severity=Severity.WARNING)
         from cfgfix.documents.shell import parse_shell
         from cfgfix.rules.context import ShellContext
 

@@ -19,6 +19,10 @@ MAX_BYTES = 10 * 1024 * 1024  # the same bound as configs (documents/config.py)
 # per MB of source (a 50 MB generated file cost minutes and gigabytes), and a training
 # script is tens of kB (the largest we know of are a few hundred).
 MAX_PYTHON_BYTES = 1_000_000
+# Launch scripts (shell, Makefile, Dockerfile, .env) likewise: reading one costs ~2.5 s and
+# ~100 MB per MB (a launch line of 400,000 arguments), and `fix` reads a fixed one again
+# each round; a real launch script is a few kB (issue 24: 6 MB took 27 s to check, 2 min to fix).
+MAX_SCRIPT_BYTES = 1_000_000
 
 
 class NotRegularFile(OSError):
