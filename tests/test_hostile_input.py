@@ -380,7 +380,7 @@ def test_fix_on_a_notebook_with_cells_that_are_not_objects(in_tmp):
 def test_a_file_name_that_is_not_utf8_prints_in_every_format(in_tmp, encoding):
     name = os.fsdecode(b"tr\xe9in-\xff.py")
     (in_tmp / name).write_text(TRAIN)
-    for fmt in ("text", "json", "sarif", "github"):
+    for fmt in ("text", "concise", "json", "sarif", "github"):
         done = _cli(["check", "--no-cache", "--output-format", fmt], in_tmp, encoding)
         assert done.returncode == 1 and not done.stderr, (fmt, done)
         out = done.stdout.decode("utf-8")  # click writes UTF-8 where the stream says ASCII

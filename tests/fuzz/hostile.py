@@ -155,7 +155,7 @@ def filename(pools, rng: random.Random, donors, big: bool):
     return files, new_name, run_cli
 
 
-_FORMATS = ("text", "json", "sarif", "github")
+_FORMATS = ("text", "concise", "json", "sarif", "github")
 
 
 def run_cli(root: Path, files: dict[str, bytes], mutated: str) -> tuple[str, str]:
