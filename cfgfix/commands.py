@@ -390,6 +390,15 @@ def review(base, head, select, ignore, extend_select, output_format, config_file
     raise SystemExit(1 if failing else 0)
 
 
+def _finite(value, flag: str):
+    """A number click let through that is no number of things (nan)."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param_hint=flag)
+    return value
+
+
 # -- verify -----------------------------------------------------------------------------------
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--steps", type=click.IntRange(min=1), default=2, show_default=True, help="Optimizer steps to run in each copy.")
@@ -460,20 +469,20 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 
 @cli.command()
 @click.option("--model", metavar="ID|PATH", help="A catalog model id or a local folder / config.json.")
-@click.option("--params", type=click.FloatRange(min=1), metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
+@click.option("--params", type=click.FloatRange(min=1, max=1e14), callback=lambda _c, _p, v: _finite(v, "--params"), metavar="N", help="Parameter count (e.g. 7.6e9) when no model is given, or to override it.")
 @settings_options(rules=False)
-@click.option("--num-gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel world size.")
+@click.option("--num-gpus", type=click.IntRange(min=1, max=1_000_000), default=1, show_default=True, help="Data-parallel world size.")
 @click.option("--precision", type=click.Choice(_PRECISIONS), default="fp32", show_default=True,
               help="fp32; amp-*: fp32 weights + autocast; bf16/fp16: pure 16-bit weights; ds-*: DeepSpeed's 16-bit engine.")
 @click.option("--optimizer", type=click.Choice(("adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")), default="adamw", show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="DeepSpeed ZeRO stage.")
 @click.option("--fsdp", type=click.Choice(("full", "grad-op")), default=None, help="FSDP sharding instead of ZeRO.")
 @click.option("--offload", type=click.Choice(("none", "optimizer", "optimizer+params")), default="none", show_default=True)
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Micro batch per GPU.")
-@click.option("--seq", type=click.IntRange(min=1), default=None, help="Tokens per sample (T5: source tokens).")
-@click.option("--target-seq", type=click.IntRange(min=1), default=None, help="T5: target tokens.")
-@click.option("--resolution", type=click.IntRange(min=8), default=None, help="Image side in pixels (diffusion UNets).")
-@click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
+@click.option("--batch", type=click.IntRange(min=1, max=1_000_000), default=1, show_default=True, help="Micro batch per GPU.")
+@click.option("--seq", type=click.IntRange(min=1, max=100_000_000), default=None, help="Tokens per sample (T5: source tokens).")
+@click.option("--target-seq", type=click.IntRange(min=1, max=100_000_000), default=None, help="T5: target tokens.")
+@click.option("--resolution", type=click.IntRange(min=8, max=65_536), default=None, help="Image side in pixels (diffusion UNets).")
+@click.option("--lora-rank", type=click.IntRange(min=1, max=65_536), default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
 @click.option("--quantize", type=click.Choice(("4bit", "8bit")), default=None, help="QLoRA: the frozen base's storage.")
 @click.option("--checkpointing/--no-checkpointing", default=False, show_default=True, help="Gradient checkpointing.")
 @click.option("--device", type=click.Choice(("cuda", "cpu")), default="cuda", show_default=True,
@@ -484,7 +493,7 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
               help="torch's optimizer implementation (default: torch's for the device; the HF Trainer uses fused).")
 @click.option("--head", type=click.Choice(("causal-lm", "masked-lm", "classification")), default=None,
               help="The head the script builds (AutoModelFor...): default causal-lm, BERT classification.")
-@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--grad-accum", type=click.IntRange(min=1, max=1_000_000), default=1, show_default=True, help="Gradient accumulation steps.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
 @click.option("--list-models", is_flag=True, help="List the catalog's model ids and exit.")
@@ -522,7 +531,7 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         rows = list(estimate_project.project_estimates(setups, gpu))
         render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
         click.echo(render(rows, display, simulate), nl=False)
-        return
+        raise SystemExit(estimate_project.exit_code(rows))
     if config_file is not None or isolated or no_cache:
         _fail("--config, --isolated and --no-cache are for the project mode (PATHS); --model/--params read no settings")
     from cfgfix.memory.estimator import estimate as run_estimate
@@ -566,6 +575,8 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         problems.append("--device cpu estimates a CPU run (no GPU to fit); drop --gpu, or estimate --device cuda")
     if problems:
         _fail("; ".join(problems))
+    for warning in _estimate_warnings(setup, shape, target):
+        click.echo(f"warning: {warning}", err=True)
     result = run_estimate(setup, shape)
     decision = fit_verdict(result, target.usable_bytes, target.name) if target else None
     if output_format == "json":
@@ -583,3 +594,19 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
             from cfgfix.memory.simulate_report import simulate_text
 
             click.echo("\n" + simulate_text(setup, model, result.peak, shape), nl=False)
+    # like a linter: 0 fits (the band's top included) or nothing to judge, 1 does not fit
+    raise SystemExit(0 if decision is None or (decision.fits and decision.certain) else 1)
+
+
+def _estimate_warnings(setup, shape, target) -> list[str]:
+    """Inputs that are possible but surely not what the user meant."""
+    found = []
+    positions = getattr(shape, "max_positions", None)
+    if setup.seq_len and positions and setup.seq_len > positions:
+        found.append(f"--seq {setup.seq_len:,} is beyond the model's {positions:,} positions "
+                     f"(max_position_embeddings): a learned position table has no row past it, and RoPE models need scaling for it")
+    wants_bf16 = "bf16" in (setup.weights, setup.autocast, setup.deepspeed_half)
+    if target is not None and wants_bf16 and not target.bf16:
+        found.append(f"{target.name} has no bf16 support: a bf16 run fails there or runs emulated; "
+                     f"use fp16 with loss scaling or a newer GPU")
+    return found

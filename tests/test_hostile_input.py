@@ -46,8 +46,10 @@ def test_a_launch_naming_files_over_255_bytes(in_tmp):
                      "Trainer(model=model, args=TrainingArguments('o')).train()\n"),
         "cfgfix.toml": 'gpu = "RTX 4070"\n',
     })
-    for command in (("check", "--no-cache"), ("fix", "--unsafe-fixes", "--no-cache"), ("explain",), ("estimate",)):
+    for command in (("check", "--no-cache"), ("fix", "--unsafe-fixes", "--no-cache"), ("explain",)):
         assert_no_bug(*run(*command))
+    code, out = run("estimate")
+    assert code == 2 and "not estimated" in out and "Traceback" not in out and "internal error" not in out
     code, out = run("fix", "--fit")
     assert "Traceback" not in out and "internal error" not in out
 

@@ -31,14 +31,17 @@ def render_text(result: Estimate, gpu_name: str | None = None, usable: int | Non
         + (f", {result.trainable_params / 1e6:.3g}M trainable" if result.trainable_params != shape.params else ""),
         f"Setup: {_describe(setup)}",
         "",
-        f"{'component':<22}{'size':>12}{'at peak':>12}  how",
     ]
+    # the columns widen with the largest figure, so no two run into each other at any magnitude
+    figures = [_gib(n) for comp in (*result.components, *result.cpu) for n in (comp.size, comp.at_peak)]
+    w = max(12, 2 + max(len(f) for f in [*figures, _gib(result.peak)]))
+    lines.append(f"{'component':<22}{'size':>{w}}{'at peak':>{w}}  how")
     for comp in result.components:
-        lines.append(f"{_LABELS[comp.name]:<22}{_gib(comp.size):>12}{_gib(comp.at_peak):>12}  {comp.formula}")
-    lines.append(f"{'peak per GPU':<22}{'':>12}{_gib(result.peak):>12}  at {result.peak_phase}; "
+        lines.append(f"{_LABELS[comp.name]:<22}{_gib(comp.size):>{w}}{_gib(comp.at_peak):>{w}}  {comp.formula}")
+    lines.append(f"{'peak per GPU':<22}{'':>{w}}{_gib(result.peak):>{w}}  at {result.peak_phase}; "
                  f"band {result.low / GIB:.2f}-{result.high / GIB:.2f} GiB")
     for comp in result.cpu:
-        lines.append(f"{'CPU RAM: ' + comp.name:<22}{_gib(comp.size):>12}{'':>12}  {comp.formula}")
+        lines.append(f"{'CPU RAM: ' + comp.name:<22}{_gib(comp.size):>{w}}{'':>{w}}  {comp.formula}")
     lines.append("")
     lines.extend(_bar(result, usable, width))
     if verdict is not None:

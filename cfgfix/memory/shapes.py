@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from cfgfix.records import dataclass, field
+from cfgfix.records import dataclass, field, replace
 
 Linear = tuple[str, int, int]  # module name, in features, out features
 
@@ -59,6 +59,7 @@ class ModelShape:
     unet_levels: tuple[tuple[int, int, int], ...] = ()  # UNet: (channels, downsampling factor, transformer layers)
     # a fixed number of tokens per sample (a ViT: patches + the class token); 0: the run's sequence length
     tokens: int = 0
+    max_positions: int = 0  # max_position_embeddings (0: not stated); a longer --seq is warned about
     # a composite model's other backbones (memory/parts.py): (shape, gradient checkpointing on)
     # each, whose activations add to this (the largest) backbone's
     other_parts: tuple = ()
@@ -174,7 +175,10 @@ def _build(builder, config: dict, source: str) -> ModelShape:
     """A builder's shape; a config.json with a missing or mistyped dimension (a user's edit,
     a truncated download) is a ShapeError naming it, never a crash of the rules that size it."""
     try:
-        return builder(config, source)
+        shape = builder(config, source)
+        positions = next((config[k] for k in ("max_position_embeddings", "n_positions", "n_ctx")
+                          if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), 0)
+        return replace(shape, max_positions=positions) if positions > 0 else shape
     except KeyError as exc:
         raise ShapeError(f"{source}: no {exc.args[0]!r} in the config") from exc
     except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as exc:

@@ -22,6 +22,18 @@ def project_estimates(setups, target_name: str | None):
         yield setup, inputs, result, gpu, decision
 
 
+def exit_code(rows) -> int:
+    """`estimate`'s exit code over the launches, as a CI gate reads it: 1 when a launch does
+    not surely fit its GPU (the band's top over), else 2 when there is no launch or one was not
+    estimated (the output says what is missing), else 0 (every launch fits, or there is no
+    GPU to judge against)."""
+    if any(d is not None and not (d.fits and d.certain) for *_, d in rows):
+        return 1
+    if not rows or any(result is None for _, _, result, _, _ in rows):
+        return 2
+    return 0
+
+
 def render_text(rows, display, simulate: bool = False) -> str:
     from cfgfix.memory.render import render_text as render_one
     from cfgfix.memory.simulate_report import simulate_text
