@@ -242,6 +242,22 @@ class EmptyCacheInLoop(Rule):
     INVALID = [
         Example(
             "import torch\n"
+            "for step, batch in enumerate(loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    if step % 10 == 0 and args.rank == 0:\n"
+            "        torch.cuda.empty_cache()\n",
+            why="every 10 steps on rank 0: periodic, not once (`rank == 0` says which process, not when)",
+            line=7,
+            fixed="import torch\n"
+            "for step, batch in enumerate(loader):\n"
+            "    loss = model(**batch).loss\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n",
+        ),
+        Example(
+            "import torch\n"
             "def forward_pair(model, batch):\n"
             "    logits = {}\n"
             "    for key in ('chosen', 'rejected'):\n"
@@ -601,10 +617,22 @@ def _cache_option(test: ast.expr) -> bool:
     return False
 
 
+_PROCESS_WORDS = ("rank", "process", "local", "world", "device", "gpu", "node", "main", "master")
+
+
 def _runs_once(test: ast.expr) -> bool:
     """`step == 0`, `batch_cnt == 1 and epoch == 0`: an equality with a constant and no
-    modulus, so the branch runs once, not every few steps."""
-    for operand in _truth_operands(test):
+    modulus, so the branch runs once, not every few steps. `step % 10 == 0 and args.rank == 0`
+    is periodic: a modulus anywhere in the test keeps it so, and an equality on the process
+    (`rank == 0`) says which process, not when."""
+    operands = list(_truth_operands(test))
+    if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for operand in operands for n in ast.walk(operand)):
+        return False
+    for operand in operands:
+        if isinstance(operand, ast.Compare) and any(
+                word in (getattr(n, "id", None) or getattr(n, "attr", None) or "").lower()
+                for n in ast.walk(operand.left) for word in _PROCESS_WORDS):
+            continue
         if (isinstance(operand, ast.Compare) and len(operand.ops) == 1 and isinstance(operand.ops[0], ast.Eq)
                 and isinstance(operand.comparators[0], ast.Constant) and isinstance(operand.comparators[0].value, int)
                 and not any(isinstance(n, ast.BinOp) for n in ast.walk(operand.left))):
