@@ -6,6 +6,7 @@ from cfgfix.core import Fix, Related, Severity
 from cfgfix.documents.config_edits import replace_scalar
 from cfgfix.rules.accelerate.common import ACC, HEAD, ds_block
 from cfgfix.rules.base import Example, ProjectRule, register
+from cfgfix.rules.setup.common import weights_may_be_half
 
 _GPU_TYPES = ("MULTI_GPU", "DEEPSPEED", "FSDP")
 _PRECISION_FLAGS = ("--mixed_precision", "--bf16", "--fp16")
@@ -57,7 +58,9 @@ class Fp32MixedPrecision(ProjectRule):
     argparse default is None (also in the project module whose `parse_args()` the script
     calls): accelerate then reads the config. The config is the file the launch passes as
     `--config_file`, whatever its name ends with (accelerate reads any name but `.json` as
-    YAML).
+    YAML). Nor when the launched script trains 16-bit weights (a `from_pretrained(...,
+    torch_dtype=torch.bfloat16)` load under FSDP or DDP, a dtype computed at run time): the run
+    is pure bf16 then, not fp32, as CFX601 reads it.
 
     ## Example
     ```yaml
@@ -134,6 +137,14 @@ class Fp32MixedPrecision(ProjectRule):
 
     @staticmethod
     def _decided_elsewhere(project, link, script_facts, resolve) -> bool:
+        from cfgfix.training.resolve import training_setups
+
+        for setup in training_setups(project):
+            if not any(setup.launch is launch for launch in link.launches):
+                continue
+            precision = setup.values.get("precision")
+            if precision is not None and precision.value != "fp32" or weights_may_be_half(setup):
+                return True  # the script trains 16-bit weights (a bf16 load): pure bf16, not fp32
         for launch in link.launches:
             text = project.launch_text(launch)
             if text is None or any(flag in text for flag in _PRECISION_FLAGS):
@@ -178,6 +189,14 @@ class Fp32MixedPrecision(ProjectRule):
                "    parser.add_argument('--mixed_precision', default={default}, choices=['no', 'fp16', 'bf16'])\n"
                "    return parser.parse_args()\n")
     VALID = [
+        Example(_GPU.replace("MULTI_GPU", "FSDP") + "mixed_precision: 'no'\n",
+                "the script trains bf16 weights under FSDP: pure bf16, not fp32 (issue 22)", path=ACC,
+                files={"run.sh": "accelerate launch --config_file accelerate.yaml train.py\n",
+                       "train.py": "import torch\nfrom accelerate import Accelerator\n"
+                                   "from transformers import AutoModelForCausalLM\n\naccelerator = Accelerator()\n"
+                                   "model = AutoModelForCausalLM.from_pretrained('org/m', torch_dtype=torch.bfloat16)\n"
+                                   "optimizer = torch.optim.AdamW(model.parameters())\n"
+                                   "model, optimizer = accelerator.prepare(model, optimizer)\n"}),
         Example(_GPU + "mixed_precision: bf16\n", "bf16", path=ACC),
         Example(_GPU + "mixed_precision: 'no'\n", "no launch uses the config: a Trainer launch's --bf16 would decide",
                 path=ACC),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cfgfix.core import Applicability, Fix, Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
 from cfgfix.rules.decisions import Decisions
-from cfgfix.rules.setup.common import CONFIG_SOURCES, flip_edit, gpu_bf16, is_int
+from cfgfix.rules.setup.common import CONFIG_SOURCES, flip_edit, gpu_bf16, is_int, weights_may_be_half
 
 
 def _on_gpu(setup) -> bool:
@@ -77,7 +77,7 @@ class Fp32Training(ProjectRule):
                            if any(v.span == mixed.span for v in setup.sources.get(name, {}).values())), None)
             if source is None or "quantization" in setup.values or not _on_gpu(setup):
                 continue
-            if _weights_may_be_half(setup):
+            if weights_may_be_half(setup):
                 continue  # the weights' dtype is decided elsewhere (a config key, a run-time value)
             if any(setup.values.get(k) is not None and setup.values[k].value is True for k in ("offload_param",)):
                 continue
@@ -134,18 +134,6 @@ class Fp32Training(ProjectRule):
                        "train.py": "from config import TRAINING\n" + _SCRIPT.format(dtype="")},
                 fixed="TRAINING = {\n    'per_device_train_batch_size': 4,\n    'mixed_precision': 'bf16',\n}\n"),
     ]
-
-
-def _weights_may_be_half(setup) -> bool:
-    """A config's `torch_dtype: bfloat16`, or a load whose dtype is computed at run time:
-    `bf16: false` alone then does not mean fp32 training."""
-    if "weights_open" in setup.sources.get("script", {}):
-        return True
-    for found in setup.sources.values():
-        value = found.get("weights_config")
-        if value is not None and str(value.value).lower() not in ("float32", "fp32", "torch.float32"):
-            return True
-    return False
 
 
 def _half_for(setup) -> str:

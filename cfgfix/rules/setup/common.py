@@ -30,3 +30,15 @@ def gpu_bf16(name: str) -> bool | None:
         return None
     gpu = find_gpu(name)
     return getattr(gpu, "bf16", None) if gpu is not None else None
+
+
+def weights_may_be_half(setup) -> bool:
+    """A config's `torch_dtype: bfloat16`, or a load whose dtype is computed at run time:
+    `bf16: false` alone then does not mean fp32 training."""
+    if "weights_open" in setup.sources.get("script", {}):
+        return True
+    for found in setup.sources.values():
+        value = found.get("weights_config")
+        if value is not None and str(value.value).lower() not in ("float32", "fp32", "torch.float32"):
+            return True
+    return False
