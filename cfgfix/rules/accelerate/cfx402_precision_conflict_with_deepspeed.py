@@ -21,7 +21,9 @@ class PrecisionConflictWithDeepSpeed(ProjectRule):
     The DeepSpeed JSON is what decides the training precision, so the YAML's value is the
     wrong one. `"enabled": "auto"` in the JSON is not a conflict: accelerate fills it from
     `mixed_precision`. The DeepSpeed file is found relative to the accelerate config's
-    folder, then the project root, then the launched script's folder.
+    folder, then the project root, then the launched script's folder. Not reported when every
+    launch of the YAML passes `--mixed_precision`: the command line's value is the one
+    accelerate checks (its `launch.py` reads the YAML's only when the flag is absent).
 
     ## Example
     ```yaml
@@ -64,6 +66,9 @@ class PrecisionConflictWithDeepSpeed(ProjectRule):
             precision = doc.root.get("mixed_precision")
             if precision is None or precision.kind != "scalar" or precision.value not in ("fp16", "bf16"):
                 continue
+            if link.launches and all("--mixed_precision" in (project.launch_text(launch) or "")
+                                     for launch in link.launches):
+                continue  # every launch's --mixed_precision beats the YAML's (accelerate's launch.py)
             ds = project.read(link.deepspeed_path)
             if ds is None:
                 continue
@@ -101,6 +106,9 @@ class PrecisionConflictWithDeepSpeed(ProjectRule):
         Example(HEAD + "deepspeed_config:\n  zero_stage: 2\nmixed_precision: fp16\n",
                 "no deepspeed_config_file: accelerate builds the DeepSpeed config from the YAML",
                 path=ACC, files={"ds.json": _BF16}),
+        Example(_FILE + "mixed_precision: fp16\n", "every launch passes --mixed_precision: the YAML's is not read",
+                path=ACC, files={"ds.json": _BF16, "train.sh": "accelerate launch --config_file accelerate.yaml "
+                                                              "--mixed_precision bf16 train.py\n"}),
     ]
     INVALID = [
         Example(_FILE + "mixed_precision: fp16  # from the old box\n", "fp16 against a bf16 JSON", path=ACC, line=5,

@@ -82,7 +82,11 @@ class DeepSpeedFileWithInlineKeys(ProjectRule):
     from the YAML, even `mixed_precision: 'no'`. `accelerate config` never writes these keys
     together; they appear when a generated file is edited by hand. A `deepspeed_config`
     block left in a config whose `distributed_type` is not `DEEPSPEED` is never read, and
-    is not flagged.
+    is not flagged. When every launch of the file passes `--mixed_precision`, the YAML's
+    `mixed_precision` is not the config's (accelerate 1.x `launch.py`, `mp_from_config_flag`):
+    it is latent, reported as a warning that names the launches, and rejected only at a
+    launch without the flag. The `deepspeed_config` block's keys are rejected whatever the
+    command line says.
 
     ## Example
     ```yaml
@@ -148,6 +152,20 @@ class DeepSpeedFileWithInlineKeys(ProjectRule):
                               f"Remove {key.value} ({ds_name} says the same)")
                 tail = (f"; {ds_name} already says the same, so removing it changes nothing" if agrees
                         else f"; set it in {ds_name} instead")
+                if key.value == "mixed_precision" and link.launches and all(
+                        "--mixed_precision" in (project.launch_text(launch) or "") for launch in link.launches):
+                    # accelerate 1.x counts mixed_precision as the config's only when the command
+                    # line leaves it out (launch.py: mp_from_config_flag)
+                    yield self.finding(
+                        doc.span(key),
+                        f"deepspeed_config_file is set, and every launch passes --mixed_precision, so this "
+                        f"{what} is latent: accelerate ignores it now and rejects it (ValueError) at a launch "
+                        f"without that flag{tail}",
+                        fix=fix, related=related + [Related(launch.span, "passes --mixed_precision")
+                                                    for launch in link.launches],
+                        severity=Severity.WARNING,
+                    )
+                    continue
                 yield self.finding(
                     doc.span(key),
                     f"deepspeed_config_file is set, so accelerate rejects {what} at launch (ValueError){tail}",
@@ -180,6 +198,10 @@ class DeepSpeedFileWithInlineKeys(ProjectRule):
                 files={"ds.json": _DS}),
     ]
     INVALID = [
+        Example(HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\nmixed_precision: fp16\n",
+                "every launch overrides mixed_precision on the command line: latent (a warning), not rejected",
+                path=ACC, line=5, files={"ds.json": _DS, "train.sh": "accelerate launch --config_file accelerate.yaml "
+                                                                      "--mixed_precision bf16 train.py\n"}),
         Example(HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\n  zero_stage: 2\nnum_processes: 2\n",
                 "inline zero_stage, the JSON not found: no fix", path=ACC, line=5),
         Example(HEAD + "deepspeed_config:\n  deepspeed_config_file: ds.json\nmixed_precision: 'no'\n",
