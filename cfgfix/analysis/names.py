@@ -193,7 +193,85 @@ def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
                         bump(name, None)
 
     visit(body)
-    return {name: values[name] for name, count in counts.items() if count == 1 and name in values}
+    once = {name: values[name] for name, count in counts.items() if count == 1 and name in values}
+    for name, value in _precision_tied(body, once).items():
+        once.setdefault(name, value)
+    return once
+
+
+def _precision_tied(body: list[ast.stmt], once: dict[str, ast.expr]) -> dict[str, ast.expr]:
+    """diffusers' idiom, where the accelerator's precision is a literal:
+
+        accelerator = Accelerator(mixed_precision="fp16")
+        weight_dtype = torch.float32
+        if accelerator.mixed_precision == "fp16":
+            weight_dtype = torch.float16
+        elif accelerator.mixed_precision == "bf16":
+            weight_dtype = torch.bfloat16
+
+    `weight_dtype` is the value of the branch the literal takes (else the first binding),
+    when these are all its bindings in the scope and each branch binds it alone."""
+    precision = {}
+    for name, value in once.items():
+        if (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))
+                and (getattr(value.func, "id", None) or getattr(value.func, "attr", "")) == "Accelerator"):
+            kw = next((k.value for k in value.keywords if k.arg == "mixed_precision"), None)
+            if isinstance(kw, ast.Constant) and isinstance(kw.value, str):
+                precision[name] = kw.value
+    if not precision:
+        return {}
+    found: dict[str, ast.expr] = {}
+    for index, stmt in enumerate(body[:-1]):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        name, chosen, chain = stmt.targets[0].id, stmt.value, body[index + 1]
+        if name in once or not isinstance(chain, ast.If):
+            continue
+        bindings, taken = 1, False
+        while isinstance(chain, ast.If):
+            test, branch = chain.test, chain.body
+            ok = (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+                  and isinstance(test.left, ast.Attribute) and test.left.attr == "mixed_precision"
+                  and isinstance(test.left.value, ast.Name) and test.left.value.id in precision
+                  and isinstance(test.comparators[0], ast.Constant)
+                  and len(branch) == 1 and isinstance(branch[0], ast.Assign) and len(branch[0].targets) == 1
+                  and isinstance(branch[0].targets[0], ast.Name) and branch[0].targets[0].id == name)
+            if not ok:
+                bindings = -1
+                break
+            bindings += 1
+            if not taken and test.comparators[0].value == precision[test.left.value.id]:
+                chosen, taken = branch[0].value, True
+            rest = chain.orelse
+            if not rest:
+                chain = None
+            elif len(rest) == 1 and isinstance(rest[0], ast.If):
+                chain = rest[0]  # elif
+            else:
+                bindings = -1  # an `else:` with other statements: not the idiom
+                break
+        if bindings > 1 and _bindings(body, name) == bindings:
+            found[name] = chosen
+    return found
+
+
+def _bindings(body: list[ast.stmt], name: str) -> int:
+    """How many times `name` is bound in this scope (not in nested functions)."""
+    count = 0
+    for stmt in body:
+        if isinstance(stmt, _NESTED_SCOPES):
+            continue
+        for node in _walk_scope_branches(stmt):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr)):
+                targets = [getattr(node, "target", None) or getattr(node, "optional_vars", None)]
+            else:
+                targets = []
+            for target in targets:
+                if target is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                    count += 1
+    return count
 
 
 def child_nodes(node: ast.AST) -> list[ast.AST]:
