@@ -39,7 +39,12 @@ def map_in_pool(context, workers: int, initializer, initargs: tuple, fn, jobs: l
         results = [result for future in futures for result in future.result()]
     except BaseException:
         kill_workers(pool)
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False)
+        if manager is not None:
+            # let the pool's manager thread see the dead workers and close its pipe before the
+            # interpreter's exit hook writes to that pipe (a race that printed a traceback)
+            manager.join(5)
         raise
     pool.shutdown(wait=True)
     return results
