@@ -111,7 +111,7 @@ def _cd_folders(before: str, launch_file: Path, root) -> list[Path] | None:
         if os.path.isabs(target):
             folders.append(Path(target))
             continue
-        here = [base / target for base in (launch_file.parent, Path(root)) if (base / target).is_dir()]
+        here = [base / target for base in (launch_file.parent, Path(root)) if os.path.isdir(base / target)]  # not Path.is_dir: a name over 255 bytes raises there
         if not here:
             return None  # a folder the project does not hold (data fetched later): paths there are unknown
         folders.extend(here)

@@ -500,3 +500,14 @@ def test_a_launch_script_over_1_mb_is_skipped_with_a_warning(in_tmp):
     assert_no_bug(code, out)
     assert "+++ b/train.py" in out and "run.sh" not in out
     assert time.monotonic() - started < 20
+
+
+def test_a_launch_script_naming_a_path_over_255_bytes_it_runs_or_cds_into(in_tmp):
+    """Fuzz-found (issue 24): `bash x...x.sh` and `cd x...x` with a name over 255 bytes made
+    Path.is_file / Path.is_dir raise (ENAMETOOLONG) in CFX308 and CFX310."""
+    write_project(in_tmp, {
+        "run.sh": f"bash {LONG}.sh\ncd {LONG} && python {LONG}.py\ncd {LONG}\ntorchrun --nproc_per_node 2 train.py --config {LONG}.json\n",
+        "train.py": TRAIN,
+    })
+    for command in (("check", "--no-cache"), ("fix", "--diff", "--no-cache")):
+        assert_no_bug(*run(*command))

@@ -14,6 +14,7 @@ import os
 import posixpath
 from pathlib import Path
 
+from cfgfix.documents.files import is_regular_file
 from cfgfix.records import dataclass
 
 # Run the command that follows their own options.
@@ -128,7 +129,7 @@ def _resolve(written: str, script: Path, display: str, root: Path | None) -> tup
     else:
         candidates = [script.parent / written, Path(root) / written]
     for candidate in candidates:
-        if not candidate.is_file():
+        if not is_regular_file(candidate):  # Path.is_file raises on a name over 255 bytes (fuzz-found)
             continue
         if not _inside(os.path.realpath(candidate), os.path.realpath(root)):
             return None, None  # never read outside the project
