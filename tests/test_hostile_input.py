@@ -511,3 +511,19 @@ def test_a_launch_script_naming_a_path_over_255_bytes_it_runs_or_cds_into(in_tmp
     })
     for command in (("check", "--no-cache"), ("fix", "--diff", "--no-cache")):
         assert_no_bug(*run(*command))
+
+
+@pytest.mark.parametrize("bend", [
+    lambda text: text.replace('"num_attention_heads": 16', '"num_attention_heads": ' + "7" * 120),  # overflowed a float
+    lambda text: text[:text.index('"hidden_size": 1024')] + '"hidden_size":' + "[" * 1200,  # past json's depth, cut there
+])
+def test_a_vision_towers_config_that_cannot_size_a_model(in_tmp, bend):
+    """Fuzz-found (json kind): a local model part's config.json with a 120-digit head count
+    (OverflowError in the estimator, CFX701/702) or nested past the JSON decoder's depth
+    (RecursionError in CFX501/511/601) is a model that cannot be sized, not an internal error."""
+    shutil.copytree(REPO / "fixtures" / "mm-encoder-8b" / "project", in_tmp, dirs_exist_ok=True)
+    config = in_tmp / "models" / "vision_tower" / "config.json"
+    text = config.read_text()
+    assert bend(text) != text
+    config.write_text(bend(text))
+    assert_no_bug(*run("check", "--no-cache"))

@@ -148,12 +148,15 @@ def shape_from_config_file(path: str | Path) -> ModelShape:
             raise ShapeError(f"{path}: no config.json")
     try:
         config = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested past the JSON decoder's depth
         raise ShapeError(f"{path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ShapeError(f"{path}: not a JSON object")
     return shape_from_config(config, source=str(path))
 
 
 def shape_from_config(config: dict, source: str = "config.json") -> ModelShape:
+    _refuse_absurd_sizes(config, source)
     if config.get("_class_name") == "UNet2DConditionModel" or "down_block_types" in config:
         return _unet(config, source)
     model_type = config.get("model_type", "")
@@ -174,6 +177,7 @@ def part_shape_from_config(config: dict, source: str = "config.json") -> ModelSh
 def _build(builder, config: dict, source: str) -> ModelShape:
     """A builder's shape; a config.json with a missing or mistyped dimension (a user's edit,
     a truncated download) is a ShapeError naming it, never a crash of the rules that size it."""
+    _refuse_absurd_sizes(config, source)
     try:
         shape = builder(config, source)
         positions = next((config[k] for k in ("max_position_embeddings", "n_positions", "n_ctx")
@@ -183,6 +187,18 @@ def _build(builder, config: dict, source: str) -> ModelShape:
         raise ShapeError(f"{source}: no {exc.args[0]!r} in the config") from exc
     except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as exc:
         raise ShapeError(f"{source}: a dimension is not a positive number ({exc})") from exc
+
+
+_MAX_SIZE = 2**40  # no model dimension, count or vocabulary comes near; sizes past it overflow floats
+
+
+def _refuse_absurd_sizes(config: dict, source: str) -> None:
+    """A config.json number past any model's (a fuzzed `num_attention_heads` of 120 digits)
+    is a ShapeError, not a float overflow in the estimator (issue 24)."""
+    for key, value in config.items():
+        for item in (value.values() if isinstance(value, dict) else (value,)):
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _MAX_SIZE:
+                raise ShapeError(f"{source}: {key} is too large to be a model's size")
 
 
 def _gelu_tensors(act: str) -> int:
@@ -584,7 +600,7 @@ def resolve_part_shape(model: str) -> ModelShape:
         config_path = path / "config.json" if os.path.isdir(path) else path
         try:
             config = json.loads(config_path.read_text("utf-8")) if os.path.isfile(config_path) else None
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             config = None
         shape = part_shape_from_config(config, str(config_path)) if isinstance(config, dict) else None
         if shape is None:

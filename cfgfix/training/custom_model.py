@@ -432,10 +432,10 @@ class _Reader:
         where = self.local(model_id)
         if where is not None:
             path = Path(where)
-            path = path / "config.json" if path.is_dir() else path
+            path = path / "config.json" if os.path.isdir(path) else path
             try:
                 data = json.loads(path.read_text("utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # RecursionError: nested past the decoder's depth
                 return None
             return data if isinstance(data, dict) else None
         row = catalog_entry(model_id)
