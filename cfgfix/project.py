@@ -108,7 +108,10 @@ class LaunchFacts:
         steps_word = _option_word(launch.script_args, "--gradient_accumulation_steps")
         steps = None
         if steps_word is not None:
-            text = steps_word.text.split("=", 1)[1] if steps_word.text.startswith("--") else steps_word.text
+            # `--gradient_accumulation_steps=N` is the whole word; after `--gradient_accumulation_steps`
+            # the next word is the value, even one that starts with `--` (fuzz-found: `--1e400`)
+            name, eq, value = steps_word.text.partition("=")
+            text = value if eq and name == "--gradient_accumulation_steps" else steps_word.text
             steps = int(text) if text.isdigit() and len(text) <= 30 and int(text) > 0 else None
         return cls(
             launcher=launch.launcher,

@@ -527,3 +527,13 @@ def test_a_vision_towers_config_that_cannot_size_a_model(in_tmp, bend):
     assert bend(text) != text
     config.write_text(bend(text))
     assert_no_bug(*run("check", "--no-cache"))
+
+
+def test_an_option_value_that_looks_like_an_option(in_tmp):
+    """Fuzz-found (shell kind, 1 of 32,107 inputs): `--gradient_accumulation_steps --1e400`
+    raised IndexError reading the launch."""
+    write_project(in_tmp, {"train.sh": "accelerate launch train.py --gradient_accumulation_steps --1e400\n"
+                                       "torchrun --nproc_per_node 2 train.py --gradient_accumulation_steps=4 --x --gradient_accumulation_steps --a=b\n",
+                           "train.py": TRAIN})
+    code, out = run("check", "--no-cache")
+    assert_no_bug(code, out)
