@@ -515,6 +515,8 @@ def test_a_launch_script_naming_a_path_over_255_bytes_it_runs_or_cds_into(in_tmp
 
 @pytest.mark.parametrize("bend", [
     lambda text: text.replace('"num_attention_heads": 16', '"num_attention_heads": ' + "7" * 120),  # overflowed a float
+    lambda text: text.replace('"hidden_size": 1024', '"hidden_size": 1e400'),  # inf
+    lambda text: text.replace('"intermediate_size": 4096', '"intermediate_size": NaN'),
     lambda text: text[:text.index('"hidden_size": 1024')] + '"hidden_size":' + "[" * 1200,  # past json's depth, cut there
 ])
 def test_a_vision_towers_config_that_cannot_size_a_model(in_tmp, bend):

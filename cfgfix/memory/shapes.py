@@ -197,8 +197,8 @@ def _refuse_absurd_sizes(config: dict, source: str) -> None:
     is a ShapeError, not a float overflow in the estimator (issue 24)."""
     for key, value in config.items():
         for item in (value.values() if isinstance(value, dict) else (value,)):
-            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _MAX_SIZE:
-                raise ShapeError(f"{source}: {key} is too large to be a model's size")
+            if isinstance(item, (int, float)) and not isinstance(item, bool) and not abs(item) <= _MAX_SIZE:
+                raise ShapeError(f"{source}: {key} is too large to be a model's size")  # NaN and inf too
 
 
 def _gelu_tensors(act: str) -> int:
