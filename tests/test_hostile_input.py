@@ -539,3 +539,20 @@ def test_an_option_value_that_looks_like_an_option(in_tmp):
                            "train.py": TRAIN})
     code, out = run("check", "--no-cache")
     assert_no_bug(code, out)
+
+
+def test_a_training_config_value_that_only_looks_numeric(in_tmp):
+    """fuzz (yaml kind, seed 28): `gradient_checkpointing: --0` passed str.isdigit after
+    stripping dashes and made int() raise in the project stage (CFX501); `²` likewise."""
+    from cfgfix.training.values import normalise
+
+    assert normalise("gradient_checkpointing", "--0") == "--0"
+    assert normalise("micro_batch", "²") == "²"
+    assert normalise("micro_batch", "-4") == -4 and normalise("micro_batch", "+8") == 8
+    write_project(in_tmp, {
+        "train.yaml": "per_device_train_batch_size: 8\ngradient_checkpointing: --0\n",
+        "run.sh": "python train.py --config train.yaml\n",
+        "train.py": "import yaml\ncfg = yaml.safe_load(open('train.yaml'))\n",
+    })
+    for command in (("check", "--no-cache"), ("explain",)):
+        assert_no_bug(*run(*command))

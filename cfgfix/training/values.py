@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from cfgfix.analysis.training_keys import LORA_BLOCKS, NAME_TO_SETTING, SETTING_NAMES
-from cfgfix.core import Span
+from cfgfix.core import LazyRegex, Span
 from cfgfix.records import dataclass
 
 BOOL_SETTINGS = frozenset({"bf16", "fp16", "gradient_checkpointing", "use_8bit_adam", "load_in_4bit", "load_in_8bit"})
@@ -38,6 +38,9 @@ class Value:
                 "span": self.span.to_dict() if self.span is not None else None}
 
 
+_INTEGER = LazyRegex(r"[+-]?[0-9]+")
+
+
 def normalise(setting: str, value: object) -> object:
     """Booleans from "true"/"True" strings and numbers from numeric strings, as the tools that
     read these files do (HfArgumentParser's string_to_bool, YAML 1.1)."""
@@ -45,7 +48,7 @@ def normalise(setting: str, value: object) -> object:
         text = value.strip()
         if setting in BOOL_SETTINGS and text.lower() in ("true", "false", "yes", "no", "1", "0"):
             return text.lower() in ("true", "yes", "1")
-        if text.lstrip("-").isdigit():
+        if _INTEGER.fullmatch(text):  # not `"--0"` or `"²"`, which str.isdigit lets through and int() refuses
             # past 30 digits no tool reads it as a count (and past 4,300 Python cannot): unknown
             return int(text) if len(text) <= 30 else value
         try:
