@@ -126,14 +126,7 @@ def destructive_command(command: list[str], folder) -> str | None:
     from cfgfix.workspace import SourceFile
 
     folder = Path(folder)
-    texts = [("the command", shlex.join(command) + "\n")]
-    for word in command:
-        path = folder / word
-        if word.endswith((".sh", ".bash")) and path.is_file():
-            try:
-                texts.append((word, path.read_text(encoding="utf-8", errors="replace")))
-            except OSError:
-                continue
+    texts = [("the command", shlex.join(command) + "\n"), *_named_scripts(command, folder)]
     linter = Linter(frozenset({"CFX308"}), ProjectVersions(folder))
     for name, text in texts:
         source = SourceFile(path=folder / "train.sh", display=name, relpath=name, kind="shell")
@@ -142,6 +135,21 @@ def destructive_command(command: list[str], folder) -> str | None:
             return f"{name}{line} would run a destructive command ({finding.message.split(':')[0]}); " \
                    f"pass the training command itself after `--` instead"
     return None
+
+
+def _named_scripts(command: list[str], folder) -> list[tuple[str, str]]:
+    """(word, text) of each shell script of the folder that the command names."""
+    from cfgfix.documents.files import is_regular_file
+
+    found = []
+    for word in command:
+        path = folder / word
+        if word.endswith((".sh", ".bash")) and is_regular_file(path):  # False for a name over 255 bytes
+            try:
+                found.append((word, path.read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                continue
+    return found
 
 
 # -- effects the copies cannot contain -------------------------------------------------------------
@@ -174,13 +182,7 @@ def uncontained_command(command: list[str], folder) -> str | None:
     texts = [("the command", shlex.join(command))]
     if len(command) > 2 and command[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and command[1] == "-c":
         texts.append(("the command", command[2]))  # `bash -c "cd /x && python train.py"`
-    for word in command:
-        path = folder / word
-        if word.endswith((".sh", ".bash")) and path.is_file():
-            try:
-                texts.append((word, path.read_text(encoding="utf-8", errors="replace")))
-            except OSError:
-                continue
+    texts += _named_scripts(command, folder)
     for name, text in texts:
         variables: dict[str, str] = {}
         for number, line in _logical_lines(text):
