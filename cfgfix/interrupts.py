@@ -9,11 +9,13 @@ apart from exit 1, "findings remain", which is what a CI gate tests for."""
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
-STOP_SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
+# `_signal`, not `signal`: the public module builds its enums on import (~1 ms, and
+# `threading` came with the old main-thread test), and every command installs these
+import _signal
+
+STOP_SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(_signal, s))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -40,19 +42,17 @@ def install() -> None:
     """Turn the stop signals into Interrupted in this process (main thread only), forgetting
     any signal an earlier command in the same process received."""
     global received
-    if threading.current_thread() is not threading.main_thread():
-        return
     received = None
     for name in STOP_SIGNALS:
         try:
-            signal.signal(getattr(signal, name), handler)
-        except (OSError, ValueError):  # a signal this platform will not let us catch
+            _signal.signal(getattr(_signal, name), handler)
+        except (OSError, ValueError):  # not the main thread, or a signal this platform will not let us catch
             pass
 
 
 def signum_of(exc: BaseException) -> int:
     """The signal behind a KeyboardInterrupt: its own, or SIGINT for a plain Ctrl-C."""
-    return getattr(exc, "signum", None) or received or signal.SIGINT
+    return getattr(exc, "signum", None) or received or _signal.SIGINT
 
 
 def exit_code(signum: int) -> int:
@@ -61,6 +61,8 @@ def exit_code(signum: int) -> int:
 
 def exit_for(exc: BaseException, err=None) -> None:
     """Report a stop on stderr and exit with the signal's code."""
+    import signal
+
     signum = signum_of(exc)
     stream = err or sys.stderr
     try:
