@@ -36,7 +36,8 @@ for step, batch in enumerate(loader):
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    # no empty entry: "" on PYTHONPATH is the current folder, which the -m test must not get
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["PYTHONIOENCODING"] = "utf-8"
     return env
 
