@@ -32,13 +32,34 @@ def load_rows(path: Path = MANIFEST) -> list[dict]:
 
 
 def export(mirror: Path, commit: str, target: Path) -> bool:
-    """The repository's tree at `commit` written under `target`."""
-    archive = subprocess.run(["git", "-C", str(mirror), "archive", "--format=tar", commit],
+    """The repository's tree at `commit` written under `target`. A snapshot may lack its
+    largest blobs (images, data files): those files are left out, as no launch reads them."""
+    listing = subprocess.run(["git", "-C", str(mirror), "ls-tree", "-r", "-z", commit],
                              capture_output=True, check=False)
-    if archive.returncode != 0:
+    if listing.returncode != 0:
         return False
-    target.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    entries = []
+    for item in listing.stdout.split(b"\0"):
+        if not item:
+            continue
+        meta, name = item.split(b"\t", 1)
+        mode, kind, sha = meta.split()
+        if kind == b"blob" and mode != b"120000":
+            entries.append((sha.decode(), name.decode("utf-8", "surrogateescape")))
+    batch = subprocess.run(["git", "-C", str(mirror), "cat-file", "--batch"], capture_output=True, check=False,
+                           input="".join(sha + "\n" for sha, _ in entries).encode())
+    out, at = batch.stdout, 0
+    for sha, name in entries:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if header[-1] == b"missing":
+            continue
+        size = int(header[2])
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(out[at:at + size])
+        at += size + 1
     return True
 
 
