@@ -24,7 +24,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("cfgfix.rules",),
     ("cfgfix.settings", "cfgfix.settings_tree", "cfgfix.workspace", "cfgfix.cache", "cfgfix.suppressions"),
     ("cfgfix.engine",),
-    ("cfgfix.review", "cfgfix.report", "cfgfix.verify", "cfgfix.rulepages"),
+    ("cfgfix.report", "cfgfix.rulepages"),  # reporters render findings and placed review comments
+    ("cfgfix.review", "cfgfix.verify"),  # the review and verify commands, which use the reporters
     ("cfgfix.checking",),  # the check command and the plumbing every command shares, without click
     ("cfgfix.commands",),
     ("cfgfix.cli",),

@@ -126,7 +126,7 @@ def _first_arg(call: ast.Call | None, keyword: str) -> ast.AST | None:
 
 class LoopAnalysis:
     def __init__(self, index: ModuleIndex, functions=None) -> None:
-        self.functions = functions  # `analysis.models.FunctionTable`: the project's functions
+        self.functions = functions  # `analysis.model_functions.FunctionTable`: the project's functions
         self.index = index
         self.imports = index.imports
         self._direct: dict[int, list[CallSite]] = {}

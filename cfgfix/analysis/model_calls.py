@@ -8,7 +8,7 @@ import ast
 import functools
 import re
 
-from cfgfix.analysis.models import ModelCall, ModelLoad
+from cfgfix.analysis.model_values import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
 from cfgfix.analysis.project_modules import may_call_project_loader, may_subclass_project_class
 from cfgfix.core import Edit, LazyRegex, Related
@@ -98,9 +98,7 @@ def drop_call_edits(src: SourceText, mc: ModelCall) -> list[Edit] | None:
     stmt = mc.stmt
     receiver = dotted(mc.receiver)
     whole = False
-    if isinstance(stmt, ast.Expr) and stmt.value is mc.call and receiver is not None:
-        whole = True
-    elif (
+    if isinstance(stmt, ast.Expr) and stmt.value is mc.call and receiver is not None or (
         isinstance(stmt, ast.Assign)
         and stmt.value is mc.call
         and len(stmt.targets) == 1

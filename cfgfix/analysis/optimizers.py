@@ -20,7 +20,8 @@ import re
 from typing import NamedTuple
 
 from cfgfix.analysis.load_training import _assigned_keys, _is_false, _last_name, _mentions
-from cfgfix.analysis.models import _Resolver, wrapper_kind
+from cfgfix.analysis.model_loads import _Resolver
+from cfgfix.analysis.model_wrappers import wrapper_kind
 from cfgfix.analysis.names import dotted
 from cfgfix.analysis.parameters import PARAM_METHODS, SAME_PARAMETERS, ParamSource, keeps_dtype, parameter_flow
 

@@ -43,7 +43,10 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from cfgfix.analysis.models import ModelAnalysis, ModelLoad, ModelState, TupleState, _prepares, _Resolver, _Walker
+from cfgfix.analysis.model_loads import _Resolver
+from cfgfix.analysis.model_values import ModelAnalysis, ModelLoad, ModelState, TupleState
+from cfgfix.analysis.model_walker import _Walker
+from cfgfix.analysis.model_wrappers import _prepares
 from cfgfix.analysis.names import dotted, single_assignments, walk_scope
 from cfgfix.analysis.optimizer_sites import LIBRARY_TRAINER, OPTIMIZER, PARAM_METHODS, optimizer_sites
 from cfgfix.records import replace

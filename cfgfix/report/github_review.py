@@ -9,7 +9,7 @@ import re
 from collections import Counter
 
 from cfgfix.core import Applicability
-from cfgfix.review.review import MARKER, Comment, Review
+from cfgfix.report.review_comments import MARKER, Comment, Review
 from cfgfix.rules.base import DOCS_URL
 
 

@@ -18,8 +18,8 @@ import urllib.parse
 import urllib.request
 
 from cfgfix.records import dataclass
+from cfgfix.report.review_comments import MARKER
 from cfgfix.review import transport
-from cfgfix.review.review import MARKER
 from cfgfix.review.scrub import Scrubber
 
 DEFAULT_API = "https://api.github.com"

@@ -15,37 +15,11 @@ from pathlib import Path
 
 from cfgfix.core import Applicability, Finding, Span
 from cfgfix.fixing import apply_edits
-from cfgfix.records import dataclass, field
+from cfgfix.report.review_comments import MARKER, Comment, Review
 from cfgfix.review.gitdiff import ChangedFile
 
-MARKER = "<!-- cfgfix-review -->"
-
-
-@dataclass
-class Comment:
-    finding: Finding
-    path: str  # repository-relative, posix
-    start_line: int
-    line: int  # the last commented line
-    span: Span  # the span commented on (primary, or the related one)
-    related_note: str | None = None  # why a finding elsewhere is reported here
-    suggestion: str | None = None  # the fixed lines replacing start_line..line
-    unsafe: bool = False
-
-
-@dataclass
-class Review:
-    commit_id: str
-    comments: list[Comment] = field(default_factory=list)
-    changed: list[ChangedFile] = field(default_factory=list)
-    linted: int = 0
-    errors: list[str] = field(default_factory=list)
-    sources: dict = field(default_factory=dict)
-    # findings in a changed notebook that no line of its JSON can show (a cell cfgfix cannot
-    # map): listed in the review body, never commented on a guessed line
-    unplaced: list[Finding] = field(default_factory=list)
-    # id(finding) -> "cell 3:2:5" for a notebook finding placed on its JSON lines
-    cells: dict[int, str] = field(default_factory=dict)
+# MARKER, Comment and Review live with the reporters (report/review_comments.py); importable here too.
+__all__ = ["MARKER", "Comment", "Review", "apply_suggestion", "place", "real"]
 
 
 def _last_line(span: Span) -> int:

@@ -39,7 +39,7 @@ class PythonContext:
     def functions(self):
         """This module's functions and those it imports from the project, with summaries
         (shared by the model and loop analyses; `deps` lists the other files read)."""
-        from cfgfix.analysis.models import FunctionTable
+        from cfgfix.analysis.model_functions import FunctionTable
 
         return FunctionTable(self.document.tree, self.imports, self.project, self.path)
 
