@@ -22,6 +22,7 @@ MANIFESTS = [
     ROOT / "bench" / "heldout" / "manifest.jsonl",
     ROOT / "bench" / "heldout2" / "manifest.jsonl",
     ROOT / "bench" / "heldout3" / "manifest.jsonl",
+    ROOT / "bench" / "heldout4" / "manifest.jsonl",
 ]
 
 
@@ -59,12 +60,26 @@ def test_manifest_is_well_formed(manifest):
 
 
 def test_heldout_set_shares_no_repository_with_the_tuning_set():
-    recall, heldout, heldout2, heldout3 = ({r["repo"] for r in _records(path)} for path in MANIFESTS)
+    recall, heldout, heldout2, heldout3, heldout4 = ({r["repo"] for r in _records(path)} for path in MANIFESTS)
     assert not recall & heldout
     # The second held-out set was chosen after the first one had been read while fixing rules.
     assert not heldout2 & (recall | heldout)
     # The third, after the second one's misses had been read.
     assert not heldout3 & (recall | heldout | heldout2)
+    # The fourth, for issue 25, from repositories none of the sets used before (GitHub names
+    # are case-insensitive, so the comparison is too).
+    earlier = {repo.lower() for repo in recall | heldout | heldout2 | heldout3}
+    assert not {repo.lower() for repo in heldout4} & earlier
+
+
+def test_fourth_set_has_a_third_picked_without_a_code_pattern():
+    """Issue 25: at least a third of the fresh set is picked without any code pattern
+    (drawn at random, or whole repositories found by topic); the README says how."""
+    records = _records(ROOT / "bench" / "heldout4" / "manifest.jsonl")
+    assert len(records) >= 150
+    picks = [record["picked"] for record in records]
+    assert set(picks) <= {"random", "topic-whole-repo", "reading"}
+    assert 3 * sum(pick != "reading" for pick in picks) >= len(records)
 
 
 def _finding(code: str, row: int, cell: int | None = None) -> dict:
