@@ -54,10 +54,10 @@ def _code_stamp() -> str:
 
 # Bumped whenever FileResult's cached shape changes (a new LaunchFacts field), so that a
 # development checkout never reads results written by older code of the same version.
-RESULT_SCHEMA = "7"
+RESULT_SCHEMA = "8"
 
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python", b"llamafactory-cli",
-                 b"axolotl")
+                 b"lmf", b"axolotl")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
 POOL_MIN_FILES = 200  # below this a process pool costs more than it saves
 HUGE_NUMBER = ("holds a number with more than 4,300 digits, which Python (and so the tool that reads "

@@ -70,6 +70,11 @@ def turns_off(args, options: list[str]) -> bool:
     return value is not True and "$" not in value and value.strip("'\"").lower() in _FALSE_WORDS
 
 
+# LLaMA-Factory's launcher (llamafactory/launcher.py, cli.py before 0.9.4) and axolotl's CLI read these
+TOOL_ENV = ("FORCE_TORCHRUN", "NPROC_PER_NODE", "NNODES", "USE_RAY", "USE_KT", "USE_MCA")
+TOOL_ENV_MODULES = frozenset({"llamafactory.train", "axolotl.cli.train"})
+
+
 @dataclass(frozen=True)
 class LaunchFacts:
     """A launch as plain data, so it can be cached with its launch script's result."""
@@ -91,6 +96,9 @@ class LaunchFacts:
     hostfile: str | None = None
     num_nodes: int | None = None
     num_gpus: int | None = None
+    # the variables a training tool reads to start its processes (`FORCE_TORCHRUN=1
+    # NNODES=2 llamafactory-cli train x.yaml`), as the launch's environment holds them
+    tool_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
@@ -129,6 +137,8 @@ class LaunchFacts:
             hostfile=_expand(hostfile.text, launch.env) if (hostfile := configs.get("hostfile")) is not None else None,
             num_nodes=launch.num_machines if launch.launcher == "deepspeed" else None,
             num_gpus=launch.num_processes if launch.launcher == "deepspeed" else None,
+            tool_env=tuple((name, launch.env[name]) for name in TOOL_ENV if launch.env.get(name) is not None)
+            if launch.module in TOOL_ENV_MODULES else (),
         )
 
     def to_dict(self) -> dict:
@@ -148,6 +158,7 @@ class LaunchFacts:
             "hostfile": self.hostfile,
             "num_nodes": self.num_nodes,
             "num_gpus": self.num_gpus,
+            "tool_env": [list(pair) for pair in self.tool_env],
         }
 
     @classmethod
@@ -163,6 +174,7 @@ class LaunchFacts:
             data.get("hostfile"),
             data.get("num_nodes"),
             data.get("num_gpus"),
+            tuple(tuple(pair) for pair in data.get("tool_env", ())),
         )
 
 

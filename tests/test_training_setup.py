@@ -240,7 +240,8 @@ def test_llamafactory_and_axolotl_launches_read_their_yaml(tmp_path):
                          '"zero_optimization": {"stage": 3}}\n',
         "train.sh": ("accelerate launch -m axolotl.cli.train ax/lora.yml\n"
                      "axolotl train ax/lora.yml\n"),
-        "ax/lora.yml": ("base_model: NousResearch/Meta-Llama-3-8B\nload_in_8bit: true\nlora_r: 32\nsequence_len: 4096\n"
+        # axolotl refuses load_in_8bit without an adapter (validate_adapter, 0.6.0 and 0.19.0)
+        "ax/lora.yml": ("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nload_in_8bit: true\nlora_r: 32\nsequence_len: 4096\n"
                         "micro_batch_size: 2\ngradient_accumulation_steps: 4\noptimizer: adamw_bnb_8bit\n"),
     })
     setups = _setups(tmp_path)

@@ -83,9 +83,11 @@ def _is_python(word: Word) -> bool:
     return bool(_PYTHON.fullmatch(_program(word)) or _PYTHON_VARIABLE.fullmatch(word.text))
 
 
-# Training tools with their own command line: `llamafactory-cli train cfg.yaml`,
-# `axolotl train cfg.yml`. The YAML is the whole training setup (HF Trainer underneath).
-TOOL_COMMANDS = {"llamafactory-cli": "llamafactory.train", "axolotl": "axolotl.cli.train"}
+# Training tools with their own command line: `llamafactory-cli train cfg.yaml` (`lmf` is its
+# shortcut from 0.9.0: the wheels' entry_points.txt), `axolotl train cfg.yml`. The YAML is the
+# whole training setup (HF Trainer underneath); the tool decides its processes
+# (cfgfix/training/frameworks reads how).
+TOOL_COMMANDS = {"llamafactory-cli": "llamafactory.train", "lmf": "llamafactory.train", "axolotl": "axolotl.cli.train"}
 
 
 def _is_launcher(word: Word) -> bool:
@@ -499,10 +501,11 @@ def _recognise(command: Command, copied: bool = False) -> _Found | None:
     if name == "deepspeed":
         return _deepspeed(rest)
     if name in TOOL_COMMANDS:
-        # `llamafactory-cli train cfg.yaml key=value ...`: processes decided by its own env (unknown)
+        # `llamafactory-cli train cfg.yaml key=value ...`, `llamafactory-cli train --stage sft ...`,
+        # `axolotl train cfg.yml --micro_batch_size 2`: processes decided by the tool (unknown here)
         if len(rest) < 2 or rest[0].text != "train":
             return None
-        config = next((w for w in rest[1:] if w.text.endswith((".yaml", ".yml", ".json"))), None)
+        config = next((w for w in rest[1:] if w.text.lower().endswith((".yaml", ".yml", ".json"))), None)
         return _Found(name, rest[0], rest[1:], TOOL_COMMANDS[name], counting="unknown",
                       configs={"config": config} if config is not None else {})
     if _is_python(command.words[start]):

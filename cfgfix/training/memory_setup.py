@@ -65,7 +65,9 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     world = get("world_size")
     if not _positive(world):
         world = 1
-        assumptions.append("processes: 1 (not found)")
+        stated = training.values.get("world_size")  # a tool that starts one process per visible GPU says why
+        assumptions.append("processes: 1 (not found)" if stated is None or stated.value is not None
+                           else f"processes: counted as 1, the count is unknown ({stated.origin})")
     accum = get("grad_accum")
     seq = get("seq_len")
     resolution = get("resolution")

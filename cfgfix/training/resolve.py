@@ -44,6 +44,11 @@ LABELS = {
 # `accelerate launch -m axolotl.cli.train`): an HF Trainer underneath, every setting in the YAML.
 TOOL_MODULES = frozenset({"llamafactory.train", "axolotl.cli.train", "axolotl.cli.train.do_cli"})
 
+# Where a setting is looked up, first source first: what a YAML-driven tool decides whatever
+# the generic keys say ("framework"), then the launch's flags, the files, the script, and the
+# defaults of the script's argument dataclasses or of the tool ("framework defaults").
+_GENERAL = ("framework", "flags", "training config", "config module", "script", "argument defaults", "framework defaults")
+
 # settings a script's argument dataclass default may give (the rest need an explicit value)
 _DEFAULTABLE = frozenset({"model", "micro_batch", "grad_accum", "seq_len", "target_len", "optimizer", "bf16", "fp16",
                           "gradient_checkpointing"})
@@ -76,6 +81,9 @@ class TrainingSetup:
     # the exact transformers release of the script's project (its pin, else the installed
     # one): what the memory model reads for version-dependent defaults; None: unknown
     transformers_version: str | None = None
+    # a launch of a tool driven by one YAML (LLaMA-Factory, axolotl): the tool, its release and
+    # its YAML (training/frameworks/yaml_tools.py ToolRun); None for any other launch
+    framework: object = None
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -87,6 +95,7 @@ class TrainingSetup:
                        "launcher": self.launch.launcher, "script": self.launch.script, "module": self.launch.module},
             "files": {role: display(path) for role, path in self.files.items()},
             "settings": {s: (self.values[s].to_dict() if s in self.values else None) for s in SETTINGS},
+            "framework": self.framework.to_dict() if self.framework is not None else None,
         }
 
 
@@ -135,6 +144,7 @@ class _Resolver:
             setup.trains = script.trains
             setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
         self._training_config()
+        tool = self._framework()
         if script is not None:
             sources["script"] = dict(script.values)
             self._references(script)
@@ -158,9 +168,23 @@ class _Resolver:
                     if value is not None and value.setting in _DEFAULTABLE}
         self._accelerate()
         self._deepspeed(script)
+        if tool is not None:
+            tool.decide(self, setup.framework)
         self._combine()
         setup.transformers_version = self._transformers_version()
         return setup
+
+    def _framework(self):
+        """The YAML-driven tool this launch runs (LLaMA-Factory, axolotl): its module, with
+        the YAML's keys and the launch's overrides read into the sources; None for others."""
+        from cfgfix.training.frameworks import axolotl, llamafactory
+
+        for tool in (llamafactory, axolotl):
+            run = tool.read(self)
+            if run is not None:
+                self.setup.framework = run
+                return tool
+        return None
 
     def _transformers_version(self) -> str | None:
         """The project's exact transformers pin for the training script, else the installed
@@ -446,13 +470,15 @@ class _Resolver:
     def _combine(self) -> None:
         setup = self.setup
         values = setup.values
-        general = ("flags", "training config", "config module", "script", "argument defaults")
+        general = _GENERAL
         for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
             value = self._first(setting, general)
             if value is not None:
                 values[setting] = value
         if "model" in values and not isinstance(values["model"].value, str):
             del values["model"]
+        if "lora_rank" in values and values["lora_rank"].value is None:
+            del values["lora_rank"]  # a YAML tool that trains no adapter here (a full fine-tune) whatever lora_r says
         quant = self._first("load_in_4bit", general) or self._first("load_in_8bit", general)
         if quant is not None and quant.value is True:
             values["quantization"] = Value("quantization", "4bit" if quant.setting == "load_in_4bit" else "8bit",
@@ -468,12 +494,15 @@ class _Resolver:
         self._precision(general)
         self._optimizer(general)
         for setting in ("zero_stage", "offload_optimizer", "offload_param"):
-            value = self._first(setting, ("deepspeed config", "accelerate config"))
+            value = self._first(setting, ("deepspeed config", "accelerate config", "framework"))
             if value is not None:
                 values[setting] = value
         value = self._first("fsdp", ("accelerate config",))
-        hf = self._first("fsdp", general)
-        if hf is not None and isinstance(hf.value, str):  # TrainingArguments(fsdp="full_shard auto_wrap")
+        hf = self._first("fsdp", general[1:])
+        decided = self._first("fsdp", ("framework",))  # a YAML tool's own FSDP keys, already read as a mode
+        if decided is not None:
+            value = decided
+        elif hf is not None and isinstance(hf.value, str):  # TrainingArguments(fsdp="full_shard auto_wrap")
             words = hf.value.lower().split()
             mode = "grad-op" if "shard_grad_op" in words else "full" if {"full_shard", "hybrid_shard"} & set(words) else None
             value = Value("fsdp", mode, hf.origin, hf.span, hf.name) if mode else value
@@ -500,8 +529,8 @@ class _Resolver:
             world = Value("world_size", self.launch.world_size, f"{self.launch.launcher} launch in {self.display(self.launch_file)}",
                           self.launch.span)
         else:
-            world = self._first("world_size", ("accelerate config",))
-        if world is None and getattr(self.project, "target_gpus", None):
+            world = self._first("world_size", ("accelerate config", "framework"))
+        if (world is None or world.value is None) and getattr(self.project, "target_gpus", None):
             world = Value("world_size", self.project.target_gpus, "gpus in the cfgfix settings")
         for setting, value in (("micro_batch", micro), ("grad_accum", accum), ("world_size", world)):
             if value is not None:
@@ -515,7 +544,7 @@ class _Resolver:
     def _precision(self, general) -> None:
         values = self.setup.values
         deepspeed = self.setup.sources.get("deepspeed config", {})
-        weights = self._first("weights_cast", ("script",)) or self._first("weights", ("script",))
+        weights = self._first("weights_cast", ("script",)) or self._first("weights", ("framework", "script"))
         if weights is not None:
             values["weights"] = Value("weights", weights.value, weights.origin, weights.span, weights.name)
         mixed = self._mixed(general)
@@ -540,7 +569,8 @@ class _Resolver:
             kind = engine.setting
             values["precision"] = Value("precision", f"deepspeed-{kind}", f"{engine.origin}: 16-bit weights, fp32 master copy",
                                         engine.span, engine.name)
-        elif weights is not None and weights.value in ("bf16", "fp16") and not (adapters and mixed is not None):
+        elif weights is not None and weights.value in ("bf16", "fp16") and not (
+                adapters and mixed is not None and mixed.value in ("bf16", "fp16")):
             what = "a 16-bit frozen base" if adapters else "pure 16-bit weights"
             values["precision"] = Value("precision", weights.value, f"{weights.origin}: {what}", weights.span)
         elif mixed is not None and mixed.value in ("bf16", "fp16"):

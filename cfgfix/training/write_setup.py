@@ -48,6 +48,7 @@ class SetupWriter:
         self.project = project
         self.setup = setup
         self.reason: str | None = None  # why the last `set` returned None, when known
+        self._tool_deepspeed = None  # (shown path, config) of the DeepSpeed JSON this plan creates for a YAML tool
 
     # -- values that are already written ----------------------------------------------------
     def _stated(self, setting: str):
@@ -67,6 +68,8 @@ class SetupWriter:
         """A change that makes `setting` equal `value` for this launch, or None (advice only)."""
         if setting in ("zero_stage", "offload_optimizer", "offload_param"):
             return self._deepspeed(setting, value)
+        if getattr(self.setup, "framework", None) is not None:
+            return self._tool(setting, value)
         if setting == "mixed_precision":
             return self._mixed_precision(value)
         composite = getattr(self.setup, "composite", None)
@@ -224,27 +227,108 @@ class SetupWriter:
             return None
         return Change([edit], where=[f"{shown}: zero_optimization.{key}.device {device}"]) if edit else None
 
+    # -- a tool driven by one YAML (LLaMA-Factory, axolotl) -----------------------------------
+    def _tool(self, setting: str, value) -> Change | None:
+        """`setting` written as the tool's own keys (frameworks/<tool>.py write_plan): each key
+        replaced where the launch's overrides or the YAML state it, else added to the YAML (one
+        edit at its end, the rest of the file byte for byte), else a `--key value` flag."""
+        from cfgfix.training.frameworks import axolotl, llamafactory
+
+        run = self.setup.framework
+        tool = llamafactory if run.tool == "llamafactory" else axolotl
+        written = HF_OPTIMIZERS.get(value) if setting == "optimizer" else value
+        plan = tool.write_plan(setting, written, run) if written is not None else None
+        if isinstance(plan, str) or plan is None:
+            self.reason = plan if isinstance(plan, str) else f"{run.tool} has no key for {setting}"
+            return None
+        change, added = Change(), []
+        for key, new in plan:
+            stated = run.keys.get(key)
+            if stated is not None and stated.value == new:
+                continue
+            if stated is not None and stated.span is not None:
+                source = "flags" if not stated.span.path.endswith((".yaml", ".yml", ".json")) else "training config"
+                edit = replace_value(self.project, source, stated, new)
+                if edit is None:
+                    return None
+                change.edits.append(edit)
+                change.where.append(f"{stated.origin}: {_flag_text(new)}")
+            else:
+                added.append((key, new))
+        if added:
+            more = self._tool_add(run, added)
+            if more is None:
+                return None
+            change.edits.extend(more.edits)
+            change.where.extend(more.where)
+        return change if change.edits else None
+
+    def _tool_add(self, run, entries: list) -> Change | None:
+        doc = run.doc
+        if doc is not None:
+            first = insert_entry(doc, doc.root, *entries[0])
+            if first is None:
+                self.reason = f"{run.origin}: a layout cfgfix does not add keys to"
+                return None
+            content = first.content
+            for key, new in entries[1:]:
+                nxt = insert_entry(doc, doc.root, key, new)
+                if nxt is None or nxt.start != first.start:
+                    return None
+                content += nxt.content
+            shown = ", ".join(f"{k}: {_flag_text(v).lower() if isinstance(v, bool) else v}" for k, v in entries)
+            return Change([Edit(first.path, first.start, first.end, content)], where=[f"{run.origin}: {shown}"])
+        args = self.setup.launch.args
+        if not args:
+            return None
+        last = args[-1][1]
+        text = "".join(f" --{k} {_flag_text(v)}" for k, v in entries)
+        return Change([Edit(last.path, last.end, last.end, text)], where=[f"{last.path}:{text}"])
+
+    def _new_tool_deepspeed(self, config: dict, stage: int) -> Change | None:
+        """A new DeepSpeed JSON beside the tool's YAML, named by its `deepspeed:` key (a path the
+        tool opens from the folder it runs in, where the launch's YAML path starts)."""
+        run = self.setup.framework
+        path = self.setup.files.get("training config")
+        if run.doc is None or path is None or not run.written_path:
+            return None
+        if self._tool_deepspeed is not None:
+            # a later rung of the same plan (ZeRO-3, then parameter offload): the JSON this plan
+            # creates takes it, rather than a second file and a second `deepspeed:` key
+            shown, created = self._tool_deepspeed
+            zero = created["zero_optimization"]
+            added = [k for k in config["zero_optimization"] if k not in zero]
+            zero.update({k: v for k, v in config["zero_optimization"].items() if k != "stage" or v > zero["stage"]})
+            return Change(created={shown: json.dumps(created, indent=2) + "\n"},
+                          where=[f"{shown} (new): also zero_optimization {', '.join(added) or f'stage {stage}'}"])
+        name = f"ds_zero{stage}.json"
+        written = Path(run.written_path).parent.joinpath(name).as_posix()
+        change = self._tool_add(run, [("deepspeed", written)])
+        if change is None:
+            return None
+        shown = self.project.display(path.parent / name)
+        self._tool_deepspeed = (shown, config)
+        change.created[shown] = json.dumps(config, indent=2) + "\n"
+        change.where.insert(0, f"{shown} (new): ZeRO-{stage}")
+        if run.tool == "llamafactory" and self.setup.launch.launcher == "llamafactory-cli":
+            # hparams/parser.py: DeepSpeed needs a distributed launch ("Please use FORCE_TORCHRUN=1")
+            change.where.append("run it as FORCE_TORCHRUN=1 llamafactory-cli train ... (LLaMA-Factory refuses DeepSpeed "
+                                "without torchrun)")
+        return change
+
     def _new_deepspeed(self, setting: str, value) -> Change | None:
         """No DeepSpeed config yet: create one beside the launch script for an HF Trainer launch
         that parses its flags (every batch and precision value "auto", so the Trainer fills
         them), and pass it with `--deepspeed`."""
         setup = self.setup
+        if getattr(setup, "framework", None) is not None:
+            stage = value if setting == "zero_stage" else max(setup.get("zero_stage") or 0, 2)
+            return self._new_tool_deepspeed(_deepspeed_template(setting, value, stage), stage)
         spread = setup.trainer and setup.spread is not None
         if not spread and (not (setup.trainer and setup.parses_training_arguments) or not setup.launch.args):
             return None
         stage = value if setting == "zero_stage" else max(setup.get("zero_stage") or 0, 2)
-        zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
-        if setting == "offload_optimizer" and value:
-            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        if setting == "offload_param" and value:
-            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-        if stage == 3:
-            zero["stage3_gather_16bit_weights_on_model_save"] = True
-        config = {
-            "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-            "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-            "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": zero,
-        }
+        config = _deepspeed_template(setting, value, stage)
         launch_dir = setup.launch_file.parent
         name = f"ds_zero{stage}.json"
         shown = self.project.display(launch_dir / name)
@@ -260,6 +344,23 @@ class SetupWriter:
         return Change([Edit(last.path, last.end, last.end, f" --deepspeed {written}")],
                       created={shown: json.dumps(config, indent=2) + "\n"},
                       where=[f"{shown} (new): ZeRO-{stage}", f"{last.path}: --deepspeed {written}"])
+
+
+def _deepspeed_template(setting: str, value, stage: int) -> dict:
+    """A DeepSpeed JSON whose batch and precision values are all "auto" (the HF Trainer fills
+    them), with the ZeRO stage and offload asked for."""
+    zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    if setting == "offload_optimizer" and value:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if setting == "offload_param" and value:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": zero,
+    }
 
 
 def _as_launch_sees(path: Path, setup, root: Path) -> str:
