@@ -347,23 +347,24 @@ class Linter:
 
         try:
             source = SourceText.from_bytes(sf.display, data)
-            document = parse_config(source, sf.kind)
+            # JSON with comments or trailing commas is read as DeepSpeed's hjson loader reads it
+            document = parse_config(source, sf.kind, lenient=True)
         except DecodeError as exc:
             return self._unparsable(sf, f"cannot read {sf.display}: {exc}")
         except ConfigError as exc:
-            from cfgfix.documents.config import is_json_with_comments
-
-            if sf.kind == "json" and is_json_with_comments(source.text):
-                return self._unparsable(
-                    sf, f"{exc.message}: JSON with comments or trailing commas. json.load (the HF Trainer's and accelerate's "
-                    f"loaders) rejects it; only DeepSpeed's own hjson-based loader (deepspeed.initialize) reads it; "
-                    f"the config was skipped", exc.line, exc.column, Severity.WARNING)
             return self._unparsable(sf, f"{exc.message}; the config was skipped", exc.line, exc.column)
         kinds = config_kinds(document) or used_as
         if not kinds or document.root is None or document.root.kind != "mapping":
             return FileResult()
         ctx = ConfigContext(document, kinds, self.versions.for_file(sf.path))
         result = FileResult(configs=sorted(kinds))
+        strict = document.lenient_error
+        if strict is not None:
+            result = self._unparsable(
+                sf, f"{strict.message}: JSON with comments or trailing commas. json.load (the HF Trainer's and "
+                f"accelerate's loaders) rejects it; only DeepSpeed's own hjson-based loader (deepspeed.initialize) "
+                f"reads it, and cfgfix checks it as that loader reads it", strict.line, strict.column, Severity.WARNING)
+            result.configs = sorted(kinds)
         if has_rules:
             # a config by use may hold none of the byte triggers (`{"amp": {...}}`): every rule reads it
             rules = self._matching(sf.kind, data) if not used_as else self._all(sf.kind)

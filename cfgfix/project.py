@@ -534,7 +534,7 @@ class ProjectModel:
             if data is None:
                 data = read_file(path)
             data = lone_cr_as_lf(data)
-            doc = parse_config(SourceText.from_bytes(self.display(path), data), config_format(path, data))
+            doc = parse_config(SourceText.from_bytes(self.display(path), data), config_format(path, data), lenient=True)
             if doc.root is None or doc.root.kind != "mapping":
                 doc = None
         except (OSError, ValueError, ConfigError, RecursionError, MemoryError):  # DecodeError is a ValueError

@@ -44,8 +44,8 @@ def project(root: Path, row: dict, release: str) -> None:
     (root / "ds_config.json").write_text(text)
     (root / "requirements.txt").write_text(f"deepspeed=={release}\ntorch==2.9.1\n")
     (root / "train.py").write_text(TRAIN)
-    (root / "run.sh").write_text(f"deepspeed --num_gpus {row['world_size']} train.py --deepspeed "
-                                 f"--deepspeed_config ds_config.json\n")
+    gpus = f"--num_gpus {row['world_size']} " if row.get("world_size") else ""  # None: a world size not stated
+    (root / "run.sh").write_text(f"deepspeed {gpus}train.py --deepspeed --deepspeed_config ds_config.json\n")
 
 
 def errors(cfgfix: list[str], root: Path) -> list[str]:
@@ -63,8 +63,10 @@ def main() -> int:
     parser.add_argument("--cfgfix", default=f"{sys.executable} -m cfgfix", help="command that runs cfgfix")
     parser.add_argument("--release", default="0.19.6", help="the DeepSpeed release the cases belong to")
     parser.add_argument("--details", action="store_true", help="list every case")
+    parser.add_argument("--cases", default=str(HERE / "cases.jsonl"),
+                        help="cases.jsonl (the tests' own verdicts) or accepted.jsonl (configs the tests run)")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in (HERE / "cases.jsonl").read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
     cfgfix = shlex.split(args.cfgfix)
     matrix = {(e, c): 0 for e in ("accept", "refuse") for c in ("silent", "error")}
     wrong = []

@@ -108,26 +108,33 @@ class ConfigDocument:
     root: Node | None
     # what analyses read from this document, by the analysis (they never change it)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+    # Set when the JSON holds comments or trailing commas and was read as DeepSpeed's hjson
+    # loader reads it (`parse_config(..., lenient=True)`): what strict JSON said about it.
+    lenient_error: "ConfigError | None" = field(default=None, compare=False, repr=False)
 
     def span(self, node: Node):
         return self.source.span(node.start, node.end)
 
 
-def parse_config(source: SourceText, fmt: str) -> ConfigDocument:
+def parse_config(source: SourceText, fmt: str, lenient: bool = False) -> ConfigDocument:
+    """The document's tree. `lenient` reads a JSON file with `//` / `/* */` comments or
+    trailing commas as DeepSpeed does (its loader is hjson), marking the document with the
+    strict error (`lenient_error`); otherwise such a file is a `ConfigError`, as for
+    `json.load`."""
     if len(source.text) > MAX_BYTES:
         raise ConfigError(f"the file is larger than {MAX_BYTES // (1024 * 1024)} MB; not read as a config")
     if len(source.text) < _REMEMBER_FROM:
-        return _parse(source, fmt)
+        return _parse(source, fmt, lenient)
     # A large config is read by the linter, by the project stage and again by every round of
     # `fix` that re-checks a launch linking it: parsed once per content (issue 24: a 6.4 MB
     # YAML made `fix --diff` 5x slower than `check`).
     import hashlib
 
-    key = (source.path, fmt, hashlib.blake2b(source.text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+    key = (source.path, fmt, lenient, hashlib.blake2b(source.text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
     found = _REMEMBERED.pop(key, None)
     if found is None:
         try:
-            found = _parse(source, fmt)
+            found = _parse(source, fmt, lenient)
         except ConfigError as exc:
             found = exc
     _REMEMBERED[key] = found  # most recent last
@@ -143,9 +150,14 @@ _REMEMBER_COUNT = 4
 _REMEMBERED: dict[tuple, ConfigDocument | ConfigError] = {}
 
 
-def _parse(source: SourceText, fmt: str) -> ConfigDocument:
+def _parse(source: SourceText, fmt: str, lenient: bool = False) -> ConfigDocument:
     if fmt == "json":
-        return ConfigDocument(source, fmt, _JsonScanner(source).parse())
+        try:
+            return ConfigDocument(source, fmt, _JsonScanner(source).parse())
+        except ConfigError as strict:
+            if not (lenient and is_json_with_comments(source.text)):
+                raise
+            return ConfigDocument(source, fmt, _JsonScanner(source, lenient=True).parse(), lenient_error=strict)
     return ConfigDocument(source, fmt, _parse_yaml(source))
 
 
@@ -159,12 +171,14 @@ _LITERALS = (("true", True), ("false", False), ("null", None),
 
 class _JsonScanner:
     """Recursive descent over the text, as strict as `json.loads` (which the fixer uses to
-    check its edits), with a depth limit."""
+    check its edits), with a depth limit; `lenient` also skips `//` and `/* */` comments and
+    trailing commas, as DeepSpeed's hjson loader does."""
 
-    def __init__(self, source: SourceText) -> None:
+    def __init__(self, source: SourceText, lenient: bool = False) -> None:
         self.source = source
         self.text = source.text
         self.pos = 0
+        self.lenient = lenient
 
     def error(self, message: str, pos: int | None = None) -> ConfigError:
         line, column = self.source.position(self.pos if pos is None else min(pos, len(self.text)))
@@ -172,6 +186,16 @@ class _JsonScanner:
 
     def skip(self) -> None:
         self.pos = _WS.match(self.text, self.pos).end()
+        while self.lenient and self.text.startswith(("//", "/*"), self.pos):
+            if self.text.startswith("//", self.pos):
+                end = self.text.find("\n", self.pos)
+                self.pos = len(self.text) if end == -1 else end
+            else:
+                end = self.text.find("*/", self.pos + 2)
+                if end == -1:
+                    raise self.error("unterminated /* comment")
+                self.pos = end + 2
+            self.pos = _WS.match(self.text, self.pos).end()
 
     def parse(self) -> Node:
         self.skip()
@@ -238,6 +262,10 @@ class _JsonScanner:
             if self.text.startswith(",", self.pos):
                 self.pos += 1
                 self.skip()
+                if self.lenient and self.text.startswith(close, self.pos):
+                    self.pos += 1  # a trailing comma
+                    node.end = self.pos
+                    return node
                 continue
             if self.text.startswith(close, self.pos):
                 self.pos += 1

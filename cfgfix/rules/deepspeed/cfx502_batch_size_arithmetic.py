@@ -158,6 +158,7 @@ class BatchSizeArithmetic(ProjectRule):
         for path, uses in project.deepspeed_uses().items():
             if path not in project.displays:
                 continue  # not a file of this run: reported when it is checked
+            yield from self._no_batch_size(project, path, uses)
             worlds = {use.world_size for use in uses}
             if len(worlds) != 1 or None in worlds:
                 continue  # unknown, or launches that disagree: no single right number
@@ -210,6 +211,32 @@ class BatchSizeArithmetic(ProjectRule):
                 related=related,
             )
 
+    def _no_batch_size(self, project, path, uses):
+        """Neither `train_batch_size` nor `train_micro_batch_size_per_gpu`: DeepSpeed asserts
+        whatever the world size, and neither the HF Trainer nor accelerate adds a missing key
+        (they replace "auto" values only). Silent when a launched script names either key:
+        it may set it in code before DeepSpeed reads the config."""
+        doc = project.read(path)
+        if doc is None or doc.root is None or doc.root.kind != "mapping":
+            return
+        root = doc.root
+        if root.get("train_batch_size") is not None or root.get("train_micro_batch_size_per_gpu") is not None:
+            return
+        if any("train_batch_size" in source.text or "train_micro_batch_size_per_gpu" in source.text
+               for _, source, _ in script_uses(project, uses)):
+            return
+        if any(use.script is None for use in uses):
+            return  # a launch whose script this cannot read
+        steps = root.get("gradient_accumulation_steps")
+        anchor = steps if steps is not None else root
+        related = [r for use in uses for r in use.related]
+        yield self.finding(
+            doc.span(anchor) if steps is not None else doc.source.span(root.start, root.start + 1),
+            "neither train_batch_size nor train_micro_batch_size_per_gpu is set: DeepSpeed asserts 'Either "
+            "train_batch_size or train_micro_batch_size_per_gpu needs to be provided' before the first step (the HF "
+            "Trainer and accelerate fill only keys written as \"auto\")",
+            related=related)
+
     def _derived(self, doc, nodes, numbers, world, processes, uses):
         """DeepSpeed derives a missing key from the others (`_set_batch_related_parameters`)
         with floor division, then asserts: `train_batch_size` 33 with micro 17 on 2 GPUs
@@ -251,6 +278,13 @@ class BatchSizeArithmetic(ProjectRule):
     _ACC = HEAD_ACC = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
                        "deepspeed_config:\n  deepspeed_config_file: ds.json\nnum_processes: {n}\n")
     VALID = [
+        Example('{"gradient_accumulation_steps": 4}', "the launched script sets the batch size in code", path="ds.json",
+                files={"run.sh": "deepspeed train.py --deepspeed --deepspeed_config ds.json\n",
+                       "train.py": "import json, deepspeed\nconfig = json.load(open(args.deepspeed_config))\n"
+                                   "config['train_micro_batch_size_per_gpu'] = args.batch_size\n"
+                                   "engine, *_ = deepspeed.initialize(model=m, config=config)\n"}),
+        Example('{"gradient_accumulation_steps": 4}', "no launch uses it: another program may complete it",
+                path="ds.json"),
         Example(_DS.format(total=16, micro=2), "Megatron flags: 2 x 4 x (8 / (2 x 2)) = 16, not 2 x 4 x 8",
                 path="ds.json", files={"train.sh": "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
                                                    "--pipeline-model-parallel-size 2 --deepspeed --deepspeed_config ds.json\n"}),
@@ -299,6 +333,15 @@ class BatchSizeArithmetic(ProjectRule):
     _MEGATRON = ("deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
                  "--pipeline-model-parallel-size 2 --deepspeed --deepspeed_config ds.json\n")
     INVALID = [
+        Example('{\n  "gradient_accumulation_steps": 4,\n  "zero_optimization": {"stage": 2}\n}\n',
+                "only the accumulation: DeepSpeed needs a batch size, on any world size", path="ds.json", line=2,
+                files={"run.sh": "deepspeed train.py --deepspeed --deepspeed_config ds.json\n",
+                       "train.py": "import deepspeed\nengine, *_ = deepspeed.initialize(args=args, model=m)\n"}),
+        Example('{\n  "gradient_accumulation_steps": 4\n}\n', "the HF Trainer fills \"auto\" keys only, not missing ones",
+                path="ds.json", line=2,
+                files={"run.sh": "deepspeed train.py --deepspeed ds.json\n",
+                       "train.py": "from transformers import Trainer, TrainingArguments\n"
+                                   "args = TrainingArguments('out', deepspeed='ds.json')\nTrainer(model=m, args=args).train()\n"}),
         Example(_DS.format(total=64, micro=2), "Megatron flags: 8 processes / (TP 2 x PP 2) = 2 data-parallel ranks, "
                 "2 x 4 x 2 = 16", path="ds.json", line=2, files={"train.sh": _MEGATRON},
                 fixed=_DS.format(total=16, micro=2)),

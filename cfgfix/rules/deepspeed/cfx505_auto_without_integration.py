@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cfgfix.analysis.deepspeed_config import checked_docs, script_uses
+from cfgfix.analysis.deepspeed_validation import auto_is_default
 from cfgfix.core import Related, Severity
 from cfgfix.rules.base import Example, ProjectRule, register
 
@@ -94,6 +95,8 @@ class AutoWithoutIntegration(ProjectRule):
             related = [Related(source.span_of_node(call), "deepspeed.initialize reads the config here")]
             related += [r for use, _, _ in bare for r in use.related]
             for where, value in _autos(doc.root):
+                if auto_is_default(where):
+                    continue  # DeepSpeed's own default is "auto" (ZenFlow's select_strategy): nothing changes
                 yield self.finding(
                     doc.span(value),
                     f'"{where}": "auto" is filled only by the HF Trainer or accelerate, but '
@@ -108,6 +111,9 @@ class AutoWithoutIntegration(ProjectRule):
     _LAUNCH = {"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed --deepspeed_config ds.json\n"}
     _DS = '{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {\n    "stage": %s\n  }\n}\n'
     VALID = [
+        Example('{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2, "zenflow": '
+                '{"select_strategy": "auto"}}}', "\"auto\" is DeepSpeed's own default there (ZenFlow)", path="ds.json",
+                files={**_LAUNCH, "train.py": _BARE}),
         Example(_DS % '"auto"', "the HF Trainer fills \"auto\"", path="ds.json",
                 files={"train.sh": "deepspeed --num_gpus 8 train.py --deepspeed ds.json\n",
                        "train.py": "from transformers import Trainer\n\ntrainer = Trainer(model=model, args=args)\n"}),

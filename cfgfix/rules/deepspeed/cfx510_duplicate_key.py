@@ -59,4 +59,8 @@ class DuplicateKey(DeepSpeedRule):
     INVALID = [
         Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2},\n'
                 '  "train_micro_batch_size_per_gpu": 8\n}\n', "top level", path=DS, line=4),
+        Example('{\n  // DeepSpeed reads this file with hjson\n  "zero_optimization": {"stage": 2},\n'
+                '  "train_batch_size": 24,\n  "train_batch_size": 24,\n}\n',
+                "a comment and a trailing comma, as DeepSpeed's own loader reads them (its test_config_duplicate_key)",
+                path=DS, line=5),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cfgfix.analysis import deepspeed_validation as checks
+from cfgfix.analysis.deepspeed_fields import RELEASES
 from cfgfix.analysis.deepspeed_config import zero_block, zero_stage
 from cfgfix.core import Severity
 from cfgfix.rules.base import Example, register
@@ -53,14 +54,27 @@ class RejectedDeepSpeedValue(DeepSpeedRule):
     code = "CFX512"
     name = "rejected-deepspeed-value"
     severity = Severity.ERROR
-    triggers = DeepSpeedRule.triggers + ((b"loss_scale", b"gradient_allreduce_op"),)
+    triggers = DeepSpeedRule.triggers + ((b"loss_scale", b"gradient_allreduce_op", b"zero_optimization", b"fp16", b"bf16",
+                                           b"bfloat16"),)
 
     def check_config(self, ctx, root):
         deepspeed = ctx.versions.resolve("deepspeed")
         if deepspeed.at_least(checks.LOSS_SCALE_SINCE) is not True:
             return
-        for node, message, since in self._problems(root):
-            if deepspeed.at_least(since) is True:
+        problems = list(self._problems(root))
+        seen = {id(node) for node, _, _ in problems}
+        problems += [(node, message, checks.MODELS_SINCE) for node, message in checks.field_problems(root)
+                     if id(node) not in seen]
+        problems += list(self._master_weights(root))
+        for node, message, since in problems:
+            if deepspeed.at_least(since) is not True:
+                continue
+            if since == checks.MODELS_SINCE:
+                releases = f"{RELEASES[0]}-{RELEASES[-1]}"
+                yield self.finding(ctx.span(node), f"{message}: DeepSpeed's config validation refuses it at start "
+                                                   f"(its models read from releases {releases}); this project uses "
+                                                   f"{deepspeed.describe()}")
+            else:
                 yield self.finding(ctx.span(node), f"{message}: DeepSpeed {since} and newer refuse it at start; "
                                                    f"this project uses {deepspeed.describe()}")
 
@@ -72,13 +86,37 @@ class RejectedDeepSpeedValue(DeepSpeedRule):
         if entry is not None and entry[1].kind == "scalar":
             zero = zero_block(root)
             stage = zero_stage(zero) if zero is not None else 0
-            zenflow = zero is not None and zero.get("zenflow") is not None and zero.get("zenflow").value is not None
+            zenflow_block = zero.get("zenflow") if zero is not None else None
+            # DeepSpeed tests `zero_config.zenflow is not None`: any block, `{}` too, turns ZenFlow on
+            zenflow = zenflow_block is not None and not (zenflow_block.kind == "scalar" and zenflow_block.value is None)
             compile_block = root.get("compile")
             deepcompile = compile_block is not None and compile_block.kind == "mapping" \
                 and compile_block.get("deepcompile") is not None and compile_block.get("deepcompile").truthy() is True
             why = checks.allreduce_op_problem(entry[1].value, stage, zenflow, deepcompile)
             if why:
                 yield entry[1], f"gradient_allreduce_op {why}", checks.ALLREDUCE_OP_SINCE
+
+    def _master_weights(self, root):
+        """`DeepSpeedConfig._do_error_check`: 16-bit master weights and bf16 optimizer states
+        need ZeRO stage 1-3, and bf16 optimizer states need bf16 master weights."""
+        zero = zero_block(root)
+        stage = zero_stage(zero) if zero is not None else 0
+        needs = [("fp16", "fp16_master_weights_and_grads"), ("bf16", "bf16_master_weights_and_grads"),
+                 ("bf16", "bf16_optimizer_states")]
+        for block_name, key in needs:
+            block = root.get(block_name) or (root.get("bfloat16") if block_name == "bf16" else None)
+            entry = block.entry(key) if block is not None and block.kind == "mapping" else None
+            if entry is None or entry[1].truthy() is not True or entry[1].value == "auto":
+                continue
+            if stage in (1, 2, 3):
+                if key == "bf16_optimizer_states":
+                    master = block.get("bf16_master_weights_and_grads")
+                    if master is None or master.truthy() is not True:
+                        yield entry[1], f"{block_name}.{key} needs bf16_master_weights_and_grads on", checks.MODELS_SINCE
+                continue
+            if stage is not None:
+                yield entry[1], (f"{block_name}.{key} is only supported with ZeRO stage 1, 2 or 3 "
+                                 f"(this config runs stage {stage})"), checks.MODELS_SINCE
 
     def _fp16(self, fp16):
         scale = fp16.entry("loss_scale")
@@ -106,6 +144,18 @@ class RejectedDeepSpeedValue(DeepSpeedRule):
 
     _REQ = {"requirements.txt": "deepspeed==0.19.8\n"}
     VALID = [
+        Example('{"zero_optimization": {"stage": "2", "overlap_comm": "yes", "reduce_bucket_size": 5e8,'
+                ' "offload_optimizer": {"device": "cpu", "ratio": 1}, "leaf_module": {"classes": "MoEBlock"}},'
+                ' "bf16": {"enabled": "true"}}', "values pydantic coerces: \"2\", \"yes\", 5e8, 1, a string list",
+                path=DS, files=_REQ),
+        Example('{"zero_optimization": {"stage": 2, "offload_optimizer": null, "reduce_bucket_size": "auto"}}',
+                "null for an optional block, \"auto\" dropped", path=DS, files=_REQ),
+        Example('{"zero_optimization": true}', "the legacy boolean form", path=DS, files=_REQ),
+        Example('{"zero_optimization": {"stage": 2, "offload_param": {"device": "gpu"}}}',
+                "a pin that admits releases whose models were not read", path=DS,
+                files={"requirements.txt": "deepspeed>=0.14\n"}),
+        Example('{"zero_optimization": {"stage": 2}, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true,'
+                ' "bf16_optimizer_states": true}}', "bf16 master weights and states under ZeRO-2", path=DS, files=_REQ),
         Example('{"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 1000, "min_loss_scale": 1},'
                 ' "train_batch_size": 8}', "the defaults", path=DS, files=_REQ),
         Example('{"fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 0}, "train_batch_size": 8}',
@@ -126,6 +176,19 @@ class RejectedDeepSpeedValue(DeepSpeedRule):
                 "numeric strings pass float() and int()", path=DS, files=_REQ),
     ]
     INVALID = [
+        Example('{\n  "zero_optimization": {\n    "stage": 3,\n    "offload_param": {"device": "gpu"}\n  }\n}\n',
+                "an offload device DeepSpeed does not have (none, cpu, nvme)", path=DS, line=4, files=_REQ),
+        Example('{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_optimizer": "cpu"\n  }\n}\n',
+                "a block written as a string", path=DS, line=4, files=_REQ),
+        Example('{\n  "zero_optimization": {"stage": 4}\n}\n', "ZeRO has stages 0 to 3", path=DS, line=2, files=_REQ),
+        Example('{\n  "zero_optimization": {"stage": 2,\n    "reduce_bucket_size": 0}\n}\n',
+                "a bucket size DeepSpeed requires > 0", path=DS, line=3, files=_REQ),
+        Example('{\n  "zero_optimization": {"stage": 2,\n    "overlap_comm": "sometimes"}\n}\n',
+                "not a boolean pydantic reads", path=DS, line=3, files=_REQ),
+        Example('{\n  "train_batch_size": 8,\n  "bf16": {"enabled": true,\n    "bf16_master_weights_and_grads": true}\n}\n',
+                "bf16 master weights without ZeRO (stage 0)", path=DS, line=4, files=_REQ),
+        Example('{\n  "zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.2}},\n'
+                '  "gradient_allreduce_op": "sum"\n}\n', "sum with ZenFlow on", path=DS, line=3, files=_REQ),
         Example('{\n  "fp16": {\n    "enabled": true,\n    "loss_scale": 0,\n    "loss_scale_window": 0\n  },\n'
                 '  "train_batch_size": 8\n}\n', "window 0 with dynamic scaling", path=DS, line=5, files=_REQ),
         Example('{\n  "fp16": {"enabled": true,\n    "min_loss_scale": -1},\n  "train_batch_size": 8\n}\n',

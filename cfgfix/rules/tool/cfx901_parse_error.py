@@ -14,7 +14,8 @@ class ParseError(Rule):
     rule's trigger words appear in it, so a broken file that no rule could match is not
     reported (cfgfix is not a Python syntax checker). A DeepSpeed JSON with `//` or `/* */`
     comments or trailing commas is a warning, not an error: DeepSpeed's own loader (hjson, `deepspeed.initialize`)
-    reads it, while `json.load` in the HF Trainer and accelerate rejects it.
+    reads it, while `json.load` in the HF Trainer and accelerate rejects it; the other rules
+    then check it as DeepSpeed reads it (a key written twice in it is still CFX510).
     Python newer than the interpreter running cfgfix (a PEP 701 f-string on Python 3.11) is
     not an error: libcst's parser, which knows current Python, reads it and the rules run;
     only code that no current Python accepts is. A notebook (`.ipynb`) that is not valid
