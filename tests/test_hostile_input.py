@@ -454,7 +454,7 @@ def test_fix_parses_a_large_linked_config_once(in_tmp, monkeypatch):
     })
     parsed = []
     real = config._parse
-    monkeypatch.setattr(config, "_parse", lambda source, fmt: parsed.append(source.path) or real(source, fmt))
+    monkeypatch.setattr(config, "_parse", lambda source, fmt, *rest: parsed.append(source.path) or real(source, fmt, *rest))
     config._REMEMBERED.clear()
     code, out = run("fix", "--diff", "--no-cache")
     assert_no_bug(code, out)

@@ -130,7 +130,7 @@ def parse_config(source: SourceText, fmt: str, lenient: bool = False) -> ConfigD
     # YAML made `fix --diff` 5x slower than `check`).
     import hashlib
 
-    key = (source.path, fmt, lenient, hashlib.blake2b(source.text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+    key = (source.path, fmt, lenient and fmt == "json", hashlib.blake2b(source.text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
     found = _REMEMBERED.pop(key, None)
     if found is None:
         try:
