@@ -387,6 +387,7 @@ class ProjectModel:
         self._scripts: dict[Path, object] = {}
         self._overrides: dict[Path, bytes] = {}
         self._links: tuple | None = None
+        self._project_bounds: dict | None = None  # the code idioms of every file (version conditions)
         self.target_gpu: str | None = None  # [tool.cfgfix] gpu / --gpu
         self.target_gpus: int | None = None
         self.target_gpu_origin = "gpu in the cfgfix settings"
@@ -436,6 +437,8 @@ class ProjectModel:
         by `;only:--a,--b` (a flag whose default is off): one that surely leaves it off
         does not count."""
         base, *qualifiers = condition.split(";")
+        if base == "version":
+            return self._version_holds(qualifiers)
         if base != "multi-process-launch":
             return None
         launches = self.multi_process.get(Path(os.path.realpath(sf.path)))
@@ -450,6 +453,23 @@ class ProjectModel:
         if not launches:
             return None
         return [Related(launch.span, f"launched here with {world} processes") for launch, world in launches]
+
+    def _version_holds(self, qualifiers: list[str]) -> list[Related] | None:
+        """`version;at_least:transformers:5.0.0` (a finding on an assumed current release):
+        it holds unless the project's code, any file of it, dates the library below that
+        release (analysis/version_idioms.py `project_bounds`, read once per run and only
+        when such a finding needs it). A plain `version` always holds."""
+        for qualifier in qualifiers:
+            kind, _, rest = qualifier.partition(":")
+            package, _, release = rest.partition(":")
+            if kind == "at_least" and package and release:
+                from cfgfix.analysis.version_idioms import excludes_from, project_bounds
+
+                if self._project_bounds is None:
+                    self._project_bounds = project_bounds(self.root)
+                if excludes_from(self._project_bounds, package, release):
+                    return None
+        return []
 
     # -- reading configs (memoised per path; overrides hold a file's unsaved edits) -----------
     def with_override(self, path: Path, data: bytes) -> "ProjectModel":

@@ -103,6 +103,48 @@ def test_cfx206_silent_where_the_code_only_runs_on_4x(tmp_path):
     assert len(_codes(tmp_path / "b", {"train.py": code.replace("tokenizer=", "processing_class=")}, "CFX206")) == 1
 
 
+def _only_train_py(root):
+    """CFX206 when only train.py is named, as a pre-commit run names the changed files."""
+    import os
+    from pathlib import Path
+
+    from cfgfix.engine import Engine
+    from cfgfix.settings import load_settings, with_overrides
+    from cfgfix.workspace import discover
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        settings = with_overrides(load_settings(root), select=["CFX206"])
+        files, _ = discover([Path("train.py")], settings)
+        return [f for f in Engine(settings, use_cache=False).run(files).findings if f.code == "CFX206"]
+    finally:
+        os.chdir(cwd)
+
+
+def test_cfx206_silent_where_another_module_of_the_project_dates_4x(tmp_path):
+    """The project runs one transformers: `Trainer(tokenizer=...)` in any of its files dates
+    it, for every file (issue 25), also when only the training script is checked."""
+    sibling = "from transformers import Trainer\ntrainer = Trainer(model=m, tokenizer=tok)\n"
+    for where in ("eval.py", "tools/evaluate/run.py", "pkg/sub/__init__.py"):
+        root = tmp_path / where.replace("/", "_")
+        assert _codes(root, {"train.py": TRAINS, where: sibling}, "CFX206") == [], where
+        assert _only_train_py(root) == [], where
+    # near misses: an API that does not date it below 5, a Trainer that is not transformers',
+    # a commented-out call, a file that does not parse, a virtualenv's copy of transformers
+    for name, text in (("eval.py", sibling.replace("tokenizer=", "processing_class=")),
+                       ("eval.py", "from trl import SFTTrainer as Trainer\nTrainer(model=m, tokenizer=tok)\n"),
+                       ("eval.py", "# Trainer(model=m, tokenizer=tok)\n"),
+                       ("eval.py", sibling + "def broken(:\n"),
+                       (".venv/lib/site-packages/x.py", sibling)):
+        root = tmp_path / ("near" + str(abs(hash((name, text)))))
+        assert len(_codes(root, {"train.py": TRAINS, name: text}, "CFX206")) == 1, (name, text)
+    # a pin that says 5 wins over the code
+    pinned = tmp_path / "pinned"
+    assert len(_codes(pinned, {"train.py": TRAINS, "eval.py": sibling, "requirements.txt": "transformers>=5\n"},
+                      "CFX206")) == 1
+
+
 def test_cfx206_silent_on_a_pin_admitting_4x(tmp_path):
     assert _codes(tmp_path, {"train.py": TRAINS, "requirements.txt": "transformers>=4.40\n"}, "CFX206") == []
 

@@ -140,3 +140,66 @@ def _kind(call: ast.Call, imports: ImportMap) -> tuple[str | None, str | None]:
     if root not in imports.aliases:
         return None, None
     return kind, (imports.qualify(target) or "").split(".")[0]
+
+
+# Folders a project scan never enters: environments, caches, builds, other tools' trees.
+_SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
+                              "site-packages", "__pycache__", "build", "dist", ".mypy_cache", ".ruff_cache",
+                              ".cfgfix_cache", ".eggs"})
+_SCAN_FILES = 20_000  # a bound on the walk: a project larger than this is read up to it
+_SCAN_BYTES = 1_000_000  # as the analysis reads Python files
+
+
+def project_bounds(root) -> Bounds:
+    """The code bounds of every Python file under `root` together: an idiom anywhere in the
+    project dates the project (issue 25: a sibling module's `Trainer(tokenizer=...)` shows the
+    project runs transformers 4.x). Only files whose text holds an idiom's `keyword=` are
+    parsed; a file that does not parse dates nothing. The tightest bound wins, and its why
+    names the file."""
+    import os
+
+    root = os.fspath(root)
+    found: Bounds = {}
+    seen = 0
+    for folder, folders, files in os.walk(root):
+        folders[:] = sorted(f for f in folders if f not in _SKIPPED_FOLDERS and not f.startswith("."))
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            seen += 1
+            if seen > _SCAN_FILES:
+                return found
+            path = os.path.join(folder, name)
+            try:
+                if os.path.islink(path) or os.path.getsize(path) > _SCAN_BYTES:
+                    continue
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                continue
+            if not any(token.encode() in data for token in TOKENS):
+                continue
+            try:
+                text = data.decode("utf-8")
+                tree = ast.parse(text)
+            except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            where = os.path.relpath(path, root)
+            for package, bounds in code_bounds(tree, text).items():
+                target = found.setdefault(package, {})
+                for op, (version, why) in bounds.items():
+                    old = target.get(op)
+                    tighter = old is None or (_release(old[0]) < _release(version) if op == ">="
+                                              else _release(version) < _release(old[0]))
+                    if tighter:
+                        target[op] = (version, f"{why.replace('used on line', f'used in {where} on line')}")
+    return found
+
+
+def excludes_from(bounds: Bounds, package: str, version: str) -> str | None:
+    """Why the project's code shows `package` is below `version` (an API removed at or
+    before it is used), or None when its bounds admit `version` and newer."""
+    upper = bounds.get(package, {}).get("<")
+    if upper is not None and _release(upper[0]) <= _release(version):
+        return upper[1]
+    return None

@@ -9,7 +9,7 @@ from cfgfix.analysis.checkpoint_dtypes import model_id_of, stored_dtype
 from cfgfix.analysis.model_calls import LOAD_TRIGGERS, dtype_source_text, may_load_model
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
-from cfgfix.rules.base import Example, Rule, register
+from cfgfix.rules.base import Conditioned, Example, Rule, register
 from cfgfix.rules.precision.common import V5
 
 _AUTOCAST = {
@@ -122,8 +122,12 @@ class ImplicitCheckpointDtype(Rule):
     a pin gets) and says so in the message, naming the unpinned requirement or `pip install`
     line when there is one: the failure it warns about is silent on 5.x, and passing `dtype`
     is harmless on 4.x. An API removed in 5.0 that the code uses (`Trainer(tokenizer=...)`,
-    `TrainingArguments(evaluation_strategy=...)`) dates it to 4.x: silent there. An API
-    added earlier (`attn_implementation=`, 4.36+) does not change the assumption.
+    `TrainingArguments(evaluation_strategy=...)`) dates it to 4.x: silent there, and silent
+    in every file of the project when any Python file of it uses such an API and no pin says
+    otherwise (the project
+    runs one transformers; read at the project stage, so a pre-commit run of one changed file
+    sees the others too). An API added earlier (`attn_implementation=`, 4.36+) does not
+    change the assumption.
 
     ## References
     - facts A2, D2: transformers 5.0 `from_pretrained` defaults to `dtype="auto"`
@@ -133,6 +137,7 @@ class ImplicitCheckpointDtype(Rule):
     """
 
     code = "CFX206"
+    condition = "version"  # project-stage check of an assumed release (project.py `_version_holds`)
     name = "implicit-checkpoint-dtype"
     severity = Severity.WARNING
     fix_availability = "unsafe"
@@ -140,6 +145,11 @@ class ImplicitCheckpointDtype(Rule):
     triggers = (LOAD_TRIGGERS, (b".backward(", b"Trainer(", b"deepspeed.initialize"))
 
     VALID = [
+        Example("from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained('m')\n"
+                "optimizer = torch.optim.AdamW(model.parameters())\nmodel.train()\n",
+                "another module of the project passes Trainer(tokenizer=...): the project runs transformers 4.x",
+                files={"evaluate_tools/run_eval.py": "from transformers import Trainer\n"
+                                                     "trainer = Trainer(model=m, tokenizer=tok)\n"}),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('m')\n"
@@ -378,7 +388,7 @@ class ImplicitCheckpointDtype(Rule):
                 else "Pass `dtype=torch.float32` for mixed-precision training, or `dtype=torch.bfloat16` "
                 "on purpose (with a Kahan-summation optimizer, see CFX205)."
             )
-            yield self.finding(
+            finding = self.finding(
                 src.span_of_node(load.call),
                 f"`{load.class_name}.from_pretrained` without `dtype` on {transformers.describe()}: "
                 "since 5.0 the default is `dtype=\"auto\"`, the checkpoint's own dtype (bfloat16 or float16 "
@@ -387,3 +397,8 @@ class ImplicitCheckpointDtype(Rule):
                 f"master weights. {advice}",
                 fix=fix,
             )
+            # On an assumed release, or the copy installed where cfgfix runs (as a file's own
+            # idioms do, versions.py `get`), the project stage drops it when another file of the
+            # project dates transformers below 5 (`Trainer(tokenizer=...)` in a sibling module).
+            yield Conditioned(finding, "version;at_least:transformers:5.0.0") \
+                if transformers.evidence in ("assumed", "installed") else finding
