@@ -51,6 +51,13 @@ def no_installed_versions(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def no_hub_cache(monkeypatch, tmp_path_factory):
+    """Tests never read this machine's Hugging Face cache: an empty one of their own (a test
+    that needs cached configs writes them there, analysis/hub_cache.py)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hub-cache")))
+
+
+@pytest.fixture(autouse=True)
 def _not_in_github_actions(monkeypatch):
     """The suite may run inside GitHub Actions; `verify`'s guard reads GITHUB_ACTIONS, and a
     test that clears GITHUB_EVENT_NAME means a local run."""

@@ -38,6 +38,33 @@ def test_a_local_checkpoint_says_its_own_dtype(tmp_path):
     assert stored_dtype("ckpt", tmp_path) is None
 
 
+def _cache(root, model_id: str, config: str, commit: str = "abc123", ref: bool = True) -> None:
+    repo = root / ("models--" + model_id.replace("/", "--"))
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(config)
+    if ref:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(commit + "\n")
+
+
+def test_the_hub_cache_says_a_downloaded_checkpoints_dtype(tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    _cache(hub, "someone/bert-finetuned", '{"model_type": "bert", "torch_dtype": "float32"}')
+    _cache(hub, "Qwen/Qwen2.5-7B", '{"dtype": "bfloat16"}', ref=False)
+    _cache(hub, "google-bert/bert-base-uncased", '{"torch_dtype": "bfloat16"}')  # the file wins over the family
+    _cache(hub, "broken/model", "not json")
+    assert stored_dtype("someone/bert-finetuned") == "float32"
+    assert stored_dtype("Qwen/Qwen2.5-7B") == "bfloat16"
+    assert stored_dtype("google-bert/bert-base-uncased") == "bfloat16"
+    assert stored_dtype("broken/model") is None
+    assert stored_dtype("not/cached") is None
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    _cache(tmp_path / "home" / "hub", "org/m", '{"torch_dtype": "float16"}')
+    assert stored_dtype("org/m") == "float16"
+
+
 def test_model_id_from_the_call():
     tree = ast.parse("NAME = 'gpt2'\nA.from_pretrained('roberta-base')\nA.from_pretrained(NAME)\n"
                      "A.from_pretrained(pretrained_model_name_or_path='t5-small')\nA.from_pretrained(args.model)\n")

@@ -1,7 +1,9 @@
 """The dtype a checkpoint is stored in, where it is known, for `from_pretrained(dtype="auto")`
 (transformers 5's default): the config's `torch_dtype`, else the weights' own dtype.
 
-Known from two places:
+Known from three places:
+- the user's local Hugging Face cache (`analysis/hub_cache.py`): the downloaded `config.json`'s
+  `torch_dtype` (or `dtype`);
 - a local checkpoint folder of the project (`from_pretrained("./ckpt")`) whose `config.json`
   states `torch_dtype` (or `dtype`);
 - families whose published checkpoints predate `torch_dtype` and hold float32 weights
@@ -39,6 +41,13 @@ def stored_dtype(model_id: str, folder: Path | None = None) -> str | None:
     org, _, name = model_id.strip("/").rpartition("/")
     if "/" in org:
         return None  # a path, not a hub id
+    if org:
+        from cfgfix.analysis.hub_cache import cached_config
+
+        cached = cached_config(model_id.strip("/"))
+        value = cached.get("torch_dtype", cached.get("dtype")) if cached else None
+        if isinstance(value, str):
+            return value
     if org.lower() in _FLOAT32_ORGS and _FLOAT32_FAMILIES.match(name):
         return "float32"
     return None

@@ -99,7 +99,9 @@ class ImplicitCheckpointDtype(Rule):
     optimizer).
 
     Silent for checkpoints stored in float32, where `"auto"` is float32 as on 4.x: a local
-    checkpoint whose `config.json` says so, and the published BERT, RoBERTa, DistilBERT,
+    checkpoint whose `config.json` says so, a hub checkpoint whose `config.json` in the
+    user's Hugging Face cache says so (`HF_HUB_CACHE`, `HF_HOME`; never the network), and
+    the published BERT, RoBERTa, DistilBERT,
     ALBERT, XLM-R, ELECTRA, DeBERTa, BART, T5 (original and v1.1) and GPT-2 checkpoints
     (analysis/checkpoint_dtypes.py).
 
