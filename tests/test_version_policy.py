@@ -195,3 +195,37 @@ def test_every_version_gated_rule_documents_its_policy():
     for rule in gated:
         assert "Versions" in doc_sections(rule.doc()), rule.code
         assert f"[{rule.code}](../rules/{rule.code}.md)" in table, rule.code
+
+
+_ORDER_HEAD = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+def test_cfx206_trained_means_the_load_the_training_reaches_in_statement_order(tmp_path):
+    """A load that rebinds `model` after `trainer.train()` (for inference) is not the trained
+    one; a rebinding under an `if` does not end the first load's reach; a loop may train a
+    load written after the training on its next pass (issue 25)."""
+    cases = {
+        "after training, for inference": (
+            "model = AutoModelForCausalLM.from_pretrained('org/base', dtype='float32')\n"
+            "trainer = Trainer(model=model, args=TrainingArguments('out'))\ntrainer.train()\n"
+            "model = AutoModelForCausalLM.from_pretrained('out')\nmodel.generate()\n", []),
+        "in a function, then reloaded": (
+            "def main():\n    model = AutoModelForCausalLM.from_pretrained('org/base')\n"
+            "    Trainer(model=model, args=TrainingArguments('out')).train()\n"
+            "    model = AutoModelForCausalLM.from_pretrained('out')\n    return model\n", [2]),
+        "a rebinding under an if": (
+            "model = AutoModelForCausalLM.from_pretrained('org/base')\nif eval_only:\n"
+            "    model = AutoModelForCausalLM.from_pretrained('out', dtype='bfloat16')\n"
+            "Trainer(model=model, args=TrainingArguments('out')).train()\n", [1]),
+        "a loop trains the next pass's load": (
+            "for stage in stages:\n    if stage:\n        Trainer(model=model, args=TrainingArguments('o')).train()\n"
+            "    model = AutoModelForCausalLM.from_pretrained('org/base')\n", [4]),
+        "an unrelated name trained earlier": (
+            "other = AutoModelForCausalLM.from_pretrained('a', dtype='float32')\n"
+            "Trainer(model=other, args=TrainingArguments('o')).train()\n"
+            "model = AutoModelForCausalLM.from_pretrained('b')\nmodel.generate()\n", []),
+    }
+    for why, (body, lines) in cases.items():
+        root = tmp_path / str(abs(hash(why)))
+        found = _codes(root, {"train.py": _ORDER_HEAD + body}, "CFX206")
+        assert [f.span.line - 1 for f in found] == lines, why

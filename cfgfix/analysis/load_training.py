@@ -93,11 +93,41 @@ def load_training(ctx, load_call: ast.Call) -> Training:
     return _follow(index, site.context, _bound_keys(site.context.stmt, load_call), depth=0)
 
 
+class _Window(NamedTuple):
+    """The lines where a name still holds the load: after the statement that binds it and
+    before the next one that binds it again, in the same scope; a use inside a loop that
+    also holds the binding may run after it on a later pass, wherever it is written."""
+
+    after: int
+    before: int | None
+    loops: tuple
+
+    def holds(self, site) -> bool:
+        line = site.node.lineno
+        if self.after < line and (self.before is None or line < self.before):
+            return True
+        return any(loop in self.loops for loop in site.context.loops)
+
+
+def _window(context, key: str) -> _Window | None:
+    """None for `self.x` (methods run in any order). Only a rebinding in the binding's own
+    block ends the window: one under an `if` may not run, and the load may still be trained."""
+    if key.startswith("self."):
+        return None
+    stmt = context.stmt
+    after = getattr(stmt, "end_lineno", None) or stmt.lineno
+    before = next((node.lineno for node in context.block
+                   if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno > after
+                   and key in _assigned_keys(node)), None)
+    return _Window(after, before, context.loops)
+
+
 def _follow(index, context, keys: list[tuple[int | None, str]], depth: int) -> Training:
     found = Training()
     for _, key in keys:
         scope = context.classdef if key.startswith("self.") and context.classdef else context.function
-        result = _evidence_in(index, scope, key)
+        window = _window(context, key)
+        result = _evidence_in(index, scope, key, window)
         if result.other:
             return result
         if result.evidence and not found.evidence:
@@ -122,8 +152,13 @@ def _follow(index, context, keys: list[tuple[int | None, str]], depth: int) -> T
     return found
 
 
-def _evidence_in(index, scope, key: str) -> Training:
+def _evidence_in(index, scope, key: str, window: _Window | None = None) -> Training:
+    """Uses of `key` in `scope` that show training; with a `window`, only the uses where the
+    name still holds this load (a load after `trainer.train()` rebinding `model` for
+    inference is not the trained one)."""
     calls = index.calls_within(scope) if scope is not None else [s for s in index.calls if s.context.function is None]
+    if window is not None:
+        calls = [s for s in calls if window.holds(s)]
     optimizers = [s for s in calls if _is_optimizer_class(s.name or "")]
     evidence = None
     for s in calls:
