@@ -110,7 +110,9 @@ class ImplicitCheckpointDtype(Rule):
     `GradScaler`, `Accelerator(mixed_precision=...)`, `TrainingArguments(bf16=True)`):
     `dtype=torch.float32` restores the float32 weights that mixed precision expects, at
     twice the weight memory of a bfloat16 checkpoint. Without autocast the intended dtype
-    is unclear, so there is no fix. cfgfix stays silent for models the script does not train (a frozen teacher, an inference load, a
+    is unclear, so there is no fix. cfgfix stays silent for models the script does not train (a frozen teacher, an inference load
+    (also one that rebinds `model` after `trainer.train()`: a load is trained only by what its
+    name reaches in statement order), a Trainer that only evaluates, a
     `ref_model=` handed to a Trainer, a model `accelerator.prepare` gets without an
     optimizer), for PEFT base models (frozen; adapters are float32), quantized loads, loads
     followed by an explicit cast, `**kwargs` loads, scripts that use DeepSpeed (an import,
