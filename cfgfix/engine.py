@@ -54,7 +54,7 @@ def _code_stamp() -> str:
 
 # Bumped whenever FileResult's cached shape changes (a new LaunchFacts field), so that a
 # development checkout never reads results written by older code of the same version.
-RESULT_SCHEMA = "8"
+RESULT_SCHEMA = "9"
 
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python", b"llamafactory-cli",
                  b"lmf", b"axolotl")

@@ -99,6 +99,13 @@ class LaunchFacts:
     # the variables a training tool reads to start its processes (`FORCE_TORCHRUN=1
     # NNODES=2 llamafactory-cli train x.yaml`), as the launch's environment holds them
     tool_env: tuple[tuple[str, str], ...] = ()
+    # accelerate's own options (`--mixed_precision bf16`, `--use_deepspeed`): (key, value as
+    # expanded or None for a bare flag, span); they beat its --config_file YAML's keys
+    options: tuple[tuple[str, str | None, Span], ...] = ()
+
+    def option(self, key: str):
+        """(value, span) of accelerate's option `key` on this launch's command line, else None."""
+        return next(((value, span) for name, value, span in self.options if name == key), None)
 
     @classmethod
     def from_launch(cls, launch) -> "LaunchFacts":
@@ -139,6 +146,9 @@ class LaunchFacts:
             num_gpus=launch.num_processes if launch.launcher == "deepspeed" else None,
             tool_env=tuple((name, launch.env[name]) for name in TOOL_ENV if launch.env.get(name) is not None)
             if launch.module in TOOL_ENV_MODULES else (),
+            options=tuple((key, _expand(word.text, launch.env) if word is not None else None,
+                           word.span if word is not None else _flag_span(launch, key))
+                          for key, word in launch.options.items()),
         )
 
     def to_dict(self) -> dict:
@@ -159,6 +169,7 @@ class LaunchFacts:
             "num_nodes": self.num_nodes,
             "num_gpus": self.num_gpus,
             "tool_env": [list(pair) for pair in self.tool_env],
+            "options": [[key, value, span.to_dict()] for key, value, span in self.options],
         }
 
     @classmethod
@@ -175,7 +186,16 @@ class LaunchFacts:
             data.get("num_nodes"),
             data.get("num_gpus"),
             tuple(tuple(pair) for pair in data.get("tool_env", ())),
+            tuple((key, value, Span.from_dict(span)) for key, value, span in data.get("options", ())),
         )
+
+
+def _flag_span(launch, key: str) -> Span:
+    """The span of a bare flag (`--use_deepspeed`) among the launch's words, else the launch's."""
+    for word in launch.command.words:
+        if word.text.lstrip("-").replace("-", "_") == key:
+            return word.span
+    return launch.command.span
 
 
 def _packed_args(args, path: str) -> dict:

@@ -489,7 +489,7 @@ def test_variables_resolve_inside_the_same_block_and_through_chains():
         ("(N=8; torchrun --nproc_per_node $N x.py)\n", 8),
         ("if a; then N=8; fi\nN=2\ntorchrun --nproc_per_node $N x.py\n", 2),
         ("N=4\nif a; then source env.sh; fi\ntorchrun --nproc_per_node $N x.py\n", None),
-        ("N=2\nN=$((N * 2))\ntorchrun --nproc_per_node $N x.py\n", None),
+        ("N=2\nN=$((N * 2))\ntorchrun --nproc_per_node $N x.py\n", 4),  # bash arithmetic, the old N
         ("N=2\nM=$N\nN=3\ntorchrun --nproc_per_node $M x.py\n", 2),
         ("function go {\n  N=2\n  torchrun --nproc_per_node $N x.py\n}\n", 2),
         ("N=2\nwhile read line; do N=3; done < f\ntorchrun --nproc_per_node $N x.py\n", None),

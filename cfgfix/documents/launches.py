@@ -3,7 +3,10 @@
 `find_launches` reads each command of a `ShellDocument`, strips wrappers (`nohup`, `env A=B`,
 `srun ...`), and recognises `accelerate launch`, `torchrun` / `python -m torch.distributed.run`,
 `deepspeed` and plain `python script.py`. Numbers are reported only when they are provable
-from the file: a literal, or a variable whose last assignment before the launch is a literal.
+from the file: a literal, a variable whose last assignment before the launch is a literal,
+shell arithmetic over those (`$((GPUS * 2))`), or the environment where the launcher reads
+it (`CUDA_VISIBLE_DEVICES` for torchrun `--nproc_per_node gpu`, `_from_environment`). A
+command that starts with a variable (`$LAUNCHER $CMD`) is read as the shell expands it.
 """
 
 from __future__ import annotations
@@ -30,15 +33,22 @@ class Launch:
     config_files: dict[str, Word]  # "accelerate" | "deepspeed" | "config"
     env: Mapping[str, str]  # read-only
     command: Command
+    # accelerate's own options as written (`--mixed_precision bf16`, `--use_deepspeed`: None):
+    # each beats the same key of its --config_file YAML (commands/launch.py, accelerate 1.15.0)
+    options: Mapping[str, Word | None] = field(default_factory=dict)
 
 
 def find_launches(doc: ShellDocument) -> list[Launch]:
-    found = [(command, f) for command in doc.commands
-             if (f := _recognise(command, _copied(doc, command))) is not None]
+    found = []
+    for command in doc.commands:
+        copied = _copied(doc, command)
+        recognised = _recognise(command, copied)
+        if recognised is not None or (command.words and command.words[0].raw.startswith("$")):
+            found.append((command, recognised, copied))  # `$LAUNCHER $CMD`: known once expanded
     if not found:
         return []
     variables = _Variables(doc)  # one forward pass over the file for all launches
-    return [variables.launch(command, f) for command, f in found]
+    return [launch for command, f, copied in found if (launch := variables.launch(command, f, copied)) is not None]
 
 
 def accelerate_config_world_size(text: str) -> int | None:
@@ -155,6 +165,14 @@ _TOOL_MODULES = {
     "tensorboard", "pip._internal", "wheel", "setuptools", "huggingface_hub", "gdown",
 }
 _CONFIG_OPTIONS = {"config", "config_file", "config_path", "c"}
+# accelerate launch options that take the place of a key of its --config_file YAML
+# (`_validate_launch_command`, accelerate 1.15.0: a YAML key fills an option only when the
+# command line left it unset; any of the distributed flags replaces `distributed_type`)
+ACCELERATE_OVERRIDES = (
+    "mixed_precision", "use_deepspeed", "use_fsdp", "multi_gpu", "cpu", "tpu", "use_megatron_lm",
+    "num_processes", "num_machines", "deepspeed_config_file", "zero_stage", "offload_optimizer_device",
+    "offload_param_device", "gradient_accumulation_steps", "fsdp_sharding_strategy",
+)
 _DEEPSPEED_OPTIONS = {"deepspeed", "deepspeed_config", "deepspeed_config_file"}
 
 
@@ -256,15 +274,20 @@ class _Variables:
         self.events = sorted(events, key=lambda e: e[:2])
         self.next = 0
 
-    def launch(self, command: Command, found: _Found) -> Launch:
+    def launch(self, command: Command, found: _Found | None, copied: bool = False) -> Launch | None:
         self._replay_until(command.span.start)
         self._enter(self.doc.scopes.get(command.span.start, ()))
         expanded = self._expand(command)
-        if expanded is not command:  # `torchrun $DISTRIBUTED_ARGS train.py`
-            refound = _recognise(expanded)
+        if expanded is not command:  # `torchrun $DISTRIBUTED_ARGS train.py`, `srun bash -c "$LAUNCHER $CMD"`
+            refound = _recognise(expanded, copied)
             if refound is not None:
                 command, found = expanded, refound
+        if found is None:
+            return None
+        env = self.env(command)
         processes = self.number(found.processes)
+        if processes is None:
+            processes = _from_environment(found, env)
         machines = self.nodes(found.machines) if found.machines_stated else found.machines_default
         if found.counting in ("single", "unknown"):
             world = 1 if found.counting == "single" else None
@@ -287,8 +310,9 @@ class _Variables:
             num_machines=machines,
             world_size=world,
             config_files=configs,
-            env=self.env(command),
+            env=env,
             command=command,
+            options=found.options,
         )
 
     # -- state
@@ -363,7 +387,9 @@ class _Variables:
             if match is None:
                 continue
             current = self.values.get(match.group(1) or match.group(2))
-            if not isinstance(current, Assignment) or current.span.start > assignment.span.start:
+            # a name assigned since reads differently now; one never assigned here (the
+            # environment's `$SLURM_NNODES`) or unknown stays as written, and reads as unknown
+            if isinstance(current, Assignment) and current.span.start > assignment.span.start:
                 return False
         return True
 
@@ -375,11 +401,18 @@ class _Variables:
         text = word.text.strip()
         if text.isdigit() and text.isascii():
             return int(text) if len(text) <= 30 else None  # no launch has 10^30 processes
+        if text.startswith("$((") and text.endswith("))"):  # `$((128/4/1))`, `$(( NUM_GPUS * 2 ))`
+            value = arithmetic(text[3:-2], self._known)
+            return value if value is not None and 0 <= value < 10 ** 30 else None
         match = _VARIABLE.fullmatch(text)
         if match is None:
             return None
+        return self._known(match.group(1) or match.group(2))
+
+    def _known(self, name: str) -> int | None:
+        """The int the variable `name` certainly holds now, or None."""
         # `${N:-8}` with N never assigned here: the environment may set it, so stay unsure.
-        assignment = self.values.get(match.group(1) or match.group(2))
+        assignment = self.values.get(name)
         if not isinstance(assignment, Assignment):
             return None
         sourced = self.values.get("*")
@@ -402,6 +435,137 @@ class _Variables:
             name, _, value = word.text.partition("=")
             own[name] = value
         return _LaunchEnv(self.exported, self.exported.now(), own)
+
+
+_ARITHMETIC_TOKEN = re.compile(r"\s*(?:(\d+)|\$?\{?([A-Za-z_]\w*)\}?|(\*\*|[-+*/%()]))")
+
+
+def arithmetic(expression: str, lookup) -> int | None:
+    """The value of a shell arithmetic expression of integers, variables (`N`, `$N`, `${N}`,
+    their ints from `lookup`) and `+ - * / % **` with parentheses, as bash computes it (`/`
+    and `%` truncate toward zero); None for anything else (an unknown variable, a division
+    by zero, an operator outside these: `<<`, `?:`, `=`)."""
+    tokens: list = []
+    pos = 0
+    expression = expression.strip()
+    if len(expression) > 200:
+        return None
+    while pos < len(expression):
+        match = _ARITHMETIC_TOKEN.match(expression, pos)
+        if match is None or match.end() == pos:
+            return None
+        number, name, op = match.groups()
+        if number is not None:
+            tokens.append(int(number))
+        elif name is not None:
+            value = lookup(name)
+            if value is None:
+                return None
+            tokens.append(value)
+        else:
+            tokens.append(op)
+        pos = match.end()
+        while pos < len(expression) and expression[pos].isspace():
+            pos += 1
+    at = 0
+
+    def peek():
+        return tokens[at] if at < len(tokens) else None
+
+    def take():
+        nonlocal at
+        at += 1
+        return tokens[at - 1]
+
+    def unary(depth: int = 0):
+        if depth > 50:
+            raise ValueError
+        token = peek()
+        if token in ("-", "+"):
+            take()
+            value = unary(depth + 1)
+            return -value if token == "-" else value
+        if token == "(":
+            take()
+            value = sum_(depth + 1)
+            if take() != ")":
+                raise ValueError
+            return value
+        if isinstance(token, int):
+            return take()
+        raise ValueError
+
+    def power(depth: int):
+        base = unary(depth)
+        if peek() == "**":
+            take()
+            exponent = power(depth + 1)
+            if exponent < 0 or exponent > 64:
+                raise ValueError
+            return base ** exponent
+        return base
+
+    def product(depth: int):
+        value = power(depth)
+        while peek() in ("*", "/", "%"):
+            op, right = take(), power(depth)
+            if op == "*":
+                value *= right
+            elif right == 0:
+                raise ValueError
+            else:
+                quotient = abs(value) // abs(right) * (1 if (value < 0) == (right < 0) else -1)
+                value = quotient if op == "/" else value - right * quotient
+        return value
+
+    def sum_(depth: int = 0):
+        value = product(depth)
+        while peek() in ("+", "-"):
+            op, right = take(), product(depth)
+            value = value + right if op == "+" else value - right
+        return value
+
+    try:
+        value = sum_()
+    except (ValueError, IndexError, TypeError):
+        return None
+    return value if at == len(tokens) and abs(value) < 10 ** 30 else None
+
+
+def visible_devices(text: str | None) -> int | None:
+    """The GPUs `CUDA_VISIBLE_DEVICES` leaves visible (`0,1,2` -> 3; GPU/MIG UUIDs count
+    too), or None when unset, empty, hidden (`-1`) or not a plain list (`$GPUS`)."""
+    if not text:
+        return None
+    ids = [part.strip() for part in text.strip("'\"").split(",")]
+    if not ids or not all(i.isdigit() or i.startswith(("GPU-", "MIG-")) for i in ids):
+        return None
+    return len(ids)
+
+
+def _from_environment(found: _Found, env: Mapping[str, str]) -> int | None:
+    """Processes per node the launcher takes from the environment when its flags leave the
+    count open: torchrun `--nproc_per_node gpu|auto` (torch.cuda.device_count()) or
+    PET_NPROC_PER_NODE (its option's environment default); accelerate with neither
+    --num_processes nor --config_file (every visible GPU, `_validate_launch_command`,
+    accelerate 1.15.0; a default config on the machine would decide instead); deepspeed with
+    no --num_gpus, --include, --exclude, --num_nodes or hostfile (`--include localhost:` +
+    CUDA_VISIBLE_DEVICES, launcher/runner.py, deepspeed 0.19.8)."""
+    visible = visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
+    if found.launcher == "torchrun":
+        if found.processes is not None:
+            return visible if found.processes.text in ("gpu", "auto") else None
+        pet = env.get("PET_NPROC_PER_NODE", "")
+        if pet.isdigit() and len(pet) < 10:
+            return int(pet)
+        return visible if pet in ("gpu", "auto") else None
+    if found.processes is not None:
+        return None
+    if found.launcher == "accelerate" and "accelerate" not in found.configs and not found.cpu:
+        return visible
+    if found.launcher == "deepspeed" and found.counting == "per_node" and not found.machines_stated:
+        return visible
+    return None
 
 
 class _EnvHistory:
@@ -478,6 +642,7 @@ class _Found:
     include: str | None = None  # deepspeed --include, with counting "hosts"
     cpu: bool = False
     configs: dict[str, Word] = field(default_factory=dict)
+    options: dict[str, Word | None] = field(default_factory=dict)  # accelerate's, for LaunchFacts
 
 
 def _copied(doc: ShellDocument, command: Command) -> bool:
@@ -534,6 +699,7 @@ def _accelerate(words: tuple[Word, ...]) -> _Found | None:
         "accelerate", words[i], words[i + 1:], _module(opts, words[i], "m", "module"),
         processes=opts.get("num_processes"), machines=opts.get("num_machines"),
         machines_stated="num_machines" in opts, counting="total", cpu="cpu" in opts, configs=configs,
+        options={key: opts[key] for key in ACCELERATE_OVERRIDES if key in opts},
     )
 
 

@@ -12,7 +12,8 @@ Sources, read through the project model (each file parsed once per run):
 Which source wins follows the tools: a DeepSpeed value that is not "auto" is what trains
 (for the batch sizes, HF raises when it disagrees with TrainingArguments, CFX511; accelerate
 silently takes the JSON's, CFX404); otherwise flags beat config files beat literals in the
-script beat the accelerate config; `TrainingArguments` defaults fill in only for a script
+script beat the accelerate config (whose YAML keys accelerate's own launch options replace
+one by one, `_accelerate_options`); `TrainingArguments` defaults fill in only for a script
 that parses them from the command line. Anything else is "unknown".
 """
 
@@ -125,6 +126,7 @@ class _Resolver:
         self.launch_file = launch_file
         script = script_path(launch, launch_file, project.root)
         self.setup = TrainingSetup(launch, launch_file, script)
+        self.distributed: Value | None = None  # accelerate's distributed_type, flags over its YAML
 
     def display(self, path: Path) -> str:
         return self.project.display(path)
@@ -345,49 +347,105 @@ class _Resolver:
             return
 
     def _accelerate(self) -> None:
+        """The accelerate config's values, then accelerate's own launch options over them."""
         from cfgfix.project import _resolve, accelerate_world_size
 
-        if not self.launch.accelerate_config:
-            return
-        path = _resolve(self.launch.accelerate_config, self.launch_file, self.project.root)
-        doc = self.project.read(path) if path is not None else None
-        if doc is None:
-            return
-        self.setup.files["accelerate"] = path
-        name = self.display(path)
         found: dict[str, Value] = {}
-        root = doc.root
-        node = root.get("mixed_precision")
-        if node is not None and node.kind == "scalar":
-            found["mixed_precision"] = Value("mixed_precision", node.value, f"mixed_precision in {name}",
-                                             doc.span(node), "mixed_precision")
-        world, world_node = accelerate_world_size(doc)
-        if world is not None:
-            found["world_size"] = Value("world_size", world, f"{world_node and 'num_processes'} in {name}",
-                                        doc.span(world_node), "num_processes")
-        kind = root.get("distributed_type")
-        block = root.get("deepspeed_config")
-        if (kind is not None and kind.value == "DEEPSPEED" and block is not None and block.kind == "mapping"
-                and "deepspeed_config_file" not in block):
-            found["deepspeed_inline"] = Value("deepspeed_inline", True, f"distributed_type DEEPSPEED in {name}",
-                                              doc.span(kind), "distributed_type")
-        if kind is not None and kind.value == "DEEPSPEED" and block is not None and block.kind == "mapping":
-            for key, setting in (("gradient_accumulation_steps", "grad_accum"), ("zero_stage", "zero_stage")):
-                value = block.get(key)
-                if value is not None and value.kind == "scalar" and isinstance(value.value, int):
-                    found[setting] = Value(setting, value.value, f"{key} in {name}", doc.span(value), key)
-            for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_param")):
-                value = block.get(key)
-                if value is not None and value.kind == "scalar" and isinstance(value.value, str):
-                    found[setting] = Value(setting, value.value in ("cpu", "nvme"), f"{key} {value.value} in {name}",
-                                           doc.span(value), key)
-        if kind is not None and kind.value == "FSDP":
+        doc = None
+        if self.launch.accelerate_config:
+            path = _resolve(self.launch.accelerate_config, self.launch_file, self.project.root)
+            doc = self.project.read(path) if path is not None else None
+            if doc is not None:
+                self.setup.files["accelerate"] = path
+        if doc is not None:
+            name = self.display(self.setup.files["accelerate"])
+            root = doc.root
+            node = root.get("mixed_precision")
+            if node is not None and node.kind == "scalar":
+                found["mixed_precision"] = Value("mixed_precision", node.value, f"mixed_precision in {name}",
+                                                 doc.span(node), "mixed_precision")
+            world, world_node = accelerate_world_size(doc)
+            if world is not None:
+                found["world_size"] = Value("world_size", world, f"{world_node and 'num_processes'} in {name}",
+                                            doc.span(world_node), "num_processes")
+            kind = root.get("distributed_type")
+            if kind is not None and kind.kind == "scalar" and isinstance(kind.value, str):
+                found["distributed_type"] = Value("distributed_type", kind.value, f"distributed_type in {name}",
+                                                  doc.span(kind), "distributed_type")
+            block = root.get("deepspeed_config")
+            if block is not None and block.kind == "mapping":
+                if "deepspeed_config_file" in block:
+                    found["deepspeed_file"] = Value("deepspeed_file", True, f"deepspeed_config_file in {name}")
+                for key, setting in (("gradient_accumulation_steps", "grad_accum"), ("zero_stage", "zero_stage")):
+                    value = block.get(key)
+                    if value is not None and value.kind == "scalar" and isinstance(value.value, int):
+                        found[setting] = Value(setting, value.value, f"{key} in {name}", doc.span(value), key)
+                for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_param")):
+                    value = block.get(key)
+                    if value is not None and value.kind == "scalar" and isinstance(value.value, str):
+                        found[setting] = Value(setting, value.value in ("cpu", "nvme"), f"{key} {value.value} in {name}",
+                                               doc.span(value), key)
             fsdp = root.get("fsdp_config")
             strategy = fsdp.get("fsdp_sharding_strategy") if fsdp is not None and fsdp.kind == "mapping" else None
             if strategy is not None and strategy.kind == "scalar" and str(strategy.value) in _SHARDING:
                 found["fsdp"] = Value("fsdp", _SHARDING[str(strategy.value)], f"fsdp_sharding_strategy in {name}",
                                       doc.span(strategy), "fsdp_sharding_strategy")
-        self.setup.sources["accelerate config"] = found
+        self._accelerate_options(found)
+        kind = found.pop("distributed_type", None)
+        self.distributed = kind
+        deepspeed = kind is not None and kind.value == "DEEPSPEED"
+        for setting in ("grad_accum", "zero_stage", "offload_optimizer", "offload_param"):
+            if not deepspeed:  # accelerate reads its deepspeed_config only for a DeepSpeed run
+                found.pop(setting, None)
+        if not (kind is not None and kind.value == "FSDP"):
+            found.pop("fsdp", None)
+        file_given = found.pop("deepspeed_file", None) is not None or bool(self.launch.deepspeed_config)
+        if deepspeed and not file_given:
+            found["deepspeed_inline"] = Value("deepspeed_inline", True, kind.origin, kind.span, kind.name)
+        if deepspeed:
+            found["deepspeed_on"] = kind
+        if found or doc is not None:
+            self.setup.sources["accelerate config"] = found
+
+    def _accelerate_options(self, found: dict[str, Value]) -> None:
+        """accelerate's launch options over its YAML, as `_validate_launch_command` applies
+        them (accelerate 1.15.0, commands/launch.py): a YAML key fills only an option the
+        command line left unset, and any of `--use_deepspeed`, `--use_fsdp`, `--multi_gpu`,
+        `--cpu`, `--tpu`, `--use_megatron_lm` replaces the YAML's `distributed_type`."""
+        launch = self.launch
+        if launch.launcher != "accelerate" or not launch.options:
+            return
+        where = self.display(self.launch_file)
+
+        def flag(key: str, value: str | None, span) -> str:
+            return f"--{key}{' ' + value if value is not None else ''} in {where}"
+
+        kinds = {"use_deepspeed": "DEEPSPEED", "use_fsdp": "FSDP", "multi_gpu": "MULTI_GPU", "cpu": "NO",
+                 "tpu": "XLA", "use_megatron_lm": "MEGATRON_LM"}
+        for key, kind in kinds.items():
+            if (given := launch.option(key)) is not None:
+                found["distributed_type"] = Value("distributed_type", kind, flag(key, *given), given[1], f"--{key}")
+                break
+        if (given := launch.option("mixed_precision")) is not None and given[0] is not None:
+            value = given[0].strip("'\"").lower()
+            if value in ("no", "fp16", "bf16", "fp8"):
+                found["mixed_precision"] = Value("mixed_precision", value, flag("mixed_precision", *given), given[1],
+                                                 "--mixed_precision")
+        if launch.option("deepspeed_config_file") is not None:
+            found["deepspeed_file"] = Value("deepspeed_file", True, flag("deepspeed_config_file", *launch.option("deepspeed_config_file")))
+        for key, setting in (("gradient_accumulation_steps", "grad_accum"), ("zero_stage", "zero_stage")):
+            given = launch.option(key)
+            if given is not None and given[0] is not None and given[0].isdigit() and len(given[0]) < 10:
+                found[setting] = Value(setting, int(given[0]), flag(key, *given), given[1], f"--{key}")
+        for key, setting in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_param")):
+            given = launch.option(key)
+            if given is not None and given[0] is not None and "$" not in given[0]:
+                device = given[0].lower()
+                found[setting] = Value(setting, device in ("cpu", "nvme"), flag(key, *given), given[1], f"--{key}")
+        given = launch.option("fsdp_sharding_strategy")
+        if given is not None and given[0] is not None and given[0] in _SHARDING:
+            found["fsdp"] = Value("fsdp", _SHARDING[given[0]], flag("fsdp_sharding_strategy", *given), given[1],
+                                  "--fsdp_sharding_strategy")
 
     def _deepspeed(self, script) -> None:
         from cfgfix.project import _launch_folders, _resolve_in
@@ -396,9 +454,14 @@ class _Resolver:
         path = None
         bases = [*_launch_folders(self.launch_file, project.root), project.root] + (
             [setup.script.parent] if setup.script else [])
-        if self.launch.deepspeed_config:
+        # accelerate reads a DeepSpeed config (its --deepspeed_config_file, its YAML's
+        # deepspeed_config_file) only for a DeepSpeed run: `--multi_gpu` over a DEEPSPEED YAML is none
+        kind = self.distributed
+        accelerate_off = self.launch.launcher == "accelerate" and kind is not None and kind.value != "DEEPSPEED"
+        by_option = self.launch.launcher == "accelerate" and self.launch.option("deepspeed_config_file") is not None
+        if self.launch.deepspeed_config and not (accelerate_off and by_option):
             path = _resolve_in(self.launch.deepspeed_config, bases)
-        if path is None and "accelerate" in setup.files:
+        if path is None and "accelerate" in setup.files and not accelerate_off:
             for link in project.accelerate_links():
                 if link.path == setup.files["accelerate"] and link.deepspeed_path is not None:
                     path = link.deepspeed_path

@@ -104,7 +104,7 @@ class Fp16OnBf16Hardware(ProjectRule):
         if source in ("deepspeed config", "script"):
             return None
         if chosen.setting == "mixed_precision":
-            if source == "flags":
+            if source == "flags" or chosen.name.startswith("--"):  # also accelerate's `--mixed_precision fp16`
                 edit = Edit(chosen.span.path, chosen.span.start, chosen.span.end, "bf16")
             else:
                 edit = flip_edit(project, chosen, "bf16")
