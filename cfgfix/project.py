@@ -357,7 +357,7 @@ def _reads_one_file(key) -> Path | None:
     a launch script's text), or None for what reads several (setups, budgets, versions)."""
     if isinstance(key, Path):
         return key
-    if isinstance(key, tuple) and len(key) == 2 and key[0] in ("facts", "launch-text") and isinstance(key[1], Path):
+    if isinstance(key, tuple) and len(key) == 2 and key[0] in ("facts", "launch-text", "bound-configs") and isinstance(key[1], Path):
         return key[1]
     return None
 
@@ -507,7 +507,7 @@ class ProjectModel:
     def files_by_launch(self) -> list[set[Path]]:
         """For each launch (in `self.launches` order), the real paths of the files it links:
         its launch script, its training script, its accelerate config and the DeepSpeed JSON
-        that names, a DeepSpeed JSON of its own."""
+        that names, a DeepSpeed JSON of its own or one its script binds in code."""
         of_launch: dict[int, set[Path]] = {}
         for link in self.accelerate_links():
             for launch in link.launches:
@@ -518,11 +518,12 @@ class ProjectModel:
             script = _resolve(launch.script, launch_file, self.root) if launch.script else None
             if script is not None:
                 files.add(script)
+            bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script else [])
             if launch.deepspeed_config:
-                bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script else [])
                 ds = _resolve_in(launch.deepspeed_config, bases)
                 if ds is not None:
                     files.add(ds)
+            files.update(path for path, _ in self._bound_in_code(launch, script, bases))  # `TrainingArguments(deepspeed=...)`
             out.append(files)
         return out
 
@@ -675,6 +676,42 @@ class ProjectModel:
                 found.append((sf, data, config_format(path, lone_cr_as_lf(data)), kinds))
         return found
 
+    def bound_in_code(self, launch, script: Path | None, bases) -> list[tuple[Path, Related]]:
+        """The DeepSpeed configs the launch's training script binds in code
+        (`TrainingArguments(deepspeed="ds.json")`, `deepspeed.initialize(config=...)`,
+        `DeepSpeedPlugin(hf_ds_config=...)`; `analysis/training_script.py` BoundConfig), as
+        real paths resolved from the launch's folders, the project root and the script's folder,
+        each with a related location at the binding. A default the launch's own flag replaces
+        (`--deepspeed other.json` for `default="ds.json"`) is the flag's file; a config the
+        launch already names (`--deepspeed ds.json`) is not repeated."""
+        return self._bound_in_code(launch, script, bases, repeat=True)
+
+    def _bound_in_code(self, launch, script: Path | None, bases, repeat: bool = False) -> list[tuple[Path, Related]]:
+        if script is None:
+            return []
+        key = ("bound-configs", script)
+        if key not in self._scripts:
+            self._scripts[key] = _bound_configs(self, script)
+        bound = self._scripts[key]
+        if not bound:
+            return []
+        source, configs = bound
+        named = _resolve_in(launch.deepspeed_config, bases) if launch.deepspeed_config else None
+        found: list[tuple[Path, Related]] = []
+        for config in configs:
+            written = config.path
+            if config.flag is not None:
+                value, _ = _last_value(launch.args, [config.flag])
+                if isinstance(value, str) and "$" not in value:
+                    written = value
+            if not written:
+                continue
+            path = _resolve_in(written, bases)
+            if path is None or (path == named and not repeat) or any(path == p for p, _ in found):
+                continue
+            found.append((path, Related(source.span_of_node(config.node), f"{config.call} binds this DeepSpeed config")))
+        return found
+
     def _linked(self):
         if self._links is None:
             self._links = self._link()
@@ -699,8 +736,16 @@ class ProjectModel:
                     by_yaml.setdefault(path, []).append(launch)
                     if script is not None:
                         script_dirs.setdefault(path, []).append(script.parent)
+            bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script is not None else [])
+            for path, related_code in self._bound_in_code(launch, script, bases):
+                self._recognise_by_use(path, "deepspeed")
+                world = launch.world_size
+                if world is None and launch.accelerate_config:
+                    world = _accelerate_world_size(launch.accelerate_config, launch_file, self.root)
+                uses.setdefault(path, []).append(DeepSpeedUse(
+                    world, [Related(launch.span, _launched(world)), related_code], script=script, args=launch.args,
+                    training_config=launch_configs.get(id(launch))))
             if launch.deepspeed_config:
-                bases = [*_launch_folders(launch_file, self.root), self.root, Path.cwd()] + ([script.parent] if script is not None else [])
                 path = _resolve_in(launch.deepspeed_config, bases)
                 if path is not None:
                     self._recognise_by_use(path, "deepspeed")
@@ -755,6 +800,25 @@ class ProjectModel:
                 uses.setdefault(ds_path, []).append(DeepSpeedUse(world, related, path, scripts.get(id(launch)), launch.args,
                                                                  launch_configs.get(id(launch))))
         return links, uses
+
+
+def _bound_configs(project: ProjectModel, script: Path):
+    """(SourceText, [BoundConfig]) of a training script that names a DeepSpeed config in
+    code, or None; scripts whose text never says "deepspeed"/"hf_ds_config" are not parsed."""
+    from cfgfix.analysis.training_script import script_facts
+
+    try:
+        data = project._overrides.get(script)
+        data = data if data is not None else read_file(script, limit=MAX_PYTHON_BYTES)
+    except (OSError, ValueError):
+        return None
+    if b"deepspeed" not in data.lower() and b"hf_ds_config" not in data:
+        return None
+    found = script_facts(project, script)
+    if found is None:
+        return None
+    configs = [config for config in found[1].bound_configs if not config.inline]
+    return (found[0], configs) if configs else None
 
 
 def config_format(path: Path, data: bytes) -> str:

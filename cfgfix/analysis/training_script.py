@@ -1,7 +1,8 @@
 """What a training script does with DeepSpeed, read once per script per run for the
 project rules (CFX505, CFX506, CFX508): which integration runs it (HF Trainer, accelerate,
-or a bare `deepspeed.initialize`), how it saves, and which optimizer it hands to DeepSpeed.
-Names are resolved through the script's imports (`import deepspeed as ds`)."""
+or a bare `deepspeed.initialize`), how it saves, which optimizer it hands to DeepSpeed, and
+the DeepSpeed configs it binds in code (`bound_configs`). Names are resolved through the
+script's imports (`import deepspeed as ds`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,22 @@ import ast
 
 from cfgfix.analysis.names import ImportMap
 from cfgfix.records import dataclass, field
+
+
+@dataclass(frozen=True)
+class BoundConfig:
+    """A DeepSpeed config a script binds in code: `TrainingArguments(deepspeed=...)` (and
+    any transformers/trl `*Arguments`/`*Config`), `deepspeed.initialize(config=...)` or its
+    deprecated `config_params=`, accelerate's `DeepSpeedPlugin(hf_ds_config=...)`, or
+    `HfDeepSpeedConfig(...)`. `path` is the file name as written (a string literal, a name
+    bound once to one, an argparse / argument-dataclass default); `flag` the command-line
+    option that replaces that default (`--deepspeed`), if any; `inline` a dict literal."""
+
+    call: str  # "TrainingArguments(deepspeed=...)" as the code spells it
+    node: ast.expr  # the value as written
+    path: str | None = None
+    flag: str | None = None
+    inline: bool = False
 
 
 @dataclass
@@ -20,6 +37,8 @@ class ScriptFacts:
     save_checkpoint: bool = False  # `engine.save_checkpoint(...)`: the full ZeRO checkpoint
     fills_auto: bool = False  # the script handles the string "auto" itself (not `device_map="auto"`)
     torch_optimizers: dict[str, ast.Call] = field(default_factory=dict)  # variable -> torch.optim.X(...)
+    # DeepSpeed configs the code names (`TrainingArguments(deepspeed="ds.json")`, ...)
+    bound_configs: list[BoundConfig] = field(default_factory=list)
 
     @property
     def integrated(self) -> bool:
@@ -80,6 +99,7 @@ def analyse(tree: ast.Module) -> ScriptFacts:
     for target, call in assigned:
         if isinstance(target, ast.Name) and _is_torch_optim(call, imports):
             facts.torch_optimizers[target.id] = call
+    facts.bound_configs = bound_configs(tree, imports, hf)
     # keep only the saves that go through the Trainer or accelerate
     kept = []
     for call, method in facts.hf_saves:
@@ -126,3 +146,121 @@ def _other_autos(tree) -> set[int]:
                 if isinstance(key, ast.Constant) and key.value in _OTHER_AUTO:
                     found.add(id(value))
     return found
+
+
+# (qualified name, keyword, position of the argument) of the calls that take a DeepSpeed config
+_BINDERS = (
+    ("deepspeed.initialize", "config", None),
+    ("deepspeed.initialize", "config_params", None),
+    ("accelerate.DeepSpeedPlugin", "hf_ds_config", 0),
+    ("accelerate.utils.DeepSpeedPlugin", "hf_ds_config", 0),
+    ("accelerate.utils.dataclasses.DeepSpeedPlugin", "hf_ds_config", 0),
+    ("transformers.integrations.HfDeepSpeedConfig", "config_file_or_dict", 0),
+    ("transformers.integrations.deepspeed.HfDeepSpeedConfig", "config_file_or_dict", 0),
+    ("transformers.deepspeed.HfDeepSpeedConfig", "config_file_or_dict", 0),
+)
+
+
+def bound_configs(tree: ast.Module, imports: ImportMap | None = None, hf: bool | None = None) -> list[BoundConfig]:
+    """The DeepSpeed configs the module binds in code (see `BoundConfig`), in source order."""
+    imports = imports or ImportMap(tree)
+    if hf is None:
+        hf = bool({value.split(".")[0] for value in imports.aliases.values()} & {"transformers", "trl"})
+    found: list[BoundConfig] = []
+    values = _Values(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = imports.qualify(node.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        candidates = []
+        for qualified, keyword, position in _BINDERS:
+            if name == qualified or (last == qualified.rsplit(".", 1)[-1] and last != "initialize"
+                                     and name.split(".")[0] == qualified.split(".")[0]):
+                candidates.append((keyword, position))
+        if hf and last.endswith(("Arguments", "Config")) and last != "HfDeepSpeedConfig":
+            candidates.append(("deepspeed", None))  # TrainingArguments, Seq2SeqTrainingArguments, SFTConfig, ...
+        for keyword, position in candidates:
+            value = next((kw.value for kw in node.keywords if kw.arg == keyword), None)
+            if value is None and position is not None and len(node.args) > position:
+                value = node.args[position]
+            if value is None:
+                continue
+            spelled = f"{ast.unparse(node.func)}({keyword}=...)"
+            if isinstance(value, ast.Dict):
+                found.append(BoundConfig(spelled, value, inline=True))
+                continue
+            path, flag = values.text(value)
+            if (path is not None and path.strip()) or flag is not None:  # a default the launch may pass
+                found.append(BoundConfig(spelled, value, path, flag))
+            break
+    found.sort(key=lambda bound: (bound.node.lineno, bound.node.col_offset))
+    return found
+
+
+class _Values:
+    """The string a config argument holds: a literal, a name bound once to one, or the
+    default of the argparse option / argument-dataclass field it reads (`args.deepspeed`)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self._assigned: dict[str, list[ast.expr]] | None = None
+        self._defaults: dict[str, tuple[str | None, str]] | None = None
+
+    def text(self, node: ast.expr, depth: int = 0) -> tuple[str | None, str | None]:
+        """(the string, the option that sets it instead) for `node`; (None, None): unknown."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value, None
+        if depth > 3:
+            return None, None
+        if isinstance(node, ast.Name):
+            bound = self.assigned().get(node.id, [])
+            return self.text(bound[0], depth + 1) if len(bound) == 1 else (None, None)
+        if isinstance(node, ast.Attribute):
+            found = self.defaults().get(node.attr)
+            return found if found is not None else (None, None)
+        return None, None
+
+    def assigned(self) -> dict[str, list[ast.expr]]:
+        if self._assigned is None:
+            self._assigned = {}
+            for node in ast.walk(self.tree):
+                targets = node.targets if isinstance(node, ast.Assign) else (
+                    [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None else [])
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            self._assigned.setdefault(name.id, []).append(
+                                node.value if isinstance(target, ast.Name) and not isinstance(node, ast.AugAssign)
+                                else ast.Constant(None))
+        return self._assigned
+
+    def defaults(self) -> dict[str, tuple[str | None, str]]:
+        """attribute -> (default text, its option): `add_argument("--deepspeed", default="ds.json")`,
+        `deepspeed: str = field(default="ds.json")` in a class (an HfArgumentParser dataclass)."""
+        if self._defaults is not None:
+            return self._defaults
+        self._defaults = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                options = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                longs = [o for o in options if o.startswith("--")]
+                dest = next((kw.value.value for kw in node.keywords if kw.arg == "dest"
+                             and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str)), None)
+                if not longs and dest is None:
+                    continue
+                dest = dest or longs[0][2:].replace("-", "_")
+                default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+                text = default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+                self._defaults.setdefault(dest, (text, longs[0] if longs else f"--{dest}"))
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None):
+                        continue
+                    value = item.value
+                    if isinstance(value, ast.Call) and (getattr(value.func, "id", None) == "field"
+                                                        or getattr(value.func, "attr", None) == "field"):
+                        value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
+                    text = value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+                    self._defaults.setdefault(item.target.id, (text, f"--{item.target.id}"))
+        return self._defaults

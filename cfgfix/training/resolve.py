@@ -472,6 +472,9 @@ class _Resolver:
                     path = _resolve_in(written.value, bases)
                     if path is not None:
                         break
+        if path is None:  # `deepspeed.initialize(config=...)`, `DeepSpeedPlugin(hf_ds_config=...)`, an argparse default
+            bound = project.bound_in_code(self.launch, setup.script, bases)
+            path = bound[0][0] if bound else None
         doc = project.read(path) if path is not None else None
         if doc is None:
             return
