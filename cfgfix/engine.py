@@ -56,6 +56,10 @@ def _code_stamp() -> str:
 # development checkout never reads results written by older code of the same version.
 RESULT_SCHEMA = "9"
 
+# Launch-script kinds a command line may name: then checked by the shell rules whether or
+# not they start a training run (`cfgfix check OPTIMIZE_MEMORY.sh`, a pre-commit hook's files)
+_NAMED_SCRIPT_KINDS = frozenset({"shell", "makefile", "dockerfile"})
+
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python", b"llamafactory-cli",
                  b"lmf", b"axolotl")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
@@ -319,7 +323,8 @@ class Linter:
         result = FileResult()
         try:
             document = parse_shell(source, {"shell": "sh", "markdown": "sh"}.get(sf.kind, sf.kind))
-            ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path), sf.path, self.modules.root)
+            ctx = ShellContext(document, sf.kind, self.versions.for_file(sf.path), sf.path, self.modules.root,
+                               named=sf.named and sf.kind in _NAMED_SCRIPT_KINDS)
             if wants_launches:
                 result.launches = [LaunchFacts.from_launch(launch).to_dict() for launch in ctx.launches]
         except Exception as exc:  # the shell reader is lenient by design; a crash is our bug
@@ -545,6 +550,8 @@ class Engine:
         path its findings name (relative to the cwd: a run from another folder, such as the
         repository above a project with its own config, must not print the other's paths)."""
         key = self.versions.for_file(sf.path).fingerprint()
+        if sf.named and sf.kind in _NAMED_SCRIPT_KINDS:
+            key += "#named"  # a named script's result holds the shell rules' findings a walk's does not
         return key if sf.display == sf.relpath else f"{key}@{sf.display}"
 
     # -- the whole run ---------------------------------------------------------------------

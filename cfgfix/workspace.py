@@ -31,6 +31,9 @@ class SourceFile:
     display: str  # posix, relative to the cwd when under it, else absolute
     relpath: str  # posix, relative to settings.root (for per-file-ignores), else display
     kind: str  # "python" | "notebook" | "shell" | "yaml" | "json" | "dockerfile" | "makefile" | "env" | "markdown"
+    # named on the command line (or passed by a pre-commit hook), not found by walking a
+    # folder: a shell script named so is checked by the shell rules whether or not it launches
+    named: bool = False
 
 
 # ---------------------------------------------------------------------- classification
@@ -295,9 +298,11 @@ def discover_groups(paths: list[Path], settings: Settings | SettingsTree, only: 
             scope = scopes[id(s)] = _Scope(s)
         return scope
 
-    def add(path: str, sub: str, kind: str, top_display: str | None, scope: _Scope, relpath: str | None) -> None:
+    def add(path: str, sub: str, kind: str, top_display: str | None, scope: _Scope, relpath: str | None,
+            named: bool = False) -> None:
         display = _join(top_display, sub) if top_display is not None else path.replace(os.sep, "/")
-        found[path] = (SourceFile(Path(path), display, relpath if relpath is not None else display, kind), scope.settings)
+        found[path] = (SourceFile(Path(path), display, relpath if relpath is not None else display, kind, named),
+                       scope.settings)
 
     for arg in paths:
         top = os.path.abspath(arg)
@@ -323,7 +328,7 @@ def discover_groups(paths: list[Path], settings: Settings | SettingsTree, only: 
                 continue
             kind = _kind_of(top, os.path.basename(top))
             if kind:
-                add(top, "", kind, top_display, scope, top_root)
+                add(top, "", kind, top_display, scope, top_root, named=True)
             continue
         above = _ancestor_ignores(top, scope.root)
         if above and _gitignored(above, top, True):

@@ -77,6 +77,7 @@ class ShellContext:
     path: Path | None = None  # the file, for the helper scripts it runs
     root: Path | None = None  # the project root: helpers outside it are never read
     deps: set = field(default_factory=set)  # the helper scripts read (the cache's dependencies)
+    named: bool = False  # named on the command line: checked as a launch script, launched or not
 
     @property
     def source(self) -> SourceText:

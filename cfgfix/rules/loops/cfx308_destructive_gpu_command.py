@@ -38,6 +38,9 @@ class DestructiveGpuCommand(Rule):
     `srun python ...`) on a command line, inside the script string of `bash -c '...'` /
     `sh -c "..."` (also behind `srun`, `timeout`, `nohup`; a single-quoted script may splice
     in outer variables, `'... --out '"$OUT"' ...'`), or in a heredoc handed to `sbatch` or to a shell (`srun bash <<EOF`).
+    A script named on the command line (`cfgfix check OPTIMIZE_MEMORY.sh`, or a file a
+    pre-commit hook passes) is checked whatever it runs: its user asked about that file. One
+    found by walking a folder that starts no training (a `cleanup.sh` kept as a tool) is not.
     Comments, `echo`/`printf` text and shell blocks in a README are not commands and are
     never flagged. What a launch script runs elsewhere counts as its own lines: a project
     script it runs (`bash kill_all.sh`, `sh`, `source`, `.`, `./x.sh`, also in a function;
@@ -287,8 +290,10 @@ class DestructiveGpuCommand(Rule):
 def _starts_training(ctx) -> bool:
     """The file runs a training launch itself, wherever it stands: a command line, an
     inline `bash -c '...'` / `srun bash -c '...'` script, a heredoc handed to sbatch. Its
-    name says nothing: `cleanup.sh` may launch a run, `train_utils.sh` may only clean up."""
-    return bool(ctx.launches)
+    name says nothing: `cleanup.sh` may launch a run, `train_utils.sh` may only clean up.
+    A script named on the command line (`cfgfix check OPTIMIZE_MEMORY.sh`, the files a
+    pre-commit hook passes) is checked whatever it runs: its user asked about it."""
+    return ctx.named or bool(ctx.launches)
 
 
 def _program(word: str) -> str:
