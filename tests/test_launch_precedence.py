@@ -292,3 +292,30 @@ def test_launcher_in_a_variable_outside_srun():
     assert len(found) == 1 and found[0].launcher == "accelerate" and found[0].world_size == 4
     assert found[0].script.text == "train.py"
     assert _launches('"$RUNNER" train.py\n') == []  # a variable that holds nothing we know
+
+
+# -- the accelerate rules read the same options ------------------------------------------------
+
+DS_FILE_YAML = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                "  deepspeed_config_file: ds.json\n  zero_stage: 2\nmixed_precision: bf16\nnum_processes: 2\n")
+DS_BF16 = '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}\n'
+
+
+def _findings(tmp_path, launch, select=("CFX402", "CFX403")):
+    write_project(tmp_path, {"acc.yaml": DS_FILE_YAML, "ds.json": DS_BF16, "run.sh": launch,
+                             "train.py": "from accelerate import Accelerator\nacc = Accelerator()\n"})
+    _, _, result = lint_project(tmp_path, select=list(select))
+    return sorted((f.code, f.span.line, f.severity.name) for f in result.findings)
+
+
+@pytest.mark.parametrize("flag", ["--multi_gpu", "--use_fsdp", "--cpu"])
+def test_cfx403_silent_when_the_command_line_runs_no_deepspeed(tmp_path, flag):
+    assert _findings(tmp_path, f"accelerate launch --config_file acc.yaml {flag} train.py\n") == []
+
+
+def test_cfx403_latent_only_for_accelerates_own_mixed_precision(tmp_path):
+    latent = _findings(tmp_path, "accelerate launch --config_file acc.yaml --mixed_precision=bf16 train.py\n")
+    assert ("CFX403", 6, "WARNING") in latent
+    # the script's own `--mixed_precision` (after train.py) is not accelerate's: rejected at launch
+    rejected = _findings(tmp_path / "b", "accelerate launch --config_file acc.yaml train.py --mixed_precision fp16\n")
+    assert ("CFX403", 6, "ERROR") in rejected

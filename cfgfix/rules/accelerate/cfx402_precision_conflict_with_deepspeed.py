@@ -66,8 +66,7 @@ class PrecisionConflictWithDeepSpeed(ProjectRule):
             precision = doc.root.get("mixed_precision")
             if precision is None or precision.kind != "scalar" or precision.value not in ("fp16", "bf16"):
                 continue
-            if link.launches and all("--mixed_precision" in (project.launch_text(launch) or "")
-                                     for launch in link.launches):
+            if link.launches and all(launch.option("mixed_precision") is not None for launch in link.launches):
                 continue  # every launch's --mixed_precision beats the YAML's (accelerate's launch.py)
             ds = project.read(link.deepspeed_path)
             if ds is None:

@@ -153,7 +153,7 @@ class DeepSpeedFileWithInlineKeys(ProjectRule):
                 tail = (f"; {ds_name} already says the same, so removing it changes nothing" if agrees
                         else f"; set it in {ds_name} instead")
                 if key.value == "mixed_precision" and link.launches and all(
-                        "--mixed_precision" in (project.launch_text(launch) or "") for launch in link.launches):
+                        launch.option("mixed_precision") is not None for launch in link.launches):
                     # accelerate 1.x counts mixed_precision as the config's only when the command
                     # line leaves it out (launch.py: mp_from_config_flag)
                     yield self.finding(
@@ -174,10 +174,17 @@ class DeepSpeedFileWithInlineKeys(ProjectRule):
 
     @staticmethod
     def _runs_deepspeed(project, link) -> bool:
+        """A launch of this config runs DeepSpeed: its `--use_deepspeed`, else the YAML's
+        distributed_type when the command line names no other (`--multi_gpu`, `--use_fsdp`,
+        `--cpu`, ... replace it: accelerate 1.15.0 `_validate_launch_command`)."""
         kind = link.doc.root.get("distributed_type")
-        if kind is not None and kind.kind == "scalar" and kind.value == "DEEPSPEED":
-            return True
-        return any("--use_deepspeed" in (project.launch_text(launch) or "") for launch in link.launches)
+        yaml_deepspeed = kind is not None and kind.kind == "scalar" and kind.value == "DEEPSPEED"
+        if not link.launches:
+            return yaml_deepspeed
+        others = ("use_fsdp", "multi_gpu", "cpu", "tpu", "use_megatron_lm")
+        return any(launch.option("use_deepspeed") is not None
+                   or (yaml_deepspeed and not any(launch.option(other) is not None for other in others))
+                   for launch in link.launches)
 
     @staticmethod
     def _agrees(name, value, ds_root) -> bool:
