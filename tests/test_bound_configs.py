@@ -165,3 +165,32 @@ def test_the_setup_reads_a_config_bound_by_initialize(tmp_path):
 def test_bound_configs_spellings(code, expected):
     found = [(b.call, b.path, b.flag) for b in bound_configs(ast.parse(code))]
     assert found == expected
+
+
+@pytest.mark.parametrize("call", [
+    "TrainingArguments(output_dir='o', per_device_train_batch_size=2, bf16=True, deepspeed=DS)",
+    "TrainingArguments(output_dir='o', per_device_train_batch_size=2, bf16=True,\n    deepspeed={inline})",
+])
+def test_a_dict_literal_is_the_setups_deepspeed_config(tmp_path, call):
+    inline = ('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},'
+              ' "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}')
+    script = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+              f"DS = {inline}\n"
+              f"args = {call.replace('{inline}', inline)}\n"
+              "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+              "Trainer(model=model, args=args).train()\n")
+    write_project(tmp_path, {"train.py": script, "run.sh": "torchrun --nproc_per_node 2 train.py\n"})
+    engine, _, _ = lint_project(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        (setup,) = training_setups(engine.project)
+    finally:
+        os.chdir(cwd)
+    assert "deepspeed" not in setup.files  # no file
+    assert (setup.values["zero_stage"].value, setup.values["offload_optimizer"].value) == (3, True)
+    # the values point at the dict: the name's binding (line 2) or the keyword's value (line 4)
+    assert setup.values["zero_stage"].span.path == "train.py"
+    assert setup.values["zero_stage"].span.line == (2 if "deepspeed=DS" in call else 4)
+    assert setup.values["precision"].value == "deepspeed-bf16"
+    assert setup.values["micro_batch"].value == 2

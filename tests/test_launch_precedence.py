@@ -237,6 +237,9 @@ def _world(text: str):
     ("CUDA_VISIBLE_DEVICES=2,3,5 deepspeed --num_gpus 2 x.py\n", 2),
     ("CUDA_VISIBLE_DEVICES=2,3,5 deepspeed --include localhost:0 x.py\n", 1),
     ("(export CUDA_VISIBLE_DEVICES=0,1)\ntorchrun --nproc_per_node=gpu x.py\n", None),  # a subshell's export
+    # WORLD_SIZE is what launchers set for their children, read by none of them as a count
+    ("WORLD_SIZE=8 python x.py\n", 1),
+    ("export WORLD_SIZE=8\ntorchrun --nproc_per_node=gpu x.py\n", None),
 ])
 def test_visible_devices_where_the_launcher_reads_them(script, world):
     assert _world(script) == world

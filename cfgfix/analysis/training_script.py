@@ -187,6 +187,9 @@ def bound_configs(tree: ast.Module, imports: ImportMap | None = None, hf: bool |
             if value is None:
                 continue
             spelled = f"{ast.unparse(node.func)}({keyword}=...)"
+            if isinstance(value, ast.Name) and len(bound := values.assigned().get(value.id, [])) == 1 \
+                    and isinstance(bound[0], ast.Dict):
+                value = bound[0]  # `DS = {...}` then `deepspeed=DS`
             if isinstance(value, ast.Dict):
                 found.append(BoundConfig(spelled, value, inline=True))
                 continue

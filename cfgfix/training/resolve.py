@@ -477,9 +477,42 @@ class _Resolver:
             path = bound[0][0] if bound else None
         doc = project.read(path) if path is not None else None
         if doc is None:
+            if path is None and script is not None:
+                self._deepspeed_dict()
             return
         setup.files["deepspeed"] = path
-        name = self.display(path)
+        setup.sources["deepspeed config"] = self._deepspeed_values(doc, self.display(path))
+
+    def _deepspeed_dict(self) -> None:
+        """`TrainingArguments(deepspeed={...})`, `deepspeed.initialize(config={...})`: a dict
+        literal in the script is the DeepSpeed config, read as one; its values point at the dict."""
+        import ast
+        import json
+
+        from cfgfix.analysis.training_script import script_facts
+        from cfgfix.documents.config import ConfigError, parse_config
+        from cfgfix.documents.text import SourceText
+
+        found = script_facts(self.project, self.setup.script)
+        bound = next((b for b in found[1].bound_configs if b.inline), None) if found is not None else None
+        if bound is None:
+            return
+        try:
+            data = json.dumps(ast.literal_eval(bound.node))
+            doc = parse_config(SourceText.from_bytes("<dict>", data.encode()), "json")
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, ConfigError):
+            return
+        if doc.root is None or doc.root.kind != "mapping":
+            return
+        span = found[0].span_of_node(bound.node)
+        values = self._deepspeed_values(doc, f"the dict of {bound.call} in {self.display(self.setup.script)}")
+        self.setup.sources["deepspeed config"] = {
+            setting: Value(value.setting, value.value, value.origin, span, value.name) for setting, value in values.items()}
+        self.setup.sources["accelerate config"] = {**self.setup.sources.get("accelerate config", {}),
+                                                   "deepspeed_inline": Value("deepspeed_inline", True, bound.call, span)}
+
+    def _deepspeed_values(self, doc, name: str) -> dict[str, Value]:
+        """The settings a DeepSpeed config document states (`name`: where, for the origins)."""
         root = doc.root
         found: dict[str, Value] = {}
         for key, setting in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum"),
@@ -523,7 +556,7 @@ class _Resolver:
             mapped = "adamw" if "adam" in lowered else "adafactor" if "adafactor" in lowered else "sgd" if "sgd" in lowered else None
             if mapped:
                 found["optimizer"] = Value("optimizer", mapped, f"optimizer.type in {name}", doc.span(kind), "type")
-        setup.sources["deepspeed config"] = found
+        return found
 
     # -- combining ------------------------------------------------------------------------
     def _first(self, setting: str, order: tuple[str, ...]) -> Value | None:
