@@ -411,7 +411,10 @@ class _Resolver:
         """accelerate's launch options over its YAML, as `_validate_launch_command` applies
         them (accelerate 1.15.0, commands/launch.py): a YAML key fills only an option the
         command line left unset, and any of `--use_deepspeed`, `--use_fsdp`, `--multi_gpu`,
-        `--cpu`, `--tpu`, `--use_megatron_lm` replaces the YAML's `distributed_type`."""
+        `--cpu`, `--tpu`, `--use_megatron_lm` replaces the YAML's `distributed_type`. The
+        script's own choice still wins (`_mixed` reads these last): TrainingArguments take
+        ACCELERATE_MIXED_PRECISION only when neither --bf16 nor --fp16 is set (transformers
+        5.24 training_args.py), and `Accelerator(mixed_precision=...)` beats the environment."""
         launch = self.launch
         if launch.launcher != "accelerate" or not launch.options:
             return
