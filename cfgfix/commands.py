@@ -155,11 +155,12 @@ def rule(code, show_all, output_format) -> None:
 @settings_options(rules=False)
 def explain(paths, output_format, **options) -> None:
     """Show each launch's resolved training setup and where every value comes from."""
+    from cfgfix.training.estimate_project import project_answers
     from cfgfix.training.explain import render_json, render_text
 
     groups = _project_setups(paths, **_project_options(options))
     render = render_json if output_format == "json" else render_text
-    click.echo(render(*_all_setups(groups)), nl=False)
+    click.echo(render(*_all_setups(groups), project_answers(groups)), nl=False)
 
 
 def _all_setups(groups):
@@ -527,8 +528,8 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
             _fail(f"{', '.join(given)}: describe a run for --model/--params; without them each launch of PATHS is "
                   f"estimated from its own setup (`cfgfix explain` shows it)")
         groups = _project_setups(paths, config_file, isolated, no_cache, gpu)
-        setups, display = _all_setups(groups)
-        rows = list(estimate_project.project_estimates(setups, gpu))
+        _, display = _all_setups(groups)
+        rows = estimate_project.project_answers(groups)
         render = estimate_project.render_json if output_format == "json" else estimate_project.render_text
         click.echo(render(rows, display, simulate), nl=False)
         raise SystemExit(estimate_project.exit_code(rows))

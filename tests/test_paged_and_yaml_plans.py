@@ -28,8 +28,8 @@ YAML = (
     "  max_seq_length: 1024   # tokens\n"
     "training:\n"
     "  output_dir: 'out'\n"
-    "  per_device_train_batch_size: 4\n"
-    "  gradient_accumulation_steps: 4\n"
+    "  per_device_train_batch_size: 1\n"
+    "  gradient_accumulation_steps: 16\n"
     "  gradient_checkpointing: true\n"
     "  report_to: \"none\"   # no tracker\n"
 )
@@ -72,8 +72,10 @@ def test_paged_optimizer_read_from_the_project(tmp_path):
 
 
 def test_the_plan_is_written_into_the_spread_yaml(tmp_path):
-    write_project(tmp_path, {"train.py": SCRIPT, "configs/train.yaml": YAML, "run.sh": "python train.py\n",
-                             "cfgfix.toml": 'gpu = "RTX 3080"\n'})
+    # the sequence length stated (the script never reads `model.max_seq_length`): with it open,
+    # the plan is made for an unbounded length and the answer stays conditional
+    write_project(tmp_path, {"train.py": SCRIPT, "configs/train.yaml": YAML,
+                             "run.sh": "python train.py --max_seq_length 1024\n", "cfgfix.toml": 'gpu = "RTX 3080"\n'})
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:

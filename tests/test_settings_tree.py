@@ -180,9 +180,11 @@ def test_every_command_takes_the_shared_settings_options(command):
 
 def test_explain_and_estimate_accept_config_and_no_cache(in_tmp):
     write_project(in_tmp, {"train.py": TRAIN, "run.sh": "python train.py\n", "conf/gpu.toml": 'gpu = "A100 80GB"\n'})
-    for command in ("explain", "estimate"):
+    # estimate exits 1: the files leave the sequence length and the micro batch open, so the
+    # answer is conditional ("fits only if the sequence length is <= ..."), not "fits"
+    for command, expected in (("explain", 0), ("estimate", 1)):
         code, out = run(command, "--no-cache", "--config", "conf/gpu.toml")
-        assert code == 0 and "A100 80GB" in out, (command, out)
+        assert code == expected and "A100 80GB" in out, (command, out)
     assert not (in_tmp / ".cfgfix_cache").exists()
 
 

@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import json
 
-from cfgfix.memory.estimator import estimate, verdict
 
+def project_answers(groups) -> list:
+    """The memory answer (training/memory_answer.py) of every launch of [(project, setups)]."""
+    from cfgfix.training.memory_answer import answer_for
 
-def project_estimates(setups, target_name: str | None):
-    """(setup, MemoryInput, Estimate | None, Gpu | None, Verdict | None) per launch."""
-    from cfgfix.memory.gpus import find_gpu
-    from cfgfix.training.memory_setup import memory_input
-
-    for setup in setups:
-        name = target_name or setup.get("gpu")
-        gpu = find_gpu(name) if name else None
-        inputs = memory_input(setup)
-        result = estimate(inputs.setup, inputs.shape) if inputs.shape is not None else None
-        decision = verdict(result, gpu.usable_bytes, gpu.name) if result is not None and gpu is not None else None
-        yield setup, inputs, result, gpu, decision
+    return [answer_for(project, setup) for project, setups in groups for setup in setups]
 
 
 def exit_code(rows) -> int:
     """`estimate`'s exit code over the launches, as a CI gate reads it: 1 when a launch does
-    not surely fit its GPU (the band's top over), else 2 when there is no launch or one was not
-    estimated (the output says what is missing), else 0 (every launch fits, or there is no
-    GPU to judge against)."""
-    if any(d is not None and not (d.fits and d.certain) for *_, d in rows):
+    not surely fit its GPU (does not fit, or fits only under a condition), else 2 when there
+    is no launch or one was not estimated (the output says what is missing), else 0 (every
+    launch fits, or there is no GPU to judge against)."""
+    from cfgfix.training.memory_answer import FITS
+
+    if any(a.verdict is not None and a.verdict != FITS for a in rows):
         return 1
-    if not rows or any(result is None for _, _, result, _, _ in rows):
+    if not rows or any(not a.estimated for a in rows):
         return 2
     return 0
 
@@ -39,18 +32,24 @@ def render_text(rows, display, simulate: bool = False) -> str:
     from cfgfix.memory.simulate_report import simulate_text
 
     out = []
-    for setup, inputs, result, gpu, decision in rows:
+    for found in rows:
+        setup, inputs, result, gpu = found.training, found.inputs, found.high, found.gpu
         launch = setup.launch
         out.append(f"== {display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or launch.module or ''}".rstrip())
         if result is None:
-            out.append(f"   not estimated: {inputs.model_problem}\n")
+            out.append(f"   not estimated: {found.problem}\n")
             continue
         if inputs.assumptions:
             out.append("   from the files, assumed: " + "; ".join(inputs.assumptions))
+        for item in found.open:
+            out.append(f"   open: {item.words}")
+        if found.open:
+            out.append(f"   the figures below are at the most-memory end; at the least-memory end the peak is "
+                       f"{found.low.peak / 1024**3:.2f} GiB (range {found.range_text()})")
         if setup.trains is False:
             out.append("   note: the launched script shows no training step (backward(), a Trainer, "
                        "deepspeed.initialize); sized as if it trained")
-        out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, decision))
+        out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, _shown(found)))
         if simulate and getattr(setup, "composite", None) is not None:
             from cfgfix.training.custom_model import meta_comparison
 
@@ -67,19 +66,21 @@ def render_json(rows, display, simulate: bool = False) -> str:
     from cfgfix.memory.simulate_report import simulate_json
 
     data = []
-    for setup, inputs, result, gpu, decision in rows:
+    for found in rows:
+        setup, inputs, result, gpu = found.training, found.inputs, found.high, found.gpu
         entry = {
             "launch": {"path": display(setup.launch_file), "line": setup.launch.span.line,
                        "launcher": setup.launch.launcher, "script": setup.launch.script,
                        "module": setup.launch.module},
-            "assumed": inputs.assumptions,
+            "assumed": found.assumed,
             "script_trains": setup.trains,
         }
         if result is None:
             entry["estimate"] = None
-            entry["problem"] = inputs.model_problem
+            entry["problem"] = found.problem
         else:
-            entry["estimate"] = json.loads(render_one(result, gpu, decision))
+            entry["estimate"] = json.loads(render_one(result, gpu, _shown(found)))
+            entry["answer"] = found.to_dict()
             if simulate and getattr(setup, "composite", None) is not None:
                 from cfgfix.training.custom_model import meta_comparison
 
@@ -88,3 +89,14 @@ def render_json(rows, display, simulate: bool = False) -> str:
                 entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
         data.append(entry)
     return json.dumps(data, indent=2) + "\n"
+
+
+def _shown(found):
+    """The answer's verdict in the estimator's `Verdict` form, for the shared renderers."""
+    from cfgfix.memory.estimator import Verdict
+    from cfgfix.training.memory_answer import DOES_NOT_FIT, FITS
+
+    if found.verdict is None:
+        return None
+    usable = found.gpu.usable_bytes
+    return Verdict(found.verdict == FITS, found.verdict in (FITS, DOES_NOT_FIT), usable - found.peak, usable, found.text)

@@ -18,7 +18,21 @@ def _shown(value) -> str:
     return str(value)
 
 
-def render_text(setups, display) -> str:
+def _memory_lines(found) -> list[str]:
+    """The launch's memory answer (training/memory_answer.py), as `estimate` gives it."""
+    if found is None:
+        return []
+    if not found.estimated:
+        return [f"  memory: not estimated ({found.problem})"]
+    from cfgfix.training.fit import gib
+
+    lines = [f"  memory: {gib(found.peak)} per GPU (range {found.range_text()})"
+             + (f"; {found.text}" if found.text else "; no target GPU to judge against")]
+    lines += [f"    open: {o.words}" for o in found.open]
+    return lines
+
+
+def render_text(setups, display, answers=()) -> str:
     if not setups:
         return "No training launch found (launch scripts, Makefiles, Dockerfiles, README shell blocks).\n"
     out: list[str] = []
@@ -36,6 +50,7 @@ def render_text(setups, display) -> str:
         value_width = min(max(len(r[1]) for r in rows), 40)
         for label, value, origin in rows:
             out.append(f"  {label:<{width}}  {value:<{value_width}}  {origin}".rstrip())
+        out.extend(_memory_lines(next((a for a in answers if a.training is setup), None)))
         out.append("")
     return "\n".join(out)
 
@@ -48,5 +63,12 @@ def _origin(value, display) -> str:
     return f"{value.origin} (line {value.span.line})"
 
 
-def render_json(setups, display) -> str:
-    return json.dumps([setup.to_dict(display) for setup in setups], indent=2, default=str) + "\n"
+def render_json(setups, display, answers=()) -> str:
+    data = []
+    for setup in setups:
+        entry = setup.to_dict(display)
+        found = next((a for a in answers if a.training is setup), None)
+        if found is not None:
+            entry["memory"] = found.to_dict() if found.estimated else {"verdict": None, "problem": found.problem}
+        data.append(entry)
+    return json.dumps(data, indent=2, default=str) + "\n"

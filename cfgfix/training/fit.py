@@ -220,6 +220,12 @@ def _replay(setup: MemorySetup, keys: list[str], gpu, can_switch: bool) -> tuple
     return current, applied
 
 
+def replay(setup: MemorySetup, keys: list[str], gpu, can_switch: bool) -> MemorySetup:
+    """`setup` with the ladder steps `keys` applied in order (the least-memory end of a
+    range gets the plan made for its most-memory end)."""
+    return _replay(setup, keys, gpu, can_switch)[0]
+
+
 def _pruned(result: Plan, setup: MemorySetup, shape, gpu, can_switch: bool) -> Plan:
     """Drop every kept rung the plan does without, the most expensive first: in a plan that
     fits, one whose removal still fits; in one that does not, one whose removal leaves the

@@ -32,29 +32,33 @@ class LaunchPlan:
 
 
 def plan_launches(project, setups) -> list[LaunchPlan]:
-    from cfgfix.training.budgets import budgets
-    from cfgfix.training.fit import verdict_text
+    """Each launch's plan as its memory answer (training/memory_answer.py) holds it: made
+    for the most-memory end of what the files leave open, and judged again after it."""
+    from cfgfix.training.memory_answer import FITS, answer_for
     from cfgfix.training.write_setup import SetupWriter
 
-    by_setup = {id(b.setup): b for b in budgets(project)}
     plans = []
     for setup in setups:
         head = f"{project.display(setup.launch_file)}:{setup.launch.span.line}: {setup.launch.launcher} {setup.launch.script or setup.launch.module}"
         launch_plan = LaunchPlan(setup, [head])
         plans.append(launch_plan)
-        budget = by_setup.get(id(setup))
-        if budget is None:
-            why = ("no target GPU (set `gpu` in [tool.cfgfix] or pass --gpu)" if setup.get("gpu") is None
+        found = answer_for(project, setup)
+        if found.plan is None:
+            why = ("no target GPU (set `gpu` in [tool.cfgfix] or pass --gpu)" if found.gpu is None and setup.get("gpu") is None
+                   else f"unknown GPU {setup.get('gpu')!r}" if found.gpu is None
                    else "the script shows no training step (backward(), a Trainer, deepspeed.initialize)"
-                   if not setup.trains else "the model's size is unknown (no catalog id or local config.json)")
+                   if found.estimated else f"the model's size is unknown ({found.problem})")
             launch_plan.lines.append(f"  not estimated: {why}")
             launch_plan.writable = False
             launch_plan.estimated = False
             continue
-        plan = budget.plan
-        launch_plan.lines.append(f"  now: {gib(plan.before.peak)} per GPU; {verdict_text(plan.before, budget.gpu)}")
+        plan = found.plan
+        launch_plan.lines.append(f"  now: {gib(found.peak)} per GPU (range {found.range_text()}); {found.text}")
+        launch_plan.lines.extend(f"  open: {o.words}" for o in found.open)
         if not plan.rungs:
-            launch_plan.lines.append("  nothing to change" if plan.fits else "  no config change makes it fit (CFX702)")
+            launch_plan.lines.append("  nothing to change" if found.verdict == FITS
+                                     else "  nothing in the ladder lowers the peak further (CFX702)" if not plan.fits
+                                     else "  nothing to change in the config; state what is open above to settle it")
             launch_plan.writable = False
             continue
         if not plan.fits:
@@ -79,7 +83,7 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
             launch_plan.written.append((setting, value))
             launch_plan.lines.extend(f"      {where}" for where in change.where)
         after = plan.after
-        launch_plan.lines.append(f"  after: {gib(after.peak)} per GPU; {verdict_text(after, budget.gpu)}"
+        launch_plan.lines.append(f"  after: {gib(after.peak)} per GPU; {found.plan_verdict[2]}"
                                  + (f"; host RAM {gib(after.cpu_bytes)}" if after.cpu_bytes else ""))
     return plans
 

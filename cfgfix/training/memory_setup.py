@@ -15,6 +15,10 @@ class MemoryInput:
     shape: object | None  # cfgfix.memory.shapes.ModelShape, None when the model is unknown
     assumptions: list[str] = field(default_factory=list)
     model_problem: str | None = None  # why no shape was found
+    # settings the files leave open, given a placeholder value here: the memory answer
+    # (training/memory_answer.py) turns each into a range
+    unknown: list[str] = field(default_factory=list)
+    uncounted: list[str] = field(default_factory=list)  # parts of the model that could not be sized
 
 
 def memory_input(training, project=None, params: int | None = None) -> MemoryInput:
@@ -22,6 +26,8 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     from cfgfix.memory import shapes
 
     assumptions: list[str] = []
+    unknown: list[str] = []
+    uncounted: list[str] = []
     get = training.get
     shape = None
     problem = None
@@ -30,7 +36,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     if params is not None:
         shape = shapes.params_only(params)
     elif composite is not None:
-        shape, problem = _composite(composite, assumptions)
+        shape, problem = _composite(composite, assumptions, uncounted)
         model = None
     elif isinstance(model, str):
         try:
@@ -51,28 +57,27 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         autocast = mixed if mixed in ("bf16", "fp16") else None
         if weights is None:
             weights = "fp32"
-            assumptions.append("weights: fp32 (no dtype found in the script)")
+            unknown.append("weights")
     if weights not in ("fp32", "bf16", "fp16"):
         weights = "fp32"
     optimizer = get("optimizer")
     if optimizer not in OPTIMIZERS:
         optimizer = "adamw"
-        assumptions.append("optimizer: AdamW (none found)")
+        unknown.append("optimizer")
     micro = get("micro_batch")
     if not _positive(micro):
         micro = 1
-        assumptions.append("micro batch: 1 (not found)")
+        unknown.append("micro_batch")
     world = get("world_size")
     if not _positive(world):
         world = 1
+        unknown.append("world_size")
         stated = training.values.get("world_size")  # a tool that starts one process per visible GPU says why
-        assumptions.append("processes: 1 (not found)" if stated is None or stated.value is not None
-                           else f"processes: counted as 1, the count is unknown ({stated.origin})")
+        if stated is not None and stated.value is None:
+            assumptions.append(f"processes: the count is unknown ({stated.origin})")
     accum = get("grad_accum")
     seq = get("seq_len")
     resolution = get("resolution")
-    if not _positive(seq) and not _positive(resolution):
-        assumptions.append("sequence length: not found (the estimator's default)")
     zero = get("zero_stage")
     setup = MemorySetup(
         params=shape.params if shape is not None else None,
@@ -98,11 +103,11 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
         # a composite's backbones are base models (no vocabulary head) under the user's own head
         head=get("head") if get("head") in HEADS else ("classification" if composite is not None else None),
-        frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions),
+        frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions, uncounted),
         transformers_version=getattr(training, "transformers_version", None),
         frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
     )
-    return MemoryInput(setup, shape, assumptions, problem)
+    return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted)
 
 
 # Frozen parts of diffusion pipelines, by class: parameters counted from the configs of
@@ -113,7 +118,7 @@ KNOWN_PARTS = {"CLIPTextModel": 123_060_480, "CLIPTextModelWithProjection": 694_
                "AutoencoderKL": 83_653_863}
 
 
-def _frozen(found, half: str | None, assumptions: list[str]) -> tuple:
+def _frozen(found, half: str | None, assumptions: list[str], uncounted: list[str]) -> tuple:
     """(name, parameters, bytes per weight) of each frozen model moved to the GPU."""
     from cfgfix.memory import shapes
 
@@ -127,6 +132,7 @@ def _frozen(found, half: str | None, assumptions: list[str]) -> tuple:
                 params = None
         if params is None:
             assumptions.append(f"frozen model {item['name']} ({item.get('class')}) moved to the GPU: size unknown, not counted")
+            uncounted.append(f"frozen {item['name']}")
             continue
         dtype = item.get("dtype")
         if dtype in ("fp32", "bf16", "fp16"):
@@ -139,10 +145,11 @@ def _frozen(found, half: str | None, assumptions: list[str]) -> tuple:
     return tuple(out)
 
 
-def _composite(sized, assumptions: list[str]):
+def _composite(sized, assumptions: list[str], uncounted: list[str]):
     """The shape of the script's own model class (training/custom_model.py), with what was
     left out stated: parts that could not be sized, frozen parts counted as trained."""
     for part in sized.unresolved:
+        uncounted.append(f"{sized.class_name}.{part.name}")
         assumptions.append(f"{sized.class_name}.{part.name} not counted: {part.problem} "
                            f"(state its size in the cfgfix settings: [tool.cfgfix.model.modules] {part.name} = <parameters>)")
     assumptions.extend(sized.notes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from cfgfix.core import Severity
 from cfgfix.rules.base import Example, ProjectRule, register
-from cfgfix.training.budgets import budget_related, budgets, over_budget
 
 
 @register
@@ -15,8 +14,18 @@ class DoesNotFit(ProjectRule):
     sum of its parts: pretrained backbones and torch layers sized from the launch's config,
     with `[tool.cfgfix.model]` for what cannot be read; precision, optimizer, ZeRO/FSDP sharding and
     offload, LoRA, micro batch, sequence length, gradient checkpointing) and flags a launch
-    whose estimate exceeds the target GPU's memory over its whole error band. The target GPU
-    comes from `gpu` in `[tool.cfgfix]` (or `--gpu`); with none set, nothing is reported.
+    whose memory answer (the one `cfgfix estimate`, `fix --fit` and `explain` show) does not
+    fit the target GPU. The target GPU comes from `gpu` in `[tool.cfgfix]` (or `--gpu`); with
+    none set, nothing is reported.
+
+    An input the files leave open (the sequence length, the weights' dtype, the optimizer, the
+    micro batch) is a range, and the answer is estimated at both ends. CFX701 speaks when
+    even the least-memory end is over the GPU over its whole error band ("does not fit"). For
+    a conditional answer ("fits only if the sequence length is ≤ 1,536 tokens") it speaks when
+    the most-memory end is over even at the bottom of its band, and the message names the
+    condition: state the value in the files to settle it. A conditional answer whose
+    most-memory end might still fit (a tight band), or whose only doubt is a part of the
+    model that could not be sized, is left to `cfgfix estimate` (exit code 1), not reported.
 
     The message carries the breakdown (weights, gradients, optimizer states, master weights,
     activations, temporaries, the CUDA context) and corrects the beliefs that usually lead
@@ -53,28 +62,34 @@ class DoesNotFit(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        for budget in budgets(project):
-            if not over_budget(budget) or not budget.plan.fits:
-                continue  # fits, uncertain, or nothing fits (CFX702)
+        from cfgfix.training.memory_answer import answers, related, reported
+
+        for found in answers(project):
+            if reported(found) != self.code:
+                continue
             from cfgfix.training.fit import breakdown, gib, myths
 
-            setup, result, gpu = budget.setup, budget.result, budget.gpu
+            setup, result, gpu, plan = found.training, found.high, found.gpu, found.plan
             casts = "weights_cast" in setup.sources.get("script", {})
-            steps = " -> ".join(r.name for r in budget.plan.rungs)
             corrections = myths(result.setup, result, casts)
+            if plan.fits and plan.rungs:
+                after = found.plan_verdict[2] if found.plan_verdict else "fits"
+                steps = (f". Cheapest setup: {' -> '.join(r.name for r in plan.rungs)} (`cfgfix fix --fit`; after it: {after})"
+                         + (f", with {gib(plan.after.cpu_bytes)} of host RAM for the offloaded states"
+                            if plan.after.cpu_bytes else ""))
+            else:
+                steps = ". No config change surely makes it fit (`cfgfix fix --fit` shows how far the ladder gets)"
             text = (
-                f"{setup.get('model')} ({result.shape.params / 1e9:.3g}B parameters) needs about "
-                f"{gib(result.peak)} per GPU (band {gib(result.low)}-{gib(result.high)}) against the "
-                f"{gpu.name}'s {gib(gpu.usable_bytes)}: {breakdown(result)}"
-                + (f"; a simulated step (FakeTensor, --simulate) peaks at {gib(budget.simulated[0])}"
-                   if budget.simulated else "")
+                f"{setup.get('model')} ({result.shape.params / 1e9:.3g}B parameters) {found.text}. It needs about "
+                f"{gib(result.peak)} per GPU (range {found.range_text()} over the estimate's band and what the files "
+                f"leave open) against the {gpu.name}'s {gib(gpu.usable_bytes)}: {breakdown(result)}"
+                + (f"; a simulated step (FakeTensor, --simulate) peaks at {gib(found.simulated[0])}"
+                   if found.simulated else "")
                 + (f". Note: {'; '.join(corrections)}" if corrections else "")
-                + f". Cheapest setup that fits: {steps} (`cfgfix fix --fit`)"
-                + (f", with {gib(budget.plan.after.cpu_bytes)} of host RAM for the offloaded states"
-                   if budget.plan.after.cpu_bytes else "")
-                + (f" [{'; '.join(budget.notes)}]" if budget.notes else "")
+                + steps
+                + (f" [{'; '.join([o.words for o in found.open] + found.notes)}]" if found.open or found.notes else "")
             )
-            yield self.finding(setup.launch.span, text, related=budget_related(setup))
+            yield self.finding(setup.launch.span, text, related=related(setup))
 
     _SCRIPT = ("import torch\nfrom transformers import AutoModelForSeq2SeqLM\n\n"
                "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-xl', torch_dtype=torch.bfloat16)\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from cfgfix.core import Severity
 from cfgfix.rules.base import Example, ProjectRule, register
-from cfgfix.training.budgets import budget_related, budgets, over_budget
 
 
 @register
@@ -37,24 +36,23 @@ class CannotFitAnySetting(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        for budget in budgets(project):
-            if not over_budget(budget) or budget.plan.fits:
+        from cfgfix.training.memory_answer import answers, related, reported
+
+        for found in answers(project):
+            if reported(found) != self.code:
                 continue
             from cfgfix.training.fit import gib, what_would_fit
 
-            floor = budget.plan.after
-            if floor.low <= budget.gpu.usable_bytes:
-                continue  # the last rung might fit within the band: not certain
-            setup, gpu = budget.setup, budget.gpu
-            ideas = what_would_fit(budget.result.setup, budget.result.shape, gpu)
+            floor, setup, gpu = found.plan.after, found.training, found.gpu
+            ideas = what_would_fit(found.high.setup, found.high.shape, gpu)
             text = (
-                f"{setup.get('model')} ({budget.result.shape.params / 1e9:.3g}B parameters) does not fit the "
+                f"{setup.get('model')} ({found.high.shape.params / 1e9:.3g}B parameters) does not fit the "
                 f"{gpu.name} ({gib(gpu.usable_bytes)}) with any config change: even ZeRO-3 with optimizer and "
                 f"parameter offload, micro batch 1 and gradient checkpointing needs about {gib(floor.peak)} per GPU "
                 f"({gib(floor.peak - gpu.usable_bytes)} over)"
                 + (f"; what would fit: {' or '.join(ideas)}" if ideas else "")
             )
-            yield self.finding(setup.launch.span, text, related=budget_related(setup))
+            yield self.finding(setup.launch.span, text, related=related(setup))
 
     _SCRIPT = ("import torch\nfrom transformers import AutoModelForCausalLM\n\n"
                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-70B', torch_dtype=torch.bfloat16)\n"
