@@ -26,6 +26,8 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "optimizer": ("optim", "optimizer"),
     "use_8bit_adam": ("use_8bit_adam",),
     "lora_rank": ("lora_r", "lora_rank"),
+    # what is trained: "full", "lora", ... (LLaMA-Factory's finetuning_type: lora | freeze | full)
+    "training_method": ("training_method", "finetuning_type", "finetune_type", "training_type"),
     "load_in_4bit": ("load_in_4bit",),
     "load_in_8bit": ("load_in_8bit",),
     "quantization_bit": ("quantization_bit",),  # LLaMA-Factory: 4 or 8
@@ -40,6 +42,9 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 NAME_TO_SETTING: dict[str, str] = {name: setting for setting, names in SETTING_NAMES.items() for name in names}
+
+# `training_method` values that train every weight: a LoRA rank beside one is a leftover
+FULL_TRAINING_METHODS = frozenset({"full", "full_finetune", "full_finetuning", "full-finetune", "full_ft", "fft"})
 
 # Mappings whose `r` is a LoRA rank (`lora: {r: 16}`, `LORA_CONFIG = {"r": 16}`).
 LORA_BLOCKS = frozenset({"lora", "lora_config", "peft", "peft_config", "adapter"})

@@ -50,6 +50,7 @@ def render_text(setups, display, answers=()) -> str:
         value_width = min(max(len(r[1]) for r in rows), 40)
         for label, value, origin in rows:
             out.append(f"  {label:<{width}}  {value:<{value_width}}  {origin}".rstrip())
+        out.extend(f"  conflict: {c}" for c in setup.conflicts)
         out.extend(_memory_lines(next((a for a in answers if a.training is setup), None)))
         out.append("")
     return "\n".join(out)

@@ -178,7 +178,12 @@ def resolve_open(training, inputs):
     if "weights" in unknown:
         version = training.transformers_version
         parsed = release(version) if version else None
-        if parsed is not None and parsed[0] < 5:
+        if shape.family == "unet":
+            # diffusers 0.31.0 models/model_loading_utils.py load_model_dict_into_meta:
+            # `dtype = dtype or torch.float32` (a from_pretrained without torch_dtype)
+            inputs.assumptions.append("weights: fp32 (no dtype in the script; diffusers loads in float32 without "
+                                      "torch_dtype)")
+        elif parsed is not None and parsed[0] < 5:
             # transformers 4.46.3 modeling_utils.py from_pretrained: "If torch_dtype is not None, we use
             # that dtype" — without one the model is built in torch's default dtype, float32
             inputs.assumptions.append(f"weights: fp32 (no dtype in the script; transformers {version} loads in "
@@ -197,6 +202,10 @@ def resolve_open(training, inputs):
                                 "number of GPUs not found under sharding: from 1 (nothing sharded) to 64"))
     low = replace(setup, **{o.setting: o.low for o in opened})
     high = replace(setup, **{o.setting: o.high for o in opened})
+    if any(o.setting == "weights" for o in opened) and setup.frozen:
+        # frozen models loaded without a dtype follow the same load: 16-bit at the low end
+        loaded = set(getattr(inputs, "load_dtype", ()))
+        low = replace(low, frozen=tuple((n, p, 2 if n in loaded else b) for n, p, b in setup.frozen))
     return low, high, opened
 
 

@@ -19,15 +19,17 @@ class MemoryInput:
     # (training/memory_answer.py) turns each into a range
     unknown: list[str] = field(default_factory=list)
     uncounted: list[str] = field(default_factory=list)  # parts of the model that could not be sized
+    load_dtype: list[str] = field(default_factory=list)  # frozen models kept in the dtype they load in
 
 
 def memory_input(training, project=None, params: int | None = None) -> MemoryInput:
     """`training`: a `TrainingSetup`. `params` overrides the model's size (`--params`)."""
     from cfgfix.memory import shapes
 
-    assumptions: list[str] = []
+    assumptions: list[str] = list(getattr(training, "conflicts", ()))
     unknown: list[str] = []
     uncounted: list[str] = []
+    load_dtype: list[str] = []
     get = training.get
     shape = None
     problem = None
@@ -38,6 +40,9 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     elif composite is not None:
         shape, problem = _composite(composite, assumptions, uncounted)
         model = None
+    elif isinstance(model, str) and derivative_part(model):
+        problem = (f"{model} is a {derivative_part(model)} ({KNOWN_PARTS[derivative_part(model)] / 1e6:.1f}M parameters), "
+                   "a diffusion pipeline's frozen part, not the model it trains: name the trained model's id")
     elif isinstance(model, str):
         try:
             shape = shapes.resolve_shape(_local(model, training) or model)
@@ -103,11 +108,11 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         optimizer_impl=get("optimizer_impl") if get("optimizer_impl") in OPTIMIZER_IMPLS else None,
         # a composite's backbones are base models (no vocabulary head) under the user's own head
         head=get("head") if get("head") in HEADS else ("classification" if composite is not None else None),
-        frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions, uncounted),
+        frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions, uncounted, load_dtype),
         transformers_version=getattr(training, "transformers_version", None),
         frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
     )
-    return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted)
+    return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
 
 
 # Frozen parts of diffusion pipelines, by class: parameters counted from the configs of
@@ -118,13 +123,27 @@ KNOWN_PARTS = {"CLIPTextModel": 123_060_480, "CLIPTextModelWithProjection": 694_
                "AutoencoderKL": 83_653_863}
 
 
-def _frozen(found, half: str | None, assumptions: list[str], uncounted: list[str]) -> tuple:
+# Fine-tuned or re-exported checkpoints of a known part, by id -> the part's class: the
+# SDXL fp16-fix VAE is the SDXL VAE with rescaled weights (its config.json is the SDXL VAE's
+# AutoencoderKL config: same blocks and channels), so it has the same 83.65M parameters.
+KNOWN_DERIVATIVES = {"madebyollin/sdxl-vae-fp16-fix": "AutoencoderKL"}
+
+
+def derivative_part(model: str | None) -> str | None:
+    """The part class a known derivative checkpoint id is (case-insensitive), or None."""
+    if not isinstance(model, str):
+        return None
+    lowered = model.strip().lower()
+    return next((cls for name, cls in KNOWN_DERIVATIVES.items() if name.lower() == lowered), None)
+
+
+def _frozen(found, half: str | None, assumptions: list[str], uncounted: list[str], load_dtype: list[str]) -> tuple:
     """(name, parameters, bytes per weight) of each frozen model moved to the GPU."""
     from cfgfix.memory import shapes
 
     out = []
     for item in found if isinstance(found, list) else ():
-        params = KNOWN_PARTS.get(item.get("class"))
+        params = KNOWN_PARTS.get(item.get("class")) or KNOWN_PARTS.get(derivative_part(item.get("model")))
         if params is None and item.get("model"):
             try:
                 params = shapes.resolve_shape(item["model"]).params
@@ -137,10 +156,14 @@ def _frozen(found, half: str | None, assumptions: list[str], uncounted: list[str
         dtype = item.get("dtype")
         if dtype in ("fp32", "bf16", "fp16"):
             nbytes = 4 if dtype == "fp32" else 2
+        elif dtype == "load":
+            # loaded without a dtype and never cast: fp32 (transformers 4.x, diffusers), the
+            # memory answer's dtype range when the trained weights' dtype is open too
+            nbytes = 4
+            load_dtype.append(item["name"])
         else:
             nbytes = 2 if half else 4
-            assumptions.append(f"frozen model {item['name']}: {'the mixed-precision dtype' if dtype == 'run-time' else 'its load dtype'} "
-                               f"assumed ({nbytes} B per weight)")
+            assumptions.append(f"frozen model {item['name']}: the mixed-precision dtype assumed ({nbytes} B per weight)")
         out.append((item["name"], int(params), nbytes))
     return tuple(out)
 

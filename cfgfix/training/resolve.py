@@ -22,7 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from cfgfix.analysis.deepspeed_config import offload_device, zero_entry
-from cfgfix.analysis.training_keys import NAME_TO_SETTING, TRAINING_ARGUMENT_DEFAULTS, TRAINING_MARKERS
+from cfgfix.analysis.training_keys import (
+    FULL_TRAINING_METHODS,
+    NAME_TO_SETTING,
+    TRAINING_ARGUMENT_DEFAULTS,
+    TRAINING_MARKERS,
+)
 from cfgfix.records import dataclass, field
 from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
@@ -85,6 +90,8 @@ class TrainingSetup:
     # a launch of a tool driven by one YAML (LLaMA-Factory, axolotl): the tool, its release and
     # its YAML (training/frameworks/yaml_tools.py ToolRun); None for any other launch
     framework: object = None
+    # settings the files state that disagree, with which one wins and why (in words)
+    conflicts: list[str] = field(default_factory=list)
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -97,6 +104,7 @@ class TrainingSetup:
             "files": {role: display(path) for role, path in self.files.items()},
             "settings": {s: (self.values[s].to_dict() if s in self.values else None) for s in SETTINGS},
             "framework": self.framework.to_dict() if self.framework is not None else None,
+            "conflicts": list(self.conflicts),
         }
 
 
@@ -579,6 +587,7 @@ class _Resolver:
                 values[setting] = value
         if "model" in values and not isinstance(values["model"].value, str):
             del values["model"]
+        self._training_method(general)
         if "lora_rank" in values and values["lora_rank"].value is None:
             del values["lora_rank"]  # a YAML tool that trains no adapter here (a full fine-tune) whatever lora_r says
         quant = self._first("load_in_4bit", general) or self._first("load_in_8bit", general)
@@ -613,6 +622,23 @@ class _Resolver:
         gpu = getattr(self.project, "target_gpu", None)
         if gpu:
             values["gpu"] = Value("gpu", gpu, getattr(self.project, "target_gpu_origin", "gpu in the cfgfix settings"))
+
+    def _training_method(self, general) -> None:
+        """`training_method: full` beside a leftover `lora_rank: 64`: the method says what is
+        trained (scripts branch on it: `if cfg["training_method"] == "lora": add_adapter(...)`),
+        so the rank is dropped and the conflict reported."""
+        method = self._first("training_method", general)
+        rank = self.setup.values.get("lora_rank")
+        if method is None or rank is None or rank.value is None or not isinstance(method.value, str):
+            return  # nothing stated, or a YAML tool's own model already decided (training/frameworks/)
+        if method.value.strip().lower() in FULL_TRAINING_METHODS:
+            del self.setup.values["lora_rank"]
+            def line(v):
+                return f" (line {v.span.line})" if v.span is not None else ""
+
+            self.setup.conflicts.append(
+                f"{rank.name or 'lora_rank'} {rank.value} ({rank.origin}{line(rank)}) is not used: "
+                f"{method.name or 'training_method'}: {method.value} ({method.origin}{line(method)}) trains every weight")
 
     def _batch(self, general) -> None:
         setup, values = self.setup, self.setup.values

@@ -320,7 +320,7 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
     """Settings a single call states: load dtype and quantization, checkpointing, LoRA rank,
     optimizer, autocast dtype."""
     where = source.path
-    if last == "from_pretrained" and _loads_a_model(node):
+    if last == "from_pretrained" and _loads_a_model(node) and not _conditioning_part(node):
         kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
         dtype_node = kwargs.get("dtype", kwargs.get("torch_dtype"))
         dtype = _dtype(dtype_node, consts) if dtype_node is not None else None
@@ -455,6 +455,19 @@ def _model_casts(tree, source, imports, values: dict[str, Value]) -> None:
                                        f"{ast.unparse(last.call.func)}() in {source.path}", source.span_of_node(last.call))
 
 
+# A diffusion pipeline's conditioning parts: the VAE and the CLIP text encoders. A script
+# loads them next to the UNet it trains (often the VAE by a literal id, the UNet by a variable),
+# so neither their id nor their load dtype is the trained model's; they are counted as frozen
+# models on the GPU (`frozen_models`) when the script freezes them and moves them there.
+_CONDITIONING_PARTS = re.compile(r"^(?:AutoencoderKL\w*|AutoencoderTiny|CLIPTextModel(?:WithProjection)?)$")
+
+
+def _conditioning_part(call: ast.Call) -> bool:
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else receiver.id if isinstance(receiver, ast.Name) else ""
+    return bool(_CONDITIONING_PARTS.match(name))
+
+
 def _loads_a_model(call: ast.Call) -> bool:
     """`AutoModelForCausalLM.from_pretrained(...)`, not a tokenizer's, a config's or a
     scheduler's (the same class-name test as the shared model analysis)."""
@@ -522,6 +535,9 @@ def _frozen_models(tree, source, consts, values: dict[str, Value]) -> None:
         dtype = _dtype(dtype_node, consts) if dtype_node is not None else None
         if dtype is None and dtype_node is not None:
             dtype = "run-time"  # `dtype=weight_dtype`: the mixed-precision dtype, decided at run time
+        load_dtype = next((kw.value for kw in load.keywords if kw.arg in ("torch_dtype", "dtype")), None)
+        if dtype is None and load_dtype is not None:  # moved without a cast: the dtype it was loaded in
+            dtype = _dtype(load_dtype, consts) or "run-time"
         found.append({"name": var, "class": cls, "model": model if isinstance(model, str) else None,
                       "dtype": dtype or "load"})
     if found:
