@@ -27,6 +27,9 @@ from cfgfix.memory.parts import CONTAINERS, TORCH_LAYERS, Part, composite_shape,
 from cfgfix.records import dataclass, field
 
 UNKNOWN = object()
+# attributes of a pretrained model that are themselves modules (its encoder, its vision tower)
+_SUBMODULES = frozenset({"encoder", "decoder", "model", "backbone", "vision_model", "text_model", "vision_tower",
+                         "language_model", "visual", "transformer", "base_model"})
 _MAX_DEPTH = 3  # nested user classes followed
 
 
@@ -36,8 +39,34 @@ class CustomModel:
 
     class_name: str
     module: Path  # the file defining the class
-    call: ast.Call  # the construction in the script
+    call: ast.Call  # the construction in the script (for a factory: the call of the factory)
     span: object = None
+    # `model = create_encoder(cfg)` with `def create_encoder(cfg): return Encoder(**cfg["model"])`:
+    # (the factory's def, the class construction inside it)
+    factory: tuple | None = None
+
+    def constructor_arguments(self, args: list, kwargs: dict) -> tuple[list, dict]:
+        """The class's constructor arguments from the resolved arguments of `call`: the same
+        ones, or, through a factory, its `return Class(...)` read with its parameters bound."""
+        if self.factory is None:
+            return args, kwargs
+        func, inner = self.factory
+        names = [a.arg for a in func.args.args]
+        env = {name: (args[i] if i < len(args) else kwargs.get(name)) for i, name in enumerate(names)}
+        reader = _Reader(lambda path: None, [], self.module)
+
+        def value(node):
+            found = reader.value(node, env, {})
+            return None if found is UNKNOWN or isinstance(found, _Module) else found
+
+        inner_args = [value(a) for a in inner.args]
+        inner_kwargs: dict = {}
+        for kw in inner.keywords:
+            if kw.arg:
+                inner_kwargs[kw.arg] = value(kw.value)
+            elif isinstance(spread := value(kw.value), dict):
+                inner_kwargs.update({k: v for k, v in spread.items() if isinstance(k, str)})
+        return inner_args, inner_kwargs
 
 
 @dataclass
@@ -101,22 +130,85 @@ def find_custom_model(tree: ast.Module, path: Path, local_modules: list[Path], p
         bound = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
         found.append((0 if bound == "model" else 1, node.value, name, classes[name][1]))
     if not found:
-        return None
+        return _factory_model(tree, path, local_modules, parse, classes)
     found.sort(key=lambda item: (item[0], item[1].lineno))
     _, call, name, module = found[0]
     return CustomModel(name, module, call)
 
 
+def _factory_model(tree, path, local_modules, parse, classes) -> CustomModel | None:
+    """`model = create_encoder(cfg)` where the factory (in the script or a project module,
+    re-exports followed) returns one of the project's nn.Module classes."""
+    functions = module_functions(tree, path, local_modules, parse)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id in functions):
+            continue
+        func, module = functions[node.value.func.id]
+        returned = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)]
+        for inner in returned:
+            name = inner.func.id if isinstance(inner.func, ast.Name) else inner.func.attr if isinstance(inner.func, ast.Attribute) else None
+            defined = _defined(parse(module), module, parse, {"classes"}, 0) if name not in classes else {name: classes[name]}
+            if name in defined:
+                return CustomModel(name, defined[name][1], node.value, factory=(func, inner))
+    return None
+
+
 def _module_classes(tree, path, local_modules, parse) -> dict[str, tuple[ast.ClassDef, Path]]:
-    """The nn.Module subclasses defined in the script or in the project modules it imports."""
+    """The nn.Module subclasses defined in the script or in the project modules it imports,
+    and those a package's `__init__` re-exports (`from .encoder import MultimodalEncoder`),
+    followed down to the file that defines them."""
     out: dict[str, tuple[ast.ClassDef, Path]] = {}
     for module_path, module_tree in [(path, tree)] + [(p, parse(p)) for p in local_modules]:
-        if module_tree is None:
-            continue
-        for node in module_tree.body:
-            if isinstance(node, ast.ClassDef) and _is_nn_module(node):
-                out.setdefault(node.name, (node, module_path))
+        for name, found in _defined(module_tree, module_path, parse, {"classes"}, 0).items():
+            out.setdefault(name, found)
     return out
+
+
+def module_functions(tree, path, local_modules, parse) -> dict[str, tuple[ast.FunctionDef, Path]]:
+    """The functions defined in the script or re-exported by the project modules it imports
+    (a factory: `def create_encoder(cfg): return MultimodalEncoder(**cfg["model"])`)."""
+    out: dict[str, tuple[ast.FunctionDef, Path]] = {}
+    for module_path, module_tree in [(path, tree)] + [(p, parse(p)) for p in local_modules]:
+        for name, found in _defined(module_tree, module_path, parse, {"functions"}, 0).items():
+            out.setdefault(name, found)
+    return out
+
+
+def _defined(tree, path: Path, parse, kinds: set, depth: int) -> dict:
+    """{name: (node, file)} of the nn.Module classes or the functions `tree` defines or imports
+    from the project (relative imports, or absolute ones that resolve to a file beside it)."""
+    out: dict = {}
+    if tree is None:
+        return out
+    for node in tree.body:
+        if "classes" in kinds and isinstance(node, ast.ClassDef) and _is_nn_module(node) or "functions" in kinds and isinstance(node, ast.FunctionDef):
+            out.setdefault(node.name, (node, path))
+        elif isinstance(node, ast.ImportFrom) and depth < _MAX_DEPTH:
+            source = _import_file(node, path)
+            if source is None:
+                continue
+            found = _defined(parse(source), source, parse, kinds, depth + 1)
+            for alias in node.names:
+                if alias.name in found:
+                    out.setdefault(alias.asname or alias.name, found[alias.name])
+    return out
+
+
+def _import_file(node: ast.ImportFrom, path: Path) -> Path | None:
+    """The project file a `from X import Y` reads: relative to the importing file's package
+    for `from .x import Y`, else beside it or up to three folders above (`giblet.models`)."""
+    parts = node.module.split(".") if node.module else []
+    if node.level:
+        bases = [path.parents[node.level - 1]] if node.level - 1 < len(path.parents) else []
+    else:
+        bases = [path.parent, *list(path.parents)[1:4]]
+    for base in bases:
+        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                          base.joinpath(*parts, "__init__.py")):
+            if candidate is not None and candidate != path and os.path.isfile(candidate):
+                return candidate
+    return None
 
 
 def _is_nn_module(node: ast.ClassDef) -> bool:
@@ -192,6 +284,13 @@ class _Reader:
         defaults = init.args.defaults
         for i, name in enumerate(params):
             default_index = i - (len(params) - len(defaults))
+            given = args[i] if i < len(args) else kwargs.get(name, UNKNOWN)
+            if default_index >= 0 and given is not UNKNOWN and given is not None and depth == 0:
+                default = self.value(defaults[default_index], {}, {})
+                if default != given and default is not UNKNOWN:
+                    # the launch's value, never the constructor's default without a word
+                    self.notes.append(f"{cls.name}({name}={_short(given)}) from the launch, not the constructor's "
+                                      f"default {_short(default)}")
             if i < len(args):
                 env[name] = args[i]
             elif name in kwargs:
@@ -276,6 +375,12 @@ class _Reader:
             if isinstance(node.value, ast.Name) and node.value.id == "self":
                 return attrs.get(node.attr) or env.get("self." + node.attr, UNKNOWN)
             base = self.value(node.value, env, attrs, depth)
+            if isinstance(base, _Module) and node.attr in _SUBMODULES:
+                # `WhisperModel.from_pretrained(id).encoder`: a part of a pretrained model, named
+                # with what it is at most, never dropped without a word
+                whole = f" (at most the whole {base.what}, {base.params / 1e6:.0f}M)" if base.params else ""
+                return _Module(None, f"{base.what}.{node.attr}",
+                               problem=f".{node.attr} of {base.what}: a part of a pretrained model, not sized{whole}")
             if isinstance(base, _Module):
                 return base.config if node.attr == "config" and base.config is not None else UNKNOWN
             if isinstance(base, dict):  # cfg.text_backbone (OmegaConf / namespace style), config.hidden_size

@@ -50,6 +50,16 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
             problem = str(exc)
     else:
         problem = "no model id or folder found in the launch's files"
+    stated = (getattr(project, "target_model", None) or {}).get("params") if params is None else None
+    if stated and composite is None:
+        # `[tool.cfgfix.model] params`: the user's count, for any launch shape (a model id
+        # the catalog lacks, none at all, or one whose count the user corrects)
+        from cfgfix.records import replace
+
+        shape = replace(shape, params=int(stated)) if shape is not None else shapes.params_only(int(stated))
+        assumptions.append(f"parameters: {_count(int(stated))} from [tool.cfgfix.model] params in the settings"
+                           + (f" (instead of: {problem})" if problem else ""))
+        problem = None
 
     precision = get("precision") or ""
     weights = get("weights")

@@ -278,12 +278,18 @@ class _Resolver:
             return found.value.to_python() if hasattr(found.value, "kind") else found.value
 
         args = [resolve(a) for a in custom.call.args]
-        kwargs = {kw.arg: resolve(kw.value) for kw in custom.call.keywords if kw.arg}
+        kwargs = {}
+        for kw in custom.call.keywords:
+            if kw.arg:
+                kwargs[kw.arg] = resolve(kw.value)
+            elif isinstance(spread := resolve(kw.value), dict):  # `MultimodalEncoder(**cfg["model"])`
+                kwargs.update({k: v for k, v in spread.items() if isinstance(k, str)})
 
         def parse(module):
             found = self.project.script(module)
             return found[1] if found is not None else None
 
+        args, kwargs = custom.constructor_arguments(args, kwargs)
         folders = [self.launch_file.parent, self.project.root]
         if setup.script is not None:
             folders.insert(0, setup.script.parent)
@@ -672,7 +678,8 @@ class _Resolver:
     def _precision(self, general) -> None:
         values = self.setup.values
         deepspeed = self.setup.sources.get("deepspeed config", {})
-        weights = self._first("weights_cast", ("script",)) or self._first("weights", ("framework", "script"))
+        weights = (self._first("weights_cast", ("script",)) or self._guarded_cast()
+                   or self._first("weights", ("framework", "script")))
         if weights is not None:
             values["weights"] = Value("weights", weights.value, weights.origin, weights.span, weights.name)
         mixed = self._mixed(general)
@@ -708,6 +715,20 @@ class _Resolver:
             values["precision"] = Value("precision", f"amp-{mixed.value}", f"{mixed.origin}: {what}", mixed.span)
         elif mixed is not None and mixed.value == "no":
             values["precision"] = Value("precision", "fp32", mixed.origin, mixed.span)
+
+    def _guarded_cast(self) -> Value | None:
+        """`if torch.cuda.is_bf16_supported(): model = model.bfloat16()`: the guard decided by
+        the target GPU (the GPU catalog's bf16 flag); without a target GPU, unknown."""
+        from cfgfix.memory.gpus import find_gpu
+
+        cast = self._first("weights_guarded", ("script",))
+        gpu_name = getattr(self.project, "target_gpu", None)
+        gpu = find_gpu(gpu_name) if cast is not None and gpu_name else None
+        if gpu is None:
+            return None
+        if gpu.bf16:
+            return Value("weights", cast.value, f"{cast.origin}: the {gpu.name} supports bf16", cast.span, cast.name)
+        return None  # the guard fails there: the load's dtype stands
 
     def _mixed(self, general) -> Value | None:
         """The autocast dtype the launch asks for: "bf16", "fp16", "no", or None (unknown)."""

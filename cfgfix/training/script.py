@@ -68,8 +68,11 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
         cache[key] = read_script(parsed[0], parsed[1], path, frozenset(parsers)) if parsed is not None else None
         if cache[key] is not None:
             _merge_parsers(parsers, cache[key].refs)
-        if cache[key] is not None and "Module" in parsed[0].text + "".join(
-                _module_text(project, m) for m in cache[key].config_modules):
+        # the project's own nn.Module, here or in a module it imports (a package's __init__
+        # re-exports it from a file the script does not name)
+        if cache[key] is not None and ("Module" in parsed[0].text + "".join(
+                _module_text(project, m) for m in cache[key].config_modules)
+                or any(m.name == "__init__.py" for m in cache[key].config_modules)):
             from cfgfix.training.custom_model import find_custom_model
 
             def parse(module: Path):
@@ -186,6 +189,7 @@ def read_script(source, tree: ast.Module, path: Path, parsers: frozenset[str] = 
             if not arguments:
                 _call_refs(node, last, refs, consts, found, False)
     _model_casts(tree, source, imports, found.values)
+    _variable_casts(tree, source, conditional, found.values)
     _frozen_models(tree, source, consts, found.values)
     if not found.argument_calls and not found.trainer:  # the HF Trainer's batch is per_device_train_batch_size
         _loader_batch(tree, source, imports, consts, conditional, found)
@@ -310,6 +314,8 @@ def _local_modules(node, path: Path, found: ScriptSetup) -> None:
         # the package root above it (LLaVA's train_mem.py): the script's folder and 3 parents
         for base in [path.parent, *list(path.parents)[1:4]]:
             candidate = base.joinpath(*name.split(".")).with_suffix(".py")
+            if not os.path.isfile(candidate):  # a package: `from giblet.models import X` re-exported by its __init__
+                candidate = base.joinpath(*name.split("."), "__init__.py")
             if os.path.isfile(candidate):
                 if candidate != path and candidate not in found.config_modules:
                     found.config_modules.append(candidate)
@@ -360,7 +366,7 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
                 bits = "4bit" if kw.arg == "load_in_4bit" else "8bit"
                 values.setdefault("quantization", Value("quantization", bits, f"BitsAndBytesConfig in {where}",
                                                         source.span_of_node(kw.value), kw.arg))
-    elif last == "gradient_checkpointing_enable":
+    elif last in ("gradient_checkpointing_enable", "enable_gradient_checkpointing"):  # transformers', diffusers' name
         values.setdefault("gradient_checkpointing", Value(
             "gradient_checkpointing", True, f"gradient_checkpointing_enable() in {where}", source.span_of_node(node)))
     elif last == "LoraConfig":
@@ -453,6 +459,53 @@ def _model_casts(tree, source, imports, values: dict[str, Value]) -> None:
         last = max(casts, key=lambda call: (call.call.lineno, call.call.col_offset))
         values["weights_cast"] = Value("weights", canonical[last.target_dtype],
                                        f"{ast.unparse(last.call.func)}() in {source.path}", source.span_of_node(last.call))
+
+
+_CAST_METHODS = {"bfloat16": "bf16", "half": "fp16", "float": "fp32"}
+_TORCH_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+
+
+def _variable_casts(tree, source, conditional: set[int], values: dict[str, Value]) -> None:
+    """`model = model.bfloat16()` (or `.to(torch.bfloat16)`) of a model the shared analysis
+    does not track from a `from_pretrained` load (the project's own nn.Module): the last
+    unconditional one is the weights' dtype; one under a bf16 capability guard
+    (`if torch.cuda.is_available() and torch.cuda.is_bf16_supported():`) is kept as
+    `weights_guarded`, which the training setup resolves against the target GPU."""
+    if "weights_cast" in values:
+        return
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "is_bf16_supported" in ast.unparse(node.test):
+            for stmt in node.body:
+                guarded.update(id(sub) for sub in ast.walk(stmt))
+    found: tuple[int, str, ast.AST, bool] | None = None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        call = node.value
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == node.targets[0].id):
+            continue
+        dtype = _CAST_METHODS.get(call.func.attr) if not call.args and not call.keywords else None
+        if call.func.attr == "to":
+            dtype = next((_TORCH_DTYPES.get(a.attr) for a in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+                          if isinstance(a, ast.Attribute)), None)
+        if dtype is None:
+            continue
+        is_guarded = id(call) in guarded
+        if id(call) in conditional and not is_guarded:
+            continue  # `if args.bf16: model = model.bfloat16()`: unknown here
+        if found is None or node.lineno > found[0]:
+            found = (node.lineno, dtype, call, is_guarded)
+    if found is None:
+        return
+    _, dtype, call, is_guarded = found
+    where = f"{ast.unparse(call.func)}() in {source.path}"
+    if is_guarded:
+        values["weights_guarded"] = Value("weights", dtype, f"{where}, under torch.cuda.is_bf16_supported()",
+                                          source.span_of_node(call))
+    else:
+        values["weights_cast"] = Value("weights", dtype, where, source.span_of_node(call))
 
 
 # A diffusion pipeline's conditioning parts: the VAE and the CLIP text encoders. A script
