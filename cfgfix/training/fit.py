@@ -5,8 +5,9 @@ The ladder, cheapest first (each rung keeps what the ones before it changed):
 mixed precision -> gradient checkpointing -> a smaller micro batch with more accumulation ->
 an 8-bit optimizer -> the paged 8-bit optimizer (bitsandbytes) -> ZeRO-2 -> optimizer offload ->
 ZeRO-3 -> parameter offload.
-A rung that does not apply (already on, one GPU for sharding, an optimizer built in code for
-the 8-bit switch) is skipped. Changes that alter what is trained (LoRA instead of full
+A rung that does not apply (already on, one GPU for sharding, an optimizer built in code other
+than torch's AdamW for the 8-bit switch) is skipped. With several GPUs ZeRO-2 moves up
+(`_order`); on cards without NVLink ZeRO-3's cost says so (`_cost`). Changes that alter what is trained (LoRA instead of full
 fine-tuning, a quantised base) are never written: CFX702 names them as advice.
 """
 
@@ -144,14 +145,43 @@ _RUNGS = {
 }
 
 
-def _order(setup: MemorySetup) -> list[str]:
+# Cards without NVLink: every GPU-to-GPU byte crosses PCIe (NVIDIA's product specifications:
+# no NVLink connector on the GeForce RTX 40 and 50 series, the RTX 30 series but the 3090, the
+# Ada workstation cards, the RTX A4000, L4 / L40 / L40S, T4, A10 / A10G).
+PCIE_ONLY = frozenset({
+    "RTX 5090", "RTX 5080", "RTX 5070 Ti", "RTX 5070", "RTX 4090", "RTX 4080 Super", "RTX 4080", "RTX 4070 Ti Super",
+    "RTX 4070 Ti", "RTX 4070", "RTX 4060 Ti 16GB", "RTX 4060 Ti", "RTX 4060", "RTX 3080 Ti", "RTX 3080", "RTX 3070",
+    "RTX 3060", "RTX 6000 Ada", "RTX A4000", "L4", "L40", "L40S", "Tesla T4", "A10", "A10G",
+})
+
+
+def pcie_only(gpu) -> bool:
+    return gpu is not None and gpu.name in PCIE_ONLY
+
+
+def _cost(key: str, cost: str, gpu, after: MemorySetup) -> str:
+    """A rung's cost on this GPU: ZeRO-3 gathers every layer's parameters in forward and
+    backward, which over PCIe (about 32 GB/s each way on PCIe 4.0 x16, against 600-900 GB/s
+    of NVLink) is often the slowest part of the step."""
+    if key in ("zero3", "offload_params") and pcie_only(gpu) and after.num_gpus > 1:
+        return (cost + f"; the {gpu.name} has no NVLink: each step all-gathers the whole model over PCIe "
+                "(~32 GB/s each way on PCIe 4.0 x16, vs 600-900 GB/s NVLink), often slower than QLoRA or "
+                "an 8-bit optimizer would cost")
+    return cost
+
+
+def _order(setup: MemorySetup, deepspeed_ready: bool = False) -> list[str]:
     """The issue's order, cheapest first; with several GPUs ZeRO-2 moves before the 8-bit
-    optimizer: sharding costs little there and, unlike 8-bit states, leaves the numerics alone."""
+    optimizer: sharding costs little there and, unlike 8-bit states, leaves the numerics alone.
+    When the launch takes a DeepSpeed config cfgfix can write, it moves before checkpointing
+    too: its reduce-scatter plus all-gather move the same bytes as DDP's all-reduce (ZeRO
+    paper, Rajbhandari et al. 2020, section 7), while checkpointing costs about a third more
+    compute every step and a smaller micro batch uses the GPU less well."""
     order = ["mixed", "checkpointing", "micro", "micro", "micro", "micro", "micro", "micro", "8bit", "paged", "zero2",
              "offload", "zero3", "offload_params"]
     if setup.num_gpus > 1:
         order.remove("zero2")
-        order.insert(order.index("8bit"), "zero2")
+        order.insert(order.index("checkpointing" if deepspeed_ready else "8bit"), "zero2")
     return order
 
 
@@ -166,11 +196,12 @@ def ladder(setup: MemorySetup, gpu, can_switch_optimizer: bool = True):
             yield name, applied[0], current, cost
 
 
-def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> Plan:
+def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True, deepspeed_ready: bool = False) -> Plan:
     """The cheapest prefix of the ladder whose result fits `gpu` (a catalog `Gpu`). A rung
     that does not lower the peak is left out (a smaller micro batch when the optimizer step
     is the peak), except an enabler (ZeRO-2 on one GPU, which only optimizer offload makes
-    pay), kept when the next gaining rung needs it."""
+    pay), kept when the next gaining rung needs it. `deepspeed_ready`: the launch takes a
+    DeepSpeed config cfgfix can write (an HF Trainer, accelerate, the deepspeed launcher)."""
     before = estimate(setup, shape)
     result = Plan(before)
     if fits(before, gpu.usable_bytes):
@@ -179,7 +210,7 @@ def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> P
     current, best = setup, before
     pending: list[Rung] = []
     skipped: list[str] = []  # rungs that did not gain yet: retried after the next one that does
-    queue = _order(setup)
+    queue = _order(setup, deepspeed_ready)
     while queue:
         key = queue.pop(0)
         name, change, cost, enabler = _RUNGS[key]
@@ -190,7 +221,7 @@ def plan(setup: MemorySetup, shape, gpu, can_switch_optimizer: bool = True) -> P
         est = estimate(after, shape)
         if key == "micro":
             name = f"micro batch {after.micro_batch} x accumulation {after.gradient_accumulation}"
-        rung = Rung(key, name, settings, cost, after, est)
+        rung = Rung(key, name, settings, _cost(key, cost, gpu, after), after, est)
         if est.peak >= best.peak:
             if enabler:
                 pending.append(rung)

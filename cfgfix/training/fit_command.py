@@ -85,7 +85,36 @@ def plan_launches(project, setups) -> list[LaunchPlan]:
         after = plan.after
         launch_plan.lines.append(f"  after: {gib(after.peak)} per GPU; {found.plan_verdict[2]}"
                                  + (f"; host RAM {gib(after.cpu_bytes)}" if after.cpu_bytes else ""))
+        launch_plan.lines.extend(f"  {line}" for line in plan_notes(found))
     return plans
+
+
+def plan_notes(found) -> list[str]:
+    """What a plan needs besides GPU memory, and a cheaper road it leaves out: the host RAM
+    offload holds and what every rank loads before sharding; QLoRA instead of ZeRO-3 on
+    cards without NVLink."""
+    from cfgfix.training.fit import pcie_only, what_would_fit
+
+    plan, notes = found.plan, []
+    after = plan.after.setup
+    ranks = after.num_gpus
+    if plan.after.cpu_bytes:
+        notes.append(f"host RAM: the offloaded states take {gib(plan.after.cpu_bytes)} per node; check the machine has "
+                     "it free besides the data loaders")
+    integrated = found.training.trainer or found.training.launch.launcher == "accelerate"
+    if ranks > 1 and (after.offload_optimizer or after.offload_params) and not (after.zero_stage == 3 and integrated):
+        per_rank = plan.before.shape.params * (2 if after.weights in ("bf16", "fp16") else 4)
+        notes.append(f"host RAM at load: each of the {ranks} processes loads the whole model before it is sharded, "
+                     f"about {ranks} x {gib(per_rank)} = {gib(ranks * per_rank)} (only ZeRO-3's `zero.Init`, which the HF "
+                     "integrations apply under a ZeRO-3 config, loads each rank's shard instead)")
+    keys = [r.key for r in plan.rungs]
+    if pcie_only(found.gpu) and "zero3" in keys and after.lora_rank is None:
+        ideas = what_would_fit(plan.before.setup, plan.before.shape, found.gpu)
+        qlora = [i for i in ideas if "LoRA" in i]
+        if qlora:
+            notes.append(f"consider: {qlora[0]} fits without ZeRO-3's PCIe traffic on the {found.gpu.name} "
+                         "(it changes what is trained, so it is advice only)")
+    return notes
 
 
 def _kind(path: Path) -> str:

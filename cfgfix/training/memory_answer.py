@@ -136,11 +136,16 @@ def answer(training, project=None) -> MemoryAnswer:
                                                           None if opened else result.simulated)
     if training.trains is not False:
         from cfgfix.training.fit import plan
+        from cfgfix.training.write_setup import is_torch_adamw
 
+        in_code = training.sources.get("script", {}).get("optimizer")
         can_switch = training.trainer or any(
             "optimizer" in found and source in ("flags", "training config", "config module")
-            for source, found in training.sources.items())
-        result.plan = plan(high, inputs.shape, gpu, can_switch)
+            for source, found in training.sources.items()) or (
+            in_code is not None and is_torch_adamw(in_code))  # patched: torch's AdamW -> bnb's 8-bit one
+        deepspeed_ready = bool(training.trainer or training.launch.launcher in ("accelerate", "deepspeed")
+                               or "deepspeed" in training.files)
+        result.plan = plan(high, inputs.shape, gpu, can_switch, deepspeed_ready)
         if result.plan.rungs:
             keys = [r.key for r in result.plan.rungs]
             from cfgfix.training.fit import replay

@@ -12,6 +12,7 @@ applies the change is advice only (`None`).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from pathlib import Path
@@ -56,8 +57,11 @@ class SetupWriter:
             value = found.get(setting)
             if value is None or value.span is None or value.value == "auto":
                 continue
-            if source == "script" and "TrainingArguments in" not in value.origin:
-                continue  # a call in the code (gradient_checkpointing_enable()), not a literal value
+            if source == "script" and "TrainingArguments in" not in value.origin \
+                    and "(TrainingArguments(**...) of" not in value.origin:
+                # a call in the code (gradient_checkpointing_enable()), not a literal value (a
+                # key of the mapping `TrainingArguments(**cfg["training"])` spreads is one)
+                continue
             yield source, value
 
     def _replace(self, source, value, new) -> Edit | None:
@@ -84,10 +88,14 @@ class SetupWriter:
         written = HF_OPTIMIZERS.get(value) if setting == "optimizer" else value
         if written is None:
             return None
+        if setting == "optimizer":
+            built = self._optimizer_in_code(value)
+            if built is not None:
+                return built
         change = Change()
         for source, stated in self._stated(setting):
             if setting == "optimizer" and source not in ("flags", "training config", "config module"):
-                return None  # an optimizer built in code: a code change, advice only
+                return None  # an optimizer built in code that is not torch's AdamW: advice only
             edit = self._replace(source, stated, written)
             if edit is None:
                 return None
@@ -96,6 +104,42 @@ class SetupWriter:
         if change.edits:
             return change
         return self._add(HF_NAMES.get(setting), written)
+
+    def _optimizer_in_code(self, value) -> Change | None:
+        """`optimizer = torch.optim.AdamW(model.parameters(), lr=...)` in the script: a patch that
+        builds bitsandbytes' 8-bit AdamW (or its paged variant) with the same arguments, and
+        imports bitsandbytes. bnb.optim.AdamW8bit / Adam8bit take torch's arguments `params, lr,
+        betas, eps, weight_decay, amsgrad` (bitsandbytes 0.45.0 optim/adamw.py, optim/adam.py);
+        a call with any other keyword (`fused=True`, `foreach=...`) is left as advice."""
+        stated = self.setup.sources.get("script", {}).get("optimizer")
+        if stated is None or stated.span is None or not is_torch_adamw(stated):
+            return None
+        kind = ast_text(stated).split("(", 1)[0]  # Adam keeps L2 in the gradient, AdamW decouples it
+        written = {"adamw-8bit": f"bnb.optim.{kind}8bit", "paged-adamw-8bit": f"bnb.optim.Paged{kind}8bit"}.get(value)
+        if written is None:
+            return None
+        if any(source != "script" and "optimizer" in found for source, found in self.setup.sources.items()):
+            return None  # also stated elsewhere (a flag, a config): that one is written
+        path = self.setup.script
+        parsed = self.project.script(path) if path is not None else None
+        if parsed is None:
+            return None
+        text, tree = parsed[0].text, parsed[1]
+        call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.func.lineno == stated.span.line
+                     and n.func.col_offset == stated.span.column - 1), None)
+        if call is None or len(call.args) > 1 or any(
+                kw.arg not in ("lr", "betas", "eps", "weight_decay", "amsgrad") for kw in call.keywords):
+            self.reason = "the optimizer call passes arguments bitsandbytes' 8-bit Adam does not take"
+            return None
+        shown = self.project.display(path)
+        edits = [Edit(shown, stated.span.start, stated.span.end, written)]
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        if not any(isinstance(n, ast.Import) and any(a.name == "bitsandbytes" and a.asname == "bnb" for a in n.names)
+                   for n in imports):
+            after = imports[-1].end_lineno if imports else 0
+            offset = _line_offset(text, after)
+            edits.append(Edit(shown, offset, offset, "import bitsandbytes as bnb\n"))
+        return Change(edits, where=[f"{shown}: {ast_text(stated)} -> {written}(...) (import bitsandbytes as bnb)"])
 
     def _add(self, name: str | None, value) -> Change | None:
         """Add a training setting where none is written: the training config, else a flag."""
@@ -423,3 +467,24 @@ def _node_at_span(doc, span):
         if node.kind == "scalar" and node.start == span.start and node.end == span.end:
             return node
     return None
+
+
+def is_torch_adamw(stated) -> bool:
+    """The script's optimizer is torch's own AdamW/Adam call (`torch.optim.AdamW(...)`,
+    `AdamW(...)` imported from torch.optim): what an 8-bit patch can replace one for one."""
+    return stated.value == "adamw" and stated.origin.split("(", 1)[0] in ("AdamW", "Adam")
+
+
+def ast_text(stated) -> str:
+    return stated.origin.split(" in ", 1)[0]
+
+
+def _line_offset(text: str, line: int) -> int:
+    """The offset where line `line + 1` (1-based) starts: after the first `line` lines."""
+    offset = 0
+    for _ in range(line):
+        found = text.find("\n", offset)
+        if found < 0:
+            return len(text)
+        offset = found + 1
+    return offset
