@@ -184,12 +184,26 @@ def _verify(options: Options, out=None, err=None) -> int:
         elif before.launch_error:
             verdict = cannot_run(f"the command could not start: {before.launch_error}")
         context["coverage"] = change.to_dict()
+        prediction = _prediction(folder, command, options.device)
+        if prediction is not None:
+            context["predicted"] = prediction
         render = to_json if options.output_format == "json" else to_text
         out.write(render(context, before, after, verdict))
         posted = _comment(options, context, before, after, verdict, err)
         return verdict.exit_code if posted else 2
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prediction(folder: Path, command: list[str], device: str) -> dict | None:
+    """The memory answer's figures for this launch (verify/predicted.py); a project cfgfix
+    cannot read is no reason to fail the measured comparison."""
+    from .predicted import predicted
+
+    try:
+        return predicted(folder, command, device)
+    except Exception:  # noqa: BLE001 - the prediction is a column, never the verdict
+        return None
 
 
 @dataclass

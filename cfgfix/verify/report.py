@@ -35,8 +35,12 @@ def to_text(context: dict, before, after, verdict) -> str:
         a = after_procs[i] if i < len(after_procs) else None
         if len(before.processes) > 1:
             lines.append(f"rank {b['rank']}" if b and b.get("rank") is not None else f"process {i}")
-        lines += _table(names, b, a, before, after)
+        lines += _table(names, b, a, before, after, context.get("predicted"))
         lines.append("")
+    if context.get("predicted"):
+        guess = context["predicted"]
+        lines += [(f"predicted: cfgfix's memory answer for this launch (`cfgfix estimate`), per process; "
+                   f"on the {guess['gpu']}: {guess['text']}"), ""]
     note = tracing_note(before, after)
     if note:
         lines += [f"note: {note}", ""]
@@ -63,13 +67,20 @@ def to_text(context: dict, before, after, verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(names, b, a, before, after) -> list[str]:
+_PREDICTED = {"parameters": "parameters", "gradients": "gradients", "optimizer state": "optimizer"}
+
+
+def _table(names, b, a, before, after, predicted=None) -> list[str]:
     rows = [("status", _status(b, before), _status(a, after) if after is not None else "not run")]
     for label, get in _ROWS:
         cells = (_cell(get, b), _cell(get, a))
         if cells != ("-", "-"):  # a measure neither run has (CUDA rows on a CPU)
             key = _SERIES_ROWS.get(label)
             change = compare_series(b.get(key), a.get(key)) if key and b and a else ""
+            if predicted and label in _PREDICTED:
+                cells = (*cells[:2], f"{_mib(predicted[_PREDICTED[label]])} predicted")
+                rows.append((label, cells[0], f"{cells[1]}  {cells[2]}", change))
+                continue
             rows.append((label, *cells, change))
     peak_b, peak_a = (peak_bytes(p) if p else None for p in (b, a))
     what = (peak_b or peak_a or ("not measured", 0))[0]
@@ -77,7 +88,10 @@ def _table(names, b, a, before, after) -> list[str]:
     if peak_b and peak_a and peak_b[0] == peak_a[0] and peak_b[1]:
         saved = peak_b[1] - peak_a[1]
         change = f"{-saved / 2**20:+.2f} MiB ({-saved / peak_b[1]:+.1%})"
-    rows.append((f"peak ({what})", _mib(peak_b[1]) if peak_b else "-", _mib(peak_a[1]) if peak_a else "-", change))
+    after_peak = _mib(peak_a[1]) if peak_a else "-"
+    if predicted:
+        after_peak += f"  {_mib(predicted['peak'])} predicted ({predicted['peak_device']})"
+    rows.append((f"peak ({what})", _mib(peak_b[1]) if peak_b else "-", after_peak, change))
     width = max(len(r[0]) for r in rows)
     col = max(18, *(len(r[1]) for r in rows))
     out = [f"  {'':{width}}  {names[0]:{col}}  {names[1]}"]
