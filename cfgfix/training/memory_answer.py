@@ -19,8 +19,14 @@ value the files leave open or a term it did not count.
 
 from __future__ import annotations
 
-from cfgfix.memory.estimator import GIB, Estimate, estimate
+from typing import TYPE_CHECKING
+
 from cfgfix.records import dataclass, field, replace
+
+if TYPE_CHECKING:
+    from cfgfix.memory.estimator import Estimate
+
+GIB = 1024**3  # memory.estimator's, without importing it on a check that has no GPU to judge
 
 FITS, DOES_NOT_FIT, CONDITIONAL = "fits", "does not fit", "conditional"
 # how far an input with no upper bound is searched for its threshold
@@ -99,20 +105,27 @@ def answers(project) -> list[MemoryAnswer]:
     """One answer per launch of the project, memoised per run (every command reads these)."""
     from cfgfix.training.resolve import training_setups
 
-    key = ("memory-answers",)
-    if key not in project._scripts:
-        project._scripts[key] = [answer(setup, project) for setup in training_setups(project)]
-    return project._scripts[key]
+    return [answer_for(project, setup) for setup in training_setups(project)]
+
+
+def judged(project) -> list[MemoryAnswer]:
+    """The answers CFX701/CFX702 read: launches with a target GPU and a training step only,
+    so a check without a GPU (the usual pre-commit run) imports and estimates nothing."""
+    from cfgfix.training.resolve import training_setups
+
+    return [answer_for(project, setup) for setup in training_setups(project) if setup.get("gpu") and setup.trains]
 
 
 def answer_for(project, setup) -> MemoryAnswer:
-    for found in answers(project):
-        if found.training is setup:
-            return found
-    return answer(setup, project)
+    """The launch's answer, computed once per run."""
+    memo = project._scripts.setdefault(("memory-answers",), {})
+    if id(setup) not in memo:
+        memo[id(setup)] = (setup, answer(setup, project))  # the setup kept: its id stays its own
+    return memo[id(setup)][1]
 
 
 def answer(training, project=None) -> MemoryAnswer:
+    from cfgfix.memory.estimator import estimate
     from cfgfix.memory.gpus import find_gpu
     from cfgfix.training.memory_setup import memory_input
 
@@ -217,11 +230,15 @@ def resolve_open(training, inputs):
 # -- the verdict ------------------------------------------------------------------------------------
 
 def _fits(setup, shape, usable: int) -> bool:
+    from cfgfix.memory.estimator import estimate
+
     return estimate(setup, shape).high <= usable
 
 
 def judge(low, high, opened, uncounted, shape, gpu, simulated=None) -> tuple[str, str | None, str]:
     """(verdict, condition, text) of the range from `low` to `high` on `gpu`."""
+    from cfgfix.memory.estimator import estimate
+
     usable, name = gpu.usable_bytes, gpu.name
     bottom = simulated[1] if simulated else estimate(low, shape).low
     top_estimate = estimate(high, shape)

@@ -62,9 +62,9 @@ class DoesNotFit(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        from cfgfix.training.memory_answer import answers, related, reported
+        from cfgfix.training.memory_answer import judged, related, reported
 
-        for found in answers(project):
+        for found in judged(project):
             if reported(found) != self.code:
                 continue
             from cfgfix.training.fit import breakdown, gib, myths

@@ -36,9 +36,9 @@ class CannotFitAnySetting(ProjectRule):
     severity = Severity.ERROR
 
     def check_project(self, project):
-        from cfgfix.training.memory_answer import answers, related, reported
+        from cfgfix.training.memory_answer import judged, related, reported
 
-        for found in answers(project):
+        for found in judged(project):
             if reported(found) != self.code:
                 continue
             from cfgfix.training.fit import gib, what_would_fit
