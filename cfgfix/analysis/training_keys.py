@@ -21,6 +21,9 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "seq_len": ("max_seq_length", "max_seq_len", "model_max_length", "sequence_len", "cutoff_len",
                 "max_source_length", "seq_length", "block_size", "max_length"),
     "target_len": ("max_target_length",),
+    # TRL GRPO: a sequence is a prompt plus a completion (training/frameworks/trl.py)
+    "prompt_len": ("max_prompt_length",),
+    "completion_len": ("max_completion_length",),
     "resolution": ("resolution",),
     "gradient_checkpointing": ("gradient_checkpointing",),
     "optimizer": ("optim", "optimizer"),

@@ -42,6 +42,7 @@ CURRENT = {
     "peft": "0.21.2",
     "deepspeed": "0.19.8",
     "diffusers": "0.42.1",
+    "trl": "1.16.0",  # training/frameworks/trl.py: its config defaults, read up to this wheel
 }
 _CONDA_NAMES = {"pytorch": "torch"}  # conda's name for torch
 

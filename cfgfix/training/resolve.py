@@ -73,6 +73,10 @@ class TrainingSetup:
     trainer: bool = False  # the script trains with an HF / TRL Trainer
     trains: bool | None = None  # the script shows a training step; None: no script read
     parses_training_arguments: bool = False
+    # the script's one TrainingArguments / *Config call shows every value (no `**`, nothing
+    # positional, not mutated afterwards), or a TRL trainer builds its own config: the
+    # class's defaults hold for what it leaves out
+    arguments_literal: bool = False
     # The script's TrainingArguments(...) keywords resolved for this launch: HF name -> Value,
     # None where the value is unknown (computed, or a reference this launch leaves open);
     # `arguments_file`: the values of an HfArgumentParser.parse_yaml_file argument
@@ -153,6 +157,8 @@ class _Resolver:
             setup.trainer = script.trainer
             setup.trains = script.trains
             setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
+            setup.arguments_literal = (len(script.argument_calls) == 1 and script.arguments_complete
+                                       and not script.mutates_arguments and not script.parses_training_arguments)
         self._training_config()
         tool = self._framework()
         if script is not None:
@@ -176,6 +182,8 @@ class _Resolver:
                 sources["argument defaults"] = {
                     value.setting: value for value in script.argument_defaults.values()
                     if value is not None and value.setting in _DEFAULTABLE}
+        if script is not None:
+            self._trl(script)
         self._accelerate()
         self._deepspeed(script)
         if tool is not None:
@@ -195,6 +203,124 @@ class _Resolver:
                 self.setup.framework = run
                 return tool
         return None
+
+    def _versions(self):
+        """The project's `Versions` for the training script (pins nearest it, the installed
+        copies), memoised per run."""
+        from cfgfix.analysis.versions import ProjectVersions
+
+        key = ("project-versions",)
+        cache = self.project._scripts
+        if key not in cache:
+            cache[key] = ProjectVersions(self.project.root)
+        return cache[key].for_file(self.setup.script or self.launch_file)
+
+    def _trl(self, script) -> None:
+        """A TRL trainer's setup: the model it is given by name, and its config class's
+        defaults for the trl release the project uses (its pin, the installed copy, else the
+        current release, docs/versions.md) where the launch leaves a setting to them."""
+        from cfgfix.training.frameworks import trl
+
+        facts = script.trl
+        for module in script.config_modules if facts is None or facts.trainer is None else ():
+            imported = self._imported_setup(module)
+            if imported is not None and imported.trl is not None and imported.trl.trainer is not None:
+                facts = imported.trl
+                break
+        if facts is None or (facts.config is None and not facts.named_model):
+            return
+        try:
+            versions = self._versions().resolve("trl")
+        except (OSError, ValueError):
+            return
+        sources = self.setup.sources
+        found: dict[str, Value] = {}
+        release = versions.describe()
+        if facts.model is not None:
+            sources["script"].setdefault("model", facts.model)
+        elif facts.model_ref is not None:
+            self._trl_model_ref(script, facts)
+        if facts.named_model:
+            weights = facts.model_dtype or self._trl_load_dtype(versions)
+            if weights is not None:
+                sources["script"].setdefault("weights", weights)
+        config = facts.config
+        if config is None:
+            return
+        origin = f"{config} default ({release})"
+
+        def put(setting: str, rows, note: str = "") -> None:
+            known, value = trl.value_for(rows, versions) if rows is not None else (False, None)
+            if known and value is not None:
+                found[setting] = Value(setting, value, origin + note)
+
+        put("gradient_checkpointing", trl.table_for(trl.GRADIENT_CHECKPOINTING, config))
+        if config == "GRPOConfig":
+            self._grpo_length(versions, origin, found)
+            known, batch = trl.value_for(trl.GRPO_BATCH, versions)
+            if known and batch is not None:
+                found["micro_batch"] = Value("micro_batch", batch[0], origin + " (per_device_train_batch_size)")
+                found["grad_accum"] = Value("grad_accum", batch[1], origin + " (gradient_accumulation_steps)")
+        else:
+            put("seq_len", trl.table_for(trl.SEQUENCE_LENGTH, config), " (max_length)")
+        stated = [sources.get(name, {}) for name in ("flags", "training config", "config module", "script",
+                                                      "argument defaults")]
+        if not any(s.get("bf16") is not None or (s.get("fp16") is not None and s["fp16"].value is True)
+                   for s in stated):
+            known, on = trl.value_for(trl.table_for(trl.BF16_UNLESS_FP16, config), versions)
+            if known:
+                found["bf16"] = Value("bf16", on, origin + (": bf16 when fp16 is not set" if on else ""))
+        put("learning_rate", trl.table_for(trl.LEARNING_RATE, config))
+        sources["framework defaults"] = found
+        if facts.built_by_trainer:
+            self.setup.arguments_literal = True
+
+    def _trl_load_dtype(self, versions) -> Value | None:
+        """The dtype a TRL trainer loads a model given by name in, without model_init_kwargs."""
+        from cfgfix.training.frameworks import trl
+
+        known, dtype = trl.value_for(trl.NAMED_MODEL_DTYPE, versions)
+        if not known or dtype == "auto":
+            return None  # the checkpoint's own dtype
+        if dtype == "transformers":  # transformers' default: float32 below 5
+            below = self._versions().get("transformers").below("5.0.0")
+            if below is not True:
+                return None
+            return Value("weights", "fp32", f"the model loaded by name by the trainer ({versions.describe()}): "
+                         "transformers' default dtype float32 below 5")
+        return Value("weights", dtype, f"the model loaded by name by the trainer ({versions.describe()}): "
+                     "create_model_from_path's default dtype float32")
+
+    def _grpo_length(self, versions, origin: str, found: dict) -> None:
+        """GRPO trains on prompt + completion tokens: each from the launch, else its default."""
+        from cfgfix.training.frameworks import trl
+
+        total = 0
+        for setting, rows in (("prompt_len", trl.GRPO_PROMPT_LENGTH), ("completion_len", trl.GRPO_COMPLETION_LENGTH)):
+            stated = self._first(setting, ("flags", "training config", "config module", "script", "argument defaults"))
+            if stated is not None and isinstance(stated.value, int) and not isinstance(stated.value, bool):
+                total += stated.value
+                continue
+            known, value = trl.value_for(rows, versions)
+            if not known or value is None:
+                return
+            total += value
+        found["seq_len"] = Value("seq_len", total, f"{origin}: max_prompt_length + max_completion_length")
+
+    def _trl_model_ref(self, script, facts) -> None:
+        from cfgfix.training.resolve_refs import UNKNOWN, RefResolver
+
+        resolver = RefResolver(self.project, self.launch, self.launch_file, self.setup.script, script.refs)
+        resolved = resolver.resolve(facts.model_ref)
+        if resolved is None or resolved is UNKNOWN or not isinstance(resolved.value, str) or "/" not in resolved.value:
+            return
+        self.setup.sources["script"].setdefault("model", Value("model", resolved.value, f"model= from {resolved.origin}",
+                                                               resolved.span, "model"))
+
+    def _imported_setup(self, module):
+        from cfgfix.training.script import script_setup
+
+        return script_setup(self.project, module)
 
     def _transformers_version(self) -> str | None:
         """The project's exact transformers pin for the training script, else the installed
@@ -587,6 +713,8 @@ class _Resolver:
         setup = self.setup
         values = setup.values
         general = _GENERAL
+
+        general = ("flags", "training config", "config module", "script", "argument defaults", "framework defaults")
         for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
             value = self._first(setting, general)
             if value is not None:
@@ -648,7 +776,7 @@ class _Resolver:
 
     def _batch(self, general) -> None:
         setup, values = self.setup, self.setup.values
-        defaults = setup.trainer and setup.parses_training_arguments
+        defaults = setup.trainer and (setup.parses_training_arguments or setup.arguments_literal)
         micro = self._first("micro_batch", ("deepspeed config",) + general)
         if micro is None and defaults:
             micro = Value("micro_batch", TRAINING_ARGUMENT_DEFAULTS["per_device_train_batch_size"],
@@ -683,7 +811,7 @@ class _Resolver:
         if weights is not None:
             values["weights"] = Value("weights", weights.value, weights.origin, weights.span, weights.name)
         mixed = self._mixed(general)
-        if mixed is None and self.setup.trainer and self.setup.parses_training_arguments:
+        if mixed is None and self.setup.trainer and (self.setup.parses_training_arguments or self.setup.arguments_literal):
             mixed = Value("mixed_precision", "no", "TrainingArguments default (bf16 and fp16 off)")
         if mixed is not None:
             values["mixed_precision"] = mixed

@@ -56,6 +56,9 @@ class ScriptSetup:
     # `model = MyModel(cfg["model"])` with MyModel one of the project's nn.Module classes
     # (training/custom_model.py): sized per launch as the sum of its parts
     custom_model: object = None
+    # the script's TRL trainer and config class (training/trl_script.py TrlFacts), None
+    # for a script that does not import trl
+    trl: object = None
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -80,7 +83,24 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
                 return found[1] if found is not None else None
 
             cache[key].custom_model = find_custom_model(parsed[1], path, cache[key].config_modules, parse)
+        if cache[key] is not None and "trl" in parsed[0].text:
+            cache[key].trl = _trl_facts(project, parsed[0], parsed[1], cache[key])
     return cache[key]
+
+
+def _trl_facts(project, source, tree: ast.Module, found: ScriptSetup):
+    """The script's TRL trainer and config class; a class of the project's imported modules
+    built on TRL's (`from open_r1.configs import GRPOConfig`) counts as TRL's."""
+    from cfgfix.training.trl_script import local_trl_bases, read_trl
+
+    trees = [tree]
+    for module in found.config_modules:
+        parsed = project.script(module)
+        if parsed is not None and "trl" in parsed[0].text:
+            trees.append(parsed[1])
+    bases = local_trl_bases(trees, ImportMap)
+    return read_trl(tree, ImportMap(tree), source, single_assignments(tree.body), found.refs, bases,
+                    _conditional_nodes(tree))
 
 
 def _imported_parsers(project, tree: ast.Module, path: Path) -> dict:
@@ -173,7 +193,7 @@ def read_script(source, tree: ast.Module, path: Path, parsers: frozenset[str] = 
             argument_names.add(last)
         elif hf and last.endswith("Trainer") and last[:1].isupper():
             found.trainer = True
-        elif last == "HfArgumentParser":
+        elif last in ("HfArgumentParser", "TrlParser", "H4ArgumentParser"):  # TRL's and alignment-handbook's subclasses
             text = ast.unparse(node)
             if "TrainingArguments" in text or "Config" in text or "Arguments" in text:
                 found.parses_training_arguments = True
@@ -370,6 +390,11 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
         values.setdefault("gradient_checkpointing", Value(
             "gradient_checkpointing", True, f"gradient_checkpointing_enable() in {where}", source.span_of_node(node)))
     elif last == "LoraConfig":
+        if not node.args and all(kw.arg not in ("r", None) for kw in node.keywords):
+            # peft LoraConfig `r: int = field(default=8)` (peft 0.21.2 tuners/lora/config.py,
+            # 0.4.0 tuners/lora.py: the same default)
+            values.setdefault("lora_rank", Value("lora_rank", 8, f"LoraConfig default r=8 (peft) in {where}",
+                                                 source.span_of_node(node.func), "r"))
         for kw in node.keywords:
             if kw.arg == "r":
                 try:
