@@ -11,7 +11,9 @@ import re
 
 from cfgfix.documents.text import SourceText
 
-_FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.M)
+# A fence inside a list item is indented under the item's text (`1.  Start:` then
+# `    ```bash`): up to 8 columns, not CommonMark's 3 for a top-level fence.
+_FENCE = re.compile(r"^(?P<indent>[ \t]{0,8})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.M)
 _SHELL_INFO = {"", "sh", "bash", "shell", "console", "zsh", "shell-session", "shellsession"}
 
 
@@ -26,7 +28,7 @@ def shell_blocks_only(source: SourceText) -> SourceText:
             break
         fence = opening.group("fence")
         info = opening.group("info").strip().split()[0].lower() if opening.group("info").strip() else ""
-        closing = re.compile(rf"^[ \t]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M)
+        closing = re.compile(rf"^[ \t]{{0,8}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M)
         body_start = opening.end() + 1
         end = closing.search(text, body_start)
         body_end = end.start() if end else len(text)

@@ -188,6 +188,10 @@ class _Resolver:
         self._deepspeed(script)
         if tool is not None:
             tool.decide(self, setup.framework)
+        if script is not None and script.lightning is not None:
+            from cfgfix.training.resolve_lightning import resolve_lightning
+
+            resolve_lightning(self, script)
         self._combine()
         setup.transformers_version = self._transformers_version()
         return setup
@@ -271,7 +275,8 @@ class _Resolver:
             if known:
                 found["bf16"] = Value("bf16", on, origin + (": bf16 when fp16 is not set" if on else ""))
         put("learning_rate", trl.table_for(trl.LEARNING_RATE, config))
-        sources["framework defaults"] = found
+        for setting, value in found.items():  # a YAML tool's own defaults (frameworks/) stay first
+            sources.setdefault("framework defaults", {}).setdefault(setting, value)
         if facts.built_by_trainer:
             self.setup.arguments_literal = True
 
@@ -712,9 +717,7 @@ class _Resolver:
     def _combine(self) -> None:
         setup = self.setup
         values = setup.values
-        general = _GENERAL
-
-        general = ("flags", "training config", "config module", "script", "argument defaults", "framework defaults")
+        general = ("lightning",) + _GENERAL  # a Lightning Trainer's own arguments decide first
         for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
             value = self._first(setting, general)
             if value is not None:
@@ -742,8 +745,8 @@ class _Resolver:
             value = self._first(setting, ("deepspeed config", "accelerate config", "framework"))
             if value is not None:
                 values[setting] = value
-        value = self._first("fsdp", ("accelerate config",))
-        hf = self._first("fsdp", general[1:])
+        value = self._first("fsdp", ("lightning", "accelerate config"))
+        hf = self._first("fsdp", general[2:])
         decided = self._first("fsdp", ("framework",))  # a YAML tool's own FSDP keys, already read as a mode
         if decided is not None:
             value = decided
@@ -787,7 +790,11 @@ class _Resolver:
         if accum is None and defaults:
             accum = Value("grad_accum", 1, "TrainingArguments default (gradient_accumulation_steps)")
         world = None
-        if self.launch.world_size is not None:
+        lightning = setup.sources.get("lightning")
+        if lightning is not None and self.launch.launcher in ("python", None):
+            # Lightning starts its processes itself: devices x num_nodes ("auto": the machine's GPUs)
+            world = lightning.get("world_size")
+        elif self.launch.world_size is not None:
             world = Value("world_size", self.launch.world_size, f"{self.launch.launcher} launch in {self.display(self.launch_file)}",
                           self.launch.span)
         else:
@@ -806,7 +813,7 @@ class _Resolver:
     def _precision(self, general) -> None:
         values = self.setup.values
         deepspeed = self.setup.sources.get("deepspeed config", {})
-        weights = (self._first("weights_cast", ("script",)) or self._guarded_cast()
+        weights = (self._first("weights_cast", ("lightning", "script")) or self._guarded_cast()
                    or self._first("weights", ("framework", "script")))
         if weights is not None:
             values["weights"] = Value("weights", weights.value, weights.origin, weights.span, weights.name)

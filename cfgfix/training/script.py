@@ -59,6 +59,9 @@ class ScriptSetup:
     # the script's TRL trainer and config class (training/trl_script.py TrlFacts), None
     # for a script that does not import trl
     trl: object = None
+    # the script's Lightning Trainer arguments (training/lightning_script.py LightningFacts),
+    # None for a script that builds no Lightning Trainer
+    lightning: object = None
 
 
 def script_setup(project, path: Path) -> ScriptSetup | None:
@@ -85,6 +88,12 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
             cache[key].custom_model = find_custom_model(parsed[1], path, cache[key].config_modules, parse)
         if cache[key] is not None and "trl" in parsed[0].text:
             cache[key].trl = _trl_facts(project, parsed[0], parsed[1], cache[key])
+        if cache[key] is not None and "ightning" in parsed[0].text:
+            from cfgfix.training.lightning_script import read_lightning
+
+            tree = parsed[1]
+            cache[key].lightning = read_lightning(tree, ImportMap(tree), single_assignments(tree.body),
+                                                  cache[key].refs, _conditional_nodes(tree))
     return cache[key]
 
 

@@ -1,0 +1,259 @@
+"""A Lightning launch's Trainer arguments, resolved as Lightning applies them, and the setup
+they make (training/frameworks/lightning.py): processes = devices x num_nodes (Lightning
+starts them itself under plain `python`), ZeRO stage and offload from a DeepSpeed strategy,
+FSDP sharding, autocast or converted weights from `precision`, `accumulate_grad_batches`.
+
+Where the arguments come from, lowest first: `LightningCLI(trainer_defaults=...)`, the
+script's one literal `Trainer(...)` (its references resolved against the launch), then for a
+LightningCLI script the launch's `--config` files (their `trainer:` block, or the file it
+names) and `--trainer.X` flags in the order written (jsonargparse applies them in order), and
+for `Trainer.from_argparse_args(args)` the launch's `--X` flags. An argument the launch may
+set at run time (a `$VAR` config, a value computed in code) leaves what it decides unknown.
+"""
+
+from __future__ import annotations
+
+from cfgfix.training.frameworks import lightning as pl
+from cfgfix.training.values import Value
+
+
+def resolve_lightning(resolver, script) -> None:
+    facts = script.lightning
+    setup = resolver.setup
+    arguments: dict[str, Value] = {}
+    unknown = set(facts.opaque)
+    where = resolver.display(setup.script) if setup.script is not None else "the script"
+    for name, argument in facts.cli_defaults.items():
+        _take(resolver, script, arguments, unknown, argument, f"LightningCLI(trainer_defaults={{{name!r}: ...}}) in {where}")
+    for name, argument in facts.arguments.items():
+        _take(resolver, script, arguments, unknown, argument, f"Trainer({name}=) in {where}")
+    if facts.cli:
+        _cli_arguments(resolver, arguments, unknown)
+    elif facts.from_argparse and facts.call is None:
+        _flag_arguments(resolver, arguments, unknown, prefix="--")
+    if not (facts.call is not None or facts.cli or facts.from_argparse) or "*" in unknown:
+        return
+    found = _settings(arguments, unknown, "**" in unknown)
+    setup.sources["lightning"] = found
+    _deepspeed(setup, arguments, found)
+
+
+def _take(resolver, script, arguments, unknown, argument, origin: str) -> None:
+    parsed = resolver.project.script(resolver.setup.script) if argument.node is not None else None
+    span = parsed[0].span_of_node(argument.node) if parsed is not None else None
+    if argument.known:
+        arguments[argument.name] = Value(argument.name, argument.value, origin, span, argument.name)
+        unknown.discard(argument.name)
+        return
+    from cfgfix.training.resolve_refs import UNKNOWN, RefResolver
+
+    resolved = RefResolver(resolver.project, resolver.launch, resolver.launch_file, resolver.setup.script,
+                           script.refs).resolve(argument.ref) if argument.ref is not None else None
+    if resolved is None or resolved is UNKNOWN:
+        unknown.add(argument.name)
+        arguments.pop(argument.name, None)
+        return
+    value = resolved.value.to_python() if hasattr(resolved.value, "kind") else resolved.value
+    arguments[argument.name] = Value(argument.name, value, f"{argument.name}= from {resolved.origin}",
+                                     resolved.span, argument.name)
+    unknown.discard(argument.name)
+
+
+def _words(resolver) -> list[tuple[str, object]]:
+    return [(text, span) for text, span in resolver.launch.args]
+
+
+def _cli_arguments(resolver, arguments, unknown) -> None:
+    """`fit --config a.yaml --trainer.devices 2 -c b.yaml`: each in order."""
+    words = _words(resolver)
+    i = 0
+    while i < len(words):
+        span = words[i][1]
+        name, value, step = _option(words, i)
+        if name in ("--config", "-c"):
+            _config_file(resolver, value, arguments, unknown)
+        elif name == "--trainer":
+            _trainer_file(resolver, value, resolver.launch_file.parent, arguments, unknown)
+        elif name is not None and name.startswith("--trainer."):
+            _flag(name[len("--trainer."):], name, value, span, resolver, arguments, unknown)
+        i += step
+
+
+def _flag_arguments(resolver, arguments, unknown, prefix: str) -> None:
+    words = _words(resolver)
+    i = 0
+    while i < len(words):
+        name, value, step = _option(words, i)
+        if name is not None and name.startswith(prefix):
+            _flag(name[len(prefix):], name, value, words[i][1], resolver, arguments, unknown)
+        i += step
+
+
+def _option(words, i) -> tuple[str | None, str | None, int]:
+    text = words[i][0]
+    if not text.startswith("-"):
+        return None, None, 1
+    if "=" in text:
+        name, value = text.split("=", 1)
+        return name, value, 1
+    if i + 1 < len(words) and not words[i + 1][0].startswith("--"):
+        return text, words[i + 1][0], 2
+    return text, None, 1
+
+
+def _flag(key: str, written: str, value: str | None, span, resolver, arguments, unknown) -> None:
+    if key not in pl.ARGUMENTS:
+        return
+    if value is None or "$" in value:
+        unknown.add(key)
+        arguments.pop(key, None)
+        return
+    origin = f"{written} on the launch in {resolver.display(resolver.launch_file)}"
+    arguments[key] = Value(key, _scalar(value), origin, span, key)
+    unknown.discard(key)
+
+
+def _scalar(text: str):
+    text = text.strip().strip("'\"")
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.startswith("[") and text.endswith("]"):
+        items = [part.strip() for part in text[1:-1].split(",") if part.strip()]
+        if all(part.lstrip("-").isdigit() for part in items):
+            return [int(part) for part in items]
+    return text
+
+
+def _config_file(resolver, written: str | None, arguments, unknown) -> None:
+    from cfgfix.project import _resolve
+
+    path = _resolve(written, resolver.launch_file, resolver.project.root) if written and "$" not in written else None
+    doc = resolver.project.read(path) if path is not None else None
+    if doc is None or doc.root is None or doc.root.kind != "mapping":
+        unknown.update(pl.ARGUMENTS)  # a config the launch computes, or one that is missing
+        for key in pl.ARGUMENTS:
+            arguments.pop(key, None)
+        return
+    resolver.setup.files.setdefault("lightning config", path)
+    trainer = doc.root.get("trainer")
+    if trainer is None:
+        return
+    if trainer.kind == "scalar" and isinstance(trainer.value, str):
+        _trainer_file(resolver, trainer.value, path.parent, arguments, unknown)
+    elif trainer.kind == "mapping":
+        _trainer_block(resolver, doc, trainer, path, arguments, unknown)
+
+
+def _trainer_file(resolver, written: str | None, folder, arguments, unknown) -> None:
+    """`trainer: trainer.yaml` in a config (jsonargparse: relative to that config's folder)."""
+    if not written or "$" in written:
+        unknown.update(pl.ARGUMENTS)
+        return
+    path = (folder / written).resolve() if not written.startswith("/") else None
+    doc = resolver.project.read(path) if path is not None and path.is_file() else None
+    if doc is None or doc.root is None or doc.root.kind != "mapping":
+        unknown.update(pl.ARGUMENTS)
+        return
+    resolver.setup.files.setdefault("lightning trainer config", path)
+    _trainer_block(resolver, doc, doc.root, path, arguments, unknown)
+
+
+def _trainer_block(resolver, doc, block, path, arguments, unknown) -> None:
+    name = resolver.display(path)
+    for key in pl.ARGUMENTS:
+        node = block.get(key)
+        if node is None:
+            continue
+        value = node.to_python()
+        if isinstance(value, dict) and "class_path" in value:  # strategy: {class_path, init_args}
+            value = {"class": str(value["class_path"]).rsplit(".", 1)[-1], **(value.get("init_args") or {})}
+        arguments[key] = Value(key, value, f"trainer.{key} in {name}", doc.span(node), key)
+        unknown.discard(key)
+
+
+def _settings(arguments: dict[str, Value], unknown: set, spread: bool) -> dict[str, Value]:
+    found: dict[str, Value] = {}
+    get = arguments.get
+    strategy = get("strategy")
+    kind = _strategy_kind(strategy.value) if strategy is not None else None
+    # processes: devices (or 1.x gpus) x num_nodes, unless one process drives every GPU
+    devices = get("devices") or get("gpus")
+    nodes = get("num_nodes")
+    count = pl.device_count(devices.value) if devices is not None else None
+    node_count = nodes.value if nodes is not None and isinstance(nodes.value, int) and nodes.value > 0 else (
+        1 if nodes is None and "num_nodes" not in unknown and not spread else None)
+    if count is not None and node_count is not None and kind not in pl.SINGLE_PROCESS_STRATEGIES \
+            and "strategy" not in unknown:
+        how = f"{devices.origin}" + (f" x {nodes.origin}" if nodes is not None else "")
+        found["world_size"] = Value("world_size", count * node_count, f"{how} (Lightning starts the processes)",
+                                    devices.span, devices.name)
+    precision = get("precision")
+    if precision is not None:
+        unified = pl.unified_precision(precision.value)
+        origin, span = precision.origin, precision.span
+    elif "precision" not in unknown and not spread:
+        unified, origin, span = pl.DEFAULT_PRECISION, "the Lightning Trainer's default precision 32-true", None
+    else:
+        unified = None
+    if unified is not None:
+        autocast, converted = pl.PRECISIONS[unified]
+        found["mixed_precision"] = Value("mixed_precision", autocast, f"{origin} ({unified})", span, "precision")
+        if converted is not None:
+            found["weights_cast"] = Value("weights", converted, f"{origin} ({unified}: the module converted)", span,
+                                          "precision")
+        found["lightning_precision"] = Value("lightning_precision", unified, origin, span, "precision")
+    accumulate = get("accumulate_grad_batches")
+    if accumulate is not None and isinstance(accumulate.value, int) and not isinstance(accumulate.value, bool):
+        found["grad_accum"] = accumulate
+    elif accumulate is None and "accumulate_grad_batches" not in unknown and not spread:
+        found["grad_accum"] = Value("grad_accum", 1, "the Lightning Trainer's default accumulate_grad_batches 1")
+    if kind == "fsdp":
+        sharding = strategy.value.get("sharding_strategy", "FULL_SHARD") if isinstance(strategy.value, dict) else "FULL_SHARD"
+        mode = pl.FSDP_SHARDING.get(str(sharding).upper())
+        if mode is not None:
+            found["fsdp"] = Value("fsdp", mode, strategy.origin, strategy.span, "strategy")
+    if kind is not None:
+        found["strategy"] = Value("strategy", kind, strategy.origin, strategy.span, "strategy")
+    return found
+
+
+def _strategy_kind(value) -> str | None:
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name in pl.DEEPSPEED_STRATEGIES:
+            return "deepspeed"
+        if name in pl.FSDP_STRATEGIES:
+            return "fsdp"
+        return name
+    if isinstance(value, dict):
+        return {"DeepSpeedStrategy": "deepspeed", "FSDPStrategy": "fsdp", "DDPStrategy": "ddp",
+                "ModelParallelStrategy": "model-parallel"}.get(value.get("class"))
+    return None
+
+
+def _deepspeed(setup, arguments: dict[str, Value], found: dict[str, Value]) -> None:
+    """A DeepSpeed strategy: the ZeRO stage, offload and 16-bit engine Lightning writes into
+    the DeepSpeed config it builds (a `config=` JSON of the strategy is read as the
+    launch's DeepSpeed config instead)."""
+    strategy = arguments.get("strategy")
+    if strategy is None or found.get("strategy") is None or found["strategy"].value != "deepspeed":
+        return
+    value = strategy.value
+    if isinstance(value, str):
+        stage, offload_optimizer, offload_params = pl.DEEPSPEED_STRATEGIES[value.strip().lower()]
+    else:
+        if value.get("config") is not None:
+            return
+        stage = value.get("stage", pl.DEEPSPEED_DEFAULT_STAGE)
+        offload_optimizer = value.get("offload_optimizer", False) is True
+        offload_params = value.get("offload_parameters", False) is True
+    source = setup.sources.setdefault("deepspeed config", {})
+    origin = f"{strategy.origin} (the DeepSpeed config Lightning builds)"
+    source.setdefault("zero_stage", Value("zero_stage", stage, origin, strategy.span, "strategy"))
+    source.setdefault("offload_optimizer", Value("offload_optimizer", offload_optimizer, origin, strategy.span, "strategy"))
+    source.setdefault("offload_param", Value("offload_param", offload_params, origin, strategy.span, "strategy"))
+    precision = found.get("lightning_precision")
+    half = pl.DEEPSPEED_HALF.get(precision.value) if precision is not None else None
+    if half is not None and "bf16" not in source and "fp16" not in source:
+        source[half] = Value(half, True, f"{precision.origin} with {strategy.origin}", precision.span, "precision")
+    found.pop("weights_cast", None)  # DeepSpeed's engine holds the 16-bit weights
