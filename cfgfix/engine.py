@@ -61,7 +61,7 @@ RESULT_SCHEMA = "9"
 _NAMED_SCRIPT_KINDS = frozenset({"shell", "makefile", "dockerfile"})
 
 LAUNCH_TOKENS = (b"torchrun", b"accelerate", b"deepspeed", b"torch.distributed", b"python", b"llamafactory-cli",
-                 b"lmf", b"axolotl")
+                 b"lmf", b"axolotl", b"trl ")
 SHELL_KINDS = ("shell", "dockerfile", "makefile", "env", "markdown")
 POOL_MIN_FILES = 200  # below this a process pool costs more than it saves
 HUGE_NUMBER = ("holds a number with more than 4,300 digits, which Python (and so the tool that reads "

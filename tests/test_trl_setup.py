@@ -164,3 +164,34 @@ def test_value_for_reads_only_what_every_admitted_release_agrees_on():
     assert trl.value_for(rows, VersionInfo("trl", ">=0.21")) == (False, None)
     assert trl.value_for(rows, VersionInfo("trl", "==0.7.11")) == (False, None)  # older than any wheel read
     assert trl.value_for(rows, VersionInfo("trl", "")) == (False, None)
+
+
+def _cli_setups(tmp_path, launch, extra=None):
+    write_project(tmp_path, {"run.sh": launch, "requirements.txt": "trl==1.16.0\n", **(extra or {})})
+    engine, _, _ = lint_project(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        return training_setups(engine.project)
+    finally:
+        os.chdir(cwd)
+
+
+def test_the_trl_cli_runs_its_own_script_with_the_command_config(tmp_path):
+    launch = ("trl sft --model_name_or_path Qwen/Qwen2.5-0.5B \\\n    --dataset_name trl-lib/Capybara --config cfg.yaml\n"
+              "trl dpo --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dtype bfloat16 --output_dir o\n")
+    setups = _cli_setups(tmp_path, launch, {"cfg.yaml": "gradient_checkpointing: false\nper_device_train_batch_size: 2\n"
+                                                       "learning_rate: 1.0e-5\n"})
+    sft, dpo = sorted(setups, key=lambda s: s.launch.span.line)
+    assert sft.launch.module == "trl.scripts.sft"
+    assert _value(sft, "model") == "Qwen/Qwen2.5-0.5B"
+    assert _value(sft, "gradient_checkpointing") is False  # the config's, over SFTConfig's True
+    assert (_value(sft, "micro_batch"), _value(sft, "grad_accum")) == (2, 1)
+    assert _value(sft, "seq_len") == 1024 and _value(sft, "precision") == "amp-bf16"
+    assert _value(dpo, "weights") == "bf16"  # ModelConfig --dtype
+    assert _value(dpo, "seq_len") == 1024 and _value(dpo, "micro_batch") == 8
+
+
+def test_trl_commands_that_do_not_train_are_not_launches(tmp_path):
+    setups = _cli_setups(tmp_path, "trl env\ntrl vllm-serve --model Qwen/Qwen2.5-0.5B\nctrl sft --x 1\n")
+    assert setups == []

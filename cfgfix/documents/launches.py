@@ -98,11 +98,14 @@ def _is_python(word: Word) -> bool:
 # whole training setup (HF Trainer underneath); the tool decides its processes
 # (cfgfix/training/frameworks reads how).
 TOOL_COMMANDS = {"llamafactory-cli": "llamafactory.train", "lmf": "llamafactory.train", "axolotl": "axolotl.cli.train"}
+# `trl sft --model_name_or_path ... --config x.yaml`: trl's CLI runs trl/scripts/<command>.py
+# under `accelerate launch` (trl 1.16.0 trl/cli/accelerate_launcher.py)
+TRL_COMMANDS = frozenset({"sft", "dpo", "grpo", "kto", "reward", "rloo"})
 
 
 def _is_launcher(word: Word) -> bool:
     name = _program(word)
-    return (name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env") or name in TOOL_COMMANDS
+    return (name in ("accelerate", "accelerate-launch", "torchrun", "deepspeed", "env", "trl") or name in TOOL_COMMANDS
             or _is_python(word))
 
 
@@ -673,6 +676,14 @@ def _recognise(command: Command, copied: bool = False) -> _Found | None:
         config = next((w for w in rest[1:] if w.text.lower().endswith((".yaml", ".yml", ".json"))), None)
         return _Found(name, rest[0], rest[1:], TOOL_COMMANDS[name], counting="unknown",
                       configs={"config": config} if config is not None else {})
+    if name == "trl":
+        if not rest or rest[0].text not in TRL_COMMANDS:
+            return None
+        at = next((i for i, w in enumerate(rest[1:-1], 1) if w.text == "--config"), None)
+        config = rest[at + 1] if at is not None else next(
+            (w for w in rest[1:] if w.text.startswith("--config=")), None)
+        return _Found(name, rest[0], rest[1:], f"trl.scripts.{rest[0].text}", counting="unknown",
+                      configs={"config": config} if config is not None and at is not None else {})
     if _is_python(command.words[start]):
         found = _python(rest)
         if found is not None and copies and found.counting == "single":

@@ -129,6 +129,20 @@ def is_training_config(doc) -> bool:
     return len(set(from_config(doc, "").keys()) & TRAINING_MARKERS) >= 2
 
 
+def _trl_cli_facts(module: str | None):
+    """The TrlFacts of a `trl <command>` launch (trl/scripts/<command>.py: a TrlParser over
+    the command's *Config and ModelConfig, the model given to the trainer by name)."""
+    if not module or not module.startswith("trl.scripts."):
+        return None
+    from cfgfix.training.frameworks.trl import CLI_CONFIGS
+    from cfgfix.training.trl_script import TrlFacts
+
+    config = CLI_CONFIGS.get(module.rsplit(".", 1)[-1])
+    if config is None:
+        return None
+    return TrlFacts(config=config, config_origin=f"trl {module.rsplit('.', 1)[-1]}", named_model=True)
+
+
 class _Resolver:
     def __init__(self, project, launch, launch_file: Path) -> None:
         from cfgfix.project import script_path
@@ -153,12 +167,17 @@ class _Resolver:
         script = script_setup(project, setup.script) if setup.script is not None else None
         if launch.module in TOOL_MODULES:
             setup.trainer = setup.trains = True  # the tool trains with an HF Trainer
+        cli = _trl_cli_facts(launch.module)
+        if cli is not None:  # `trl sft ...`: trl/scripts/sft.py parses SFTConfig from the flags
+            setup.trainer = setup.trains = setup.parses_training_arguments = True
         if script is not None:
             setup.trainer = script.trainer
             setup.trains = script.trains
             setup.parses_training_arguments = script.parses_training_arguments and not script.mutates_arguments
             setup.arguments_literal = (len(script.argument_calls) == 1 and script.arguments_complete
                                        and not script.mutates_arguments and not script.parses_training_arguments)
+            if cli is not None:  # trl's own script (the trl repository itself): it parses its flags
+                setup.trainer = setup.trains = setup.parses_training_arguments = True
         self._training_config()
         tool = self._framework()
         if script is not None:
@@ -182,8 +201,8 @@ class _Resolver:
                 sources["argument defaults"] = {
                     value.setting: value for value in script.argument_defaults.values()
                     if value is not None and value.setting in _DEFAULTABLE}
-        if script is not None:
-            self._trl(script)
+        if script is not None or cli is not None:
+            self._trl(script, cli)
         self._accelerate()
         self._deepspeed(script)
         if tool is not None:
@@ -219,14 +238,14 @@ class _Resolver:
             cache[key] = ProjectVersions(self.project.root)
         return cache[key].for_file(self.setup.script or self.launch_file)
 
-    def _trl(self, script) -> None:
+    def _trl(self, script, cli=None) -> None:
         """A TRL trainer's setup: the model it is given by name, and its config class's
         defaults for the trl release the project uses (its pin, the installed copy, else the
         current release, docs/versions.md) where the launch leaves a setting to them."""
         from cfgfix.training.frameworks import trl
 
-        facts = script.trl
-        for module in script.config_modules if facts is None or facts.trainer is None else ():
+        facts = cli or script.trl
+        for module in script.config_modules if cli is None and (facts is None or facts.trainer is None) else ():
             imported = self._imported_setup(module)
             if imported is not None and imported.trl is not None and imported.trl.trainer is not None:
                 facts = imported.trl
@@ -245,9 +264,9 @@ class _Resolver:
         elif facts.model_ref is not None:
             self._trl_model_ref(script, facts)
         if facts.named_model:
-            weights = facts.model_dtype or self._trl_load_dtype(versions)
+            weights = facts.model_dtype or self._trl_load_dtype(versions, cli is not None)
             if weights is not None:
-                sources["script"].setdefault("weights", weights)
+                sources.setdefault("script", {}).setdefault("weights", weights)
         config = facts.config
         if config is None:
             return
@@ -280,11 +299,22 @@ class _Resolver:
         if facts.built_by_trainer:
             self.setup.arguments_literal = True
 
-    def _trl_load_dtype(self, versions) -> Value | None:
-        """The dtype a TRL trainer loads a model given by name in, without model_init_kwargs."""
+    def _trl_load_dtype(self, versions, cli: bool) -> Value | None:
+        """The dtype a TRL trainer loads a model given by name in, without model_init_kwargs
+        (`cli`: trl's own scripts, which pass ModelConfig's `--dtype`)."""
         from cfgfix.training.frameworks import trl
 
-        known, dtype = trl.value_for(trl.NAMED_MODEL_DTYPE, versions)
+        if cli:
+            words = [text for text, _ in self.launch.args]
+            for index, text in enumerate(words[:-1]):
+                if text in ("--dtype", "--torch_dtype"):  # ModelConfig's (`dtype` from trl 0.24)
+                    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(words[index + 1])
+                    return Value("weights", dtype, f"{text} {words[index + 1]} on the launch") if dtype else None
+            stated = self._first("weights_config", ("flags", "training config"))
+            if stated is not None:
+                dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(stated.value))
+                return Value("weights", dtype, stated.origin, stated.span, stated.name) if dtype else None
+        known, dtype = trl.value_for(trl.CLI_MODEL_DTYPE if cli else trl.NAMED_MODEL_DTYPE, versions)
         if not known or dtype == "auto":
             return None  # the checkpoint's own dtype
         if dtype == "transformers":  # transformers' default: float32 below 5

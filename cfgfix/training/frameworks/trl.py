@@ -96,3 +96,12 @@ def value_for(rows: _Rows, versions) -> tuple[bool, object]:
 
 def table_for(table: dict[str, _Rows], config: str) -> _Rows | None:
     return table.get(config) or table.get(_ALL)
+
+
+# `trl <command>` (trl/cli): the script it runs and the config class that script parses
+CLI_CONFIGS = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig", "kto": "KTOConfig",
+               "reward": "RewardConfig"}
+# trl/scripts/<command>.py load the model with `dtype=model_args.dtype`: ModelConfig's
+# `dtype`/`torch_dtype` default None through 0.26.0 (transformers' own default), "float32" from
+# 0.27.0 (trl/trainer/model_config.py)
+CLI_MODEL_DTYPE: _Rows = (("0.19.1", "transformers"), ("0.27.0", "fp32"))
