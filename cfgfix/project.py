@@ -439,6 +439,8 @@ class ProjectModel:
                 launch = LaunchFacts.from_dict(data)
                 if launch.hostfile and launch.world_size is None:
                     launch = replace(launch, world_size=hostfile_world_size(launch, sf.path, root))
+                if launch.module in TOOL_ENV_MODULES and not launch.deepspeed_config and launch.training_config:
+                    launch = replace(launch, deepspeed_config=model._tool_deepspeed(launch, sf.path))
                 model.launches.append((launch, real))
                 if launch.script is None and launch.module is None:
                     continue
@@ -561,6 +563,18 @@ class ProjectModel:
             if display == shown:
                 return real
         return _real(Path(shown))
+
+    def _tool_deepspeed(self, launch: LaunchFacts, launch_file: Path) -> str | None:
+        """`deepspeed: ds.json` in the YAML a training tool runs (`llamafactory-cli train x.yaml`,
+        `axolotl train x.yml`): the launch's DeepSpeed config, for every rule that needs one
+        (the tools hand it to the HF Trainer as --deepspeed)."""
+        path = _resolve(launch.training_config, launch_file, self.root)
+        doc = self.read(path) if path is not None else None
+        root = doc.root if doc is not None else None
+        node = root.get("deepspeed") if root is not None and root.kind == "mapping" else None
+        if node is None or node.kind != "scalar" or not isinstance(node.value, str) or not node.value.strip():
+            return None
+        return node.value.strip()
 
     def read(self, path: Path):
         """The parsed config at `path` (a real path), or None when it cannot be read."""

@@ -302,3 +302,15 @@ def test_fit_writes_axolotl_keys_and_one_deepspeed_config(tmp_path, monkeypatch)
     assert "gradient_checkpointing: true\n" in text and "micro_batch_size: 1\n" in text
     assert "per_device_train_batch_size" not in text and text.count("deepspeed:") <= 1
     assert len(list(tmp_path.glob("ds_zero*.json"))) <= 1
+
+
+def test_the_tools_yaml_deepspeed_key_is_the_launchs_deepspeed_config_for_the_rules(tmp_path):
+    """CFX502 checks the batch arithmetic of the JSON the axolotl YAML names against the
+    launch's 4 processes; the same JSON that no launch names is not checked against any."""
+    ds = '{"train_batch_size": 7, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}\n'
+    launch = "accelerate launch --num_processes 4 -m axolotl.cli.train c.yml\n"
+    write_project(tmp_path / "named", {"t.sh": launch, "zero2.json": ds,
+                                       "c.yml": "base_model: meta-llama/Llama-3.2-1B\ndeepspeed: zero2.json\n"})
+    assert "CFX502" in _codes(tmp_path / "named")
+    write_project(tmp_path / "unnamed", {"t.sh": launch, "zero2.json": ds, "c.yml": "base_model: meta-llama/Llama-3.2-1B\n"})
+    assert "CFX502" not in _codes(tmp_path / "unnamed")
