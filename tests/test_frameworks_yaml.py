@@ -314,3 +314,28 @@ def test_the_tools_yaml_deepspeed_key_is_the_launchs_deepspeed_config_for_the_ru
     assert "CFX502" in _codes(tmp_path / "named")
     write_project(tmp_path / "unnamed", {"t.sh": launch, "zero2.json": ds, "c.yml": "base_model: meta-llama/Llama-3.2-1B\n"})
     assert "CFX502" not in _codes(tmp_path / "unnamed")
+
+
+def test_writer_quantizes_in_each_tools_own_keys(tmp_path, monkeypatch):
+    """A 4-bit base is LLaMA-Factory's quantization_bit (LoRA runs only) and axolotl's
+    load_in_4bit with adapter qlora: the edits add exactly those keys."""
+    from cfgfix.training.write_setup import SetupWriter
+
+    lf = tmp_path / "lf"
+    write_project(lf, {"run.sh": "llamafactory-cli train a.yaml\n", "a.yaml": LF_LORA})
+    engine, _, _ = lint_project(lf)
+    setup = training_setups(engine.project)[0]
+    change = SetupWriter(engine.project, setup).set("quantization", "4bit")
+    assert [e.content for e in change.edits] == ["\nquantization_bit: 4"]
+    full = tmp_path / "full"
+    write_project(full, {"run.sh": "llamafactory-cli train a.yaml\n", "a.yaml": LF_LORA.replace("lora", "full")})
+    engine, _, _ = lint_project(full)
+    writer = SetupWriter(engine.project, training_setups(engine.project)[0])
+    assert writer.set("quantization", "4bit") is None and "LoRA" in writer.reason
+    ax = tmp_path / "ax"
+    write_project(ax, {"t.sh": "axolotl train c.yml\n", "c.yml": "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_r: 8\n"})
+    monkeypatch.chdir(ax)  # the replaced value's span names the file as shown from here
+    engine, _, _ = lint_project(ax)
+    change = SetupWriter(engine.project, training_setups(engine.project)[0]).set("quantization", "4bit")
+    edits = {(e.start, e.end): e.content for e in change.edits}
+    assert sorted(edits.values()) == ["\nload_in_4bit: true", "qlora"]
