@@ -408,6 +408,7 @@ class ProjectModel:
         self._overrides: dict[Path, bytes] = {}
         self._links: tuple | None = None
         self._project_bounds: dict | None = None  # the code idioms of every file (version conditions)
+        self.launched: dict[Path, list] = {}  # a script's real path -> every launch that runs it
         self.target_gpu: str | None = None  # [tool.cfgfix] gpu / --gpu
         self.target_gpus: int | None = None
         self.target_gpu_origin = "gpu in the cfgfix settings"
@@ -450,6 +451,8 @@ class ProjectModel:
                     world = _accelerate_world_size(launch.accelerate_config, sf.path, root)
                 if script is not None and world is not None and world > 1:
                     model.multi_process.setdefault(script, []).append((launch, world))
+                if script is not None:
+                    model.launched.setdefault(script, []).append(launch)
         return model
 
     def condition_holds(self, condition: str, sf) -> list[Related] | None:
@@ -461,6 +464,8 @@ class ProjectModel:
         base, *qualifiers = condition.split(";")
         if base == "version":
             return self._version_holds(qualifiers)
+        if base == "launch-flags":
+            return self._flags_hold(sf, qualifiers)
         if base != "multi-process-launch":
             return None
         launches = self.multi_process.get(Path(os.path.realpath(sf.path)))
@@ -475,6 +480,22 @@ class ProjectModel:
         if not launches:
             return None
         return [Related(launch.span, f"launched here with {world} processes") for launch, world in launches]
+
+    def _flags_hold(self, sf, qualifiers: list[str]) -> list[Related] | None:
+        """`launch-flags;unless:--deepspeed` (a statement in the `else` of `if args.deepspeed:`):
+        it holds unless the script has launches and every one of them turns a needed-off flag
+        on (or surely leaves a needed-on flag off). A script no launch of the project runs
+        may be run any way: it holds."""
+        launches = self.launched.get(Path(os.path.realpath(sf.path)))
+        if not launches:
+            return []
+        for qualifier in qualifiers:
+            kind, _, options = qualifier.partition(":")
+            if kind == "unless":
+                launches = [launch for launch in launches if not turns_on(launch.args, options.split(","))]
+            elif kind == "only":
+                launches = [launch for launch in launches if not turns_off(launch.args, options.split(","))]
+        return [] if launches else None
 
     def _version_holds(self, qualifiers: list[str]) -> list[Related] | None:
         """`version;at_least:transformers:5.0.0` (a finding on an assumed current release):

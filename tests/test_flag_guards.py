@@ -142,7 +142,7 @@ def test_turns_off(text, off):
     ("", False),  # not seen (a TrainingArguments field, say)
 ])
 def test_default_off(declaration, off):
-    from cfgfix.rules.loading.cfx105_device_map_in_distributed_training import _default_off
+    from cfgfix.rules.launch_flags import default_off as _default_off
     from cfgfix.training.references import read_refs
 
     tree = ast.parse("import argparse, os\nparser = argparse.ArgumentParser()\n" + declaration + "\n")

@@ -8,6 +8,7 @@ from cfgfix.analysis.model_calls import LOAD_TRIGGERS, may_load_model
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Conditioned, Example, Rule, register
+from cfgfix.rules.launch_flags import flag_qualifiers
 
 _LAUNCH_2 = {"launch.sh": "torchrun --nproc_per_node 2 train.py\n"}
 _DS_BRANCH = (
@@ -30,32 +31,6 @@ _MP_BRANCH = (
     "    model = AutoModelForCausalLM.from_pretrained('m')\n"
     "Trainer(model=model).train()\n"
 )
-
-
-def _default_off(refs, tree, dest: str) -> bool:
-    """The flag `dest` is off unless a launch sets it: an argparse flag with no default,
-    `default=None`/`False`/`0`/`""` or `action="store_true"`, or a field of the module's
-    own dataclass (`use_lora: bool = field(default=False)`) with such a default. A computed
-    default, a flag declared twice or one we cannot see (a TrainingArguments field) is not."""
-    import ast
-
-    default = refs.defaults.get(dest)
-    if default is not None:
-        if dest in refs.repeated:
-            return False
-        computed = default.node is not None and default.value is None and not (
-            isinstance(default.node, ast.Constant) and default.node.value is None)
-        return not computed and not default.value
-    values = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == dest:
-                    value = stmt.value
-                    if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field"):
-                        value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
-                    values.append(value)
-    return len(values) == 1 and isinstance(values[0], ast.Constant) and not values[0].value
 
 
 def _one_per_process(text: str) -> str:
@@ -362,33 +337,9 @@ class DeviceMapInDistributedTraining(Rule):
                 "one whole model per process instead.",
                 fix=self._fix(ctx, keyword) if keyword is not None else None,  # set in a kwargs dict
             )
-            qualifiers = self._flag_qualifiers(ctx, load) if load.path is None else ""
+            qualifiers = flag_qualifiers(ctx, load.call) if load.path is None else ""
             # only the launches that set those flags so reach the load (project.py condition_holds)
             yield Conditioned(finding, self.condition + qualifiers) if qualifiers else finding
-
-    @staticmethod
-    def _flag_qualifiers(ctx, load) -> str:
-        """`;unless:--a,--b` for each flag the load's branch needs off (the `else` of `if
-        training_args.use_deepspeed:` or `if args.deepspeed:`), `;only:--a` for each it
-        needs on whose default is surely off (the body of `if args.model_parallel:` with
-        `action="store_true"`). A flag is named by every option that sets it: its argparse
-        option strings, else `--name` (HfArgumentParser also takes `--use-deepspeed`)."""
-        from cfgfix.analysis.flag_guards import flag_needs
-        from cfgfix.training.references import read_refs
-
-        tree = ctx.document.tree
-        refs = read_refs(tree)
-        needs = flag_needs(tree, load.call, refs.namespaces)
-        out = []
-        for (_, dest), on in needs:
-            if on and not _default_off(refs, tree, dest):
-                continue  # a flag that may be on by default: every launch may reach the load
-            declared = [o for o, d in refs.options.items() if d == dest]
-            options = [o for o in dict.fromkeys(declared or [f"--{dest}", f"--{dest.replace('_', '-')}"])
-                       if o.startswith("-") and "," not in o and ";" not in o]
-            if options:
-                out.append(f";{'only' if on else 'unless'}:{','.join(options)}")
-        return "".join(out)
 
     def _fix(self, ctx, keyword) -> Fix:
         src, imports = ctx.source, ctx.models.imports

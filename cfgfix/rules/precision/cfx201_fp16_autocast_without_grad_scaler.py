@@ -22,7 +22,8 @@ from cfgfix.analysis.amp import (
 )
 from cfgfix.analysis.names import single_assignments
 from cfgfix.core import Finding, Related, Severity
-from cfgfix.rules.base import Example, Rule, register
+from cfgfix.rules.base import Conditioned, Example, Rule, register
+from cfgfix.rules.launch_flags import flag_qualifiers
 
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 
@@ -76,6 +77,9 @@ class Fp16AutocastWithoutGradScaler(Rule):
     dtype it cannot resolve (`dtype=args.dtype`), for a device type it cannot resolve
     without an explicit dtype, when the loss leaves the function before `backward()`, and in
     files that never build or step an optimizer (gradients for attribution, not training).
+    An unscaled `loss.backward()` in the `else` of `if args.deepspeed:` (a DeepSpeed engine's
+    `backward` on the other side) is reported only when some launch of the script leaves
+    `--deepspeed` off, or no launch in the project runs it.
     An `enabled=args.fp16` switch is flagged: whenever it is on, nothing scales the loss, and
     so is a region on one side of an `if` whose `else` runs the forward without autocast.
     `device_type="cuda" if torch.cuda.is_available() else "cpu"` is CUDA: the training runs
@@ -121,13 +125,32 @@ class Fp16AutocastWithoutGradScaler(Rule):
     severity = Severity.ERROR
     fix_availability = "none"
     triggers = ((b".backward(",), (b"autocast",))
+    condition = "launch-flags"  # the launches that reach the unscaled backward (rules/launch_flags.py)
     # A scaler used in the file (GradScaler, a NativeScaler wrapper, `loss_scaler(...)`,
     # `self.scaler.scale(...)`) means the loss may be scaled: the rule cannot match, so the
     # file is not parsed for it. A name that is only imported (`from torch.cuda.amp import
     # autocast, GradScaler`) and never called does not scale anything.
     trigger_check = staticmethod(lambda data: _SCALER_USE.search(data) is None)
 
+    _DS_BRANCH = (
+        "import argparse\nimport torch\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--deepspeed', action='store_true')\n"
+        "args = parser.parse_args()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+        "for batch in loader:\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = model(batch)\n"
+        "    if args.deepspeed:\n"
+        "        engine.backward(loss)\n"
+        "        engine.step()\n"
+        "    else:\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+
     VALID = [
+        Example(_DS_BRANCH, "the unscaled backward is the `else` of `if args.deepspeed:`, and every launch passes "
+                "--deepspeed (the engine scales the loss)",
+                files={"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed --deepspeed_config ds.json\n"}),
         Example(
             "import torch\n"
             "scaler = torch.amp.GradScaler('cuda')\n"
@@ -306,6 +329,10 @@ class Fp16AutocastWithoutGradScaler(Rule):
         ),
     ]
     INVALID = [
+        Example(_DS_BRANCH, "a launch that leaves --deepspeed off reaches the unscaled backward", line=8,
+                files={"train.sh": "deepspeed --num_gpus 2 train.py --deepspeed --deepspeed_config ds.json\n"
+                                   "python train.py\n"}),
+        Example(_DS_BRANCH, "no launch in the project: the script may run either way", line=8),
         Example(
             "import torch\n"
             "from dataclasses import dataclass\n"
@@ -420,7 +447,7 @@ class Fp16AutocastWithoutGradScaler(Rule):
                     how = (" (the default of `torch.cuda.amp.autocast()`)" if region.api in AUTOCAST_CUDA
                            else " (the CUDA default when no dtype is given)")
                 when = " when enabled" if region.enabled is None else ""
-                yield self.finding(
+                finding = self.finding(
                     src.span_of_node(region.call),
                     f"`{short(src, region.call)}` runs the forward in float16{how}{when}, and "
                     f"`{short(src, backward.func.value, 40)}.backward()` on line {backward.lineno} "
@@ -432,6 +459,10 @@ class Fp16AutocastWithoutGradScaler(Rule):
                     "or bfloat16 autocast on GPUs that support it.",
                     related=[Related(src.span_of_node(backward), "backward without a GradScaler")],
                 )
+                # the unscaled backward in the `else` of `if args.deepspeed:` runs only on the
+                # launches that leave --deepspeed off (project.py `condition_holds`)
+                qualifiers = flag_qualifiers(ctx, backward)
+                yield Conditioned(finding, self.condition + qualifiers) if qualifiers else finding
                 break
 
     @staticmethod
