@@ -197,14 +197,19 @@ def close_keys(key: str) -> list[str]:
     return [k for _, k in close]
 
 
-def check(value: str, variable: str, report_unknown: bool) -> list[Problem]:
+def check(value: str, variable: str, report_unknown: bool, unknown: tuple = ()) -> list[Problem]:
     """Every problem in a settings string. `report_unknown`: also report keys that look
     like no known key (only where the CUDA allocator would reject them and the key table is
-    not older than the project's torch)."""
+    not older than the project's torch). `unknown`: the (start, end) ranges of the string
+    that are computed when it runs (an f-string's `{mb}`): an option with a part there is
+    not judged alone, only in combination with the others (`max_split_size_mb:{mb}` beside
+    `expandable_segments:True`)."""
     options = parse(value)
     problems: list[Problem] = []
     flagged: set[int] = set()
     for option in options:
+        if any(start < option.end and option.key.start < end for start, end in unknown):
+            continue
         found = _check_option(option, value, variable, report_unknown)
         if found:
             flagged.add(id(option))
@@ -445,6 +450,11 @@ class Setting:
     value: ast.expr | None  # the value expression as written
     literal: ast.Constant | None  # the string constant it resolves to (maybe elsewhere)
     root: str  # the name the statement reaches `os` through (`os`, `environ`, `putenv`)
+    # An f-string value (`f"expandable_segments:True,max_split_size_mb:{mb}"`): its text, each
+    # `{...}` replaced by the constant it names when bound once, else by its own source, and
+    # the ranges of the text that stay unknown until it runs (`check`'s `unknown`), and the
+    # f-string node (maybe bound to a name elsewhere).
+    template: tuple[str, tuple, ast.JoinedStr] | None = None
 
 
 _SETTERS = ("os.environ.setdefault", "os.putenv", "os.environ.update")
@@ -472,7 +482,8 @@ def _python_settings(ctx) -> list[Setting]:
             name = scopes.string(target.slice, stmt)
             if name in VARIABLES:
                 root = _root_name(target.value)
-                found.append(Setting(name, stmt, stmt.value, scopes.literal(stmt.value, stmt), root))
+                found.append(Setting(name, stmt, stmt.value, scopes.literal(stmt.value, stmt), root,
+                                     scopes.template(stmt.value, stmt)))
     for site in index.calls_named(*_SETTERS):
         call, stmt = site.node, site.context.stmt
         root = _root_name(call.func)
@@ -484,11 +495,13 @@ def _python_settings(ctx) -> list[Setting]:
             for key, value in pairs:
                 name = scopes.string(key, stmt)
                 if name in VARIABLES:
-                    found.append(Setting(name, stmt, value, scopes.literal(value, stmt), root))
+                    found.append(Setting(name, stmt, value, scopes.literal(value, stmt), root,
+                                         scopes.template(value, stmt)))
         elif len(call.args) == 2 and not call.keywords:
             name = scopes.string(call.args[0], stmt)
             if name in VARIABLES:
-                found.append(Setting(name, stmt, call.args[1], scopes.literal(call.args[1], stmt), root))
+                found.append(Setting(name, stmt, call.args[1], scopes.literal(call.args[1], stmt), root,
+                                     scopes.template(call.args[1], stmt)))
     found.sort(key=lambda s: (s.stmt.lineno, s.stmt.col_offset))
     return found
 
@@ -519,6 +532,34 @@ class _Scopes:
     def string(self, node: ast.expr | None, stmt: ast.stmt) -> str | None:
         literal = self.literal(node, stmt)
         return literal.value if literal is not None else None
+
+    def template(self, node: ast.expr | None, stmt: ast.stmt) -> tuple[str, tuple, ast.JoinedStr] | None:
+        """An f-string's text (also through a name bound once to one), with the ranges that
+        stay unknown; None for anything else."""
+        if isinstance(node, ast.Name):
+            node = self._lookup(node.id, stmt)
+        if not isinstance(node, ast.JoinedStr):
+            return None
+        text, unknown = "", []
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                text += part.value
+                continue
+            if not isinstance(part, ast.FormattedValue):
+                return None
+            value = part.value
+            if isinstance(value, ast.Name):
+                value = self._lookup(value.id, stmt) or value
+            if isinstance(value, ast.Constant) and isinstance(value.value, (str, int, float)) \
+                    and part.conversion == -1 and part.format_spec is None:
+                text += str(value.value)
+                continue
+            shown = "{" + ast.unparse(part.value) + "}"
+            if any(ch in shown for ch in ",:[]") or any(ch.isspace() for ch in shown):
+                shown = "{...}"
+            unknown.append((len(text), len(text) + len(shown)))
+            text += shown
+        return text, tuple(unknown), node
 
     def _lookup(self, name: str, stmt: ast.stmt) -> ast.expr | None:
         function = self.index.contexts[id(stmt)].function if id(stmt) in self.index.contexts else None

@@ -133,6 +133,7 @@ class LoopAnalysis:
         self._within: dict[int, list[CallSite]] = {}
         self._scopes_done: set[int] = set()
         self._guarded_functions: dict[int, bool] = {}
+        self._values = None  # `attributes.ValueIndex`, built when a helper object's method is asked about
 
     # -- calls per loop ----------------------------------------------------------------
     def direct_calls(self, loop: ast.stmt) -> list[CallSite]:
@@ -286,29 +287,54 @@ class LoopAnalysis:
             return func.id in self.forward_functions
         return site.receiver in ("self", "cls") and site.method in self.forward_functions
 
-    def step_callers(self, function: ast.AST) -> list[tuple[CallSite, ast.stmt, str]]:
+    def step_callers(self, function: ast.AST) -> list[tuple[CallSite, ast.stmt | None, object]]:
         """Where this module calls `function` once per step: (the call, its step loop, the
-        loop's kind), for a plain function (`cleanup()`) or a method of the same class
-        (`self._cleanup_memory()`)."""
+        loop's kind), or (the call, None, the `steps.StepFunction`) for a call in a
+        framework's per-step hook (`on_step_end`). For a plain function (`cleanup()`), a
+        method of the same class (`self._cleanup_memory()`), or a method of a helper object
+        the module builds from the method's class (`self.memory_manager.after_batch()` after
+        `self.memory_manager = MemoryManager()`, `memory = MemoryManager()` then
+        `memory.step()`)."""
         if not isinstance(function, Function):
             return []
+        owner = self._class_of(function)
         out = []
         for site in self.index.calls:
             func = site.node.func
             if isinstance(func, ast.Name) and func.id == function.name:
                 pass
             elif site.receiver in ("self", "cls") and site.method == function.name:
-                if site.context.classdef is None or site.context.classdef is not self._class_of(function):
+                if site.context.classdef is None or site.context.classdef is not owner:
                     continue
-            else:
+            elif owner is None or site.method != function.name or not self._instance_of(site, owner):
                 continue
             loops = site.context.loops
             if not loops:
+                hook = self._step_hooks.get(id(site.context.function))
+                if hook is not None:
+                    out.append((site, None, hook))
                 continue
             kind = self.is_step_loop(loops[-1])
             if kind is not None:
                 out.append((site, loops[-1], kind))
         return out
+
+    @cached_property
+    def _step_hooks(self) -> dict:
+        from cfgfix.analysis.steps import step_functions
+
+        return step_functions(self.index.tree, self.imports)
+
+    def _instance_of(self, site: CallSite, cls: ast.ClassDef) -> bool:
+        """The call's receiver was built by `cls(...)` (through a name or `self.x` bound once)."""
+        if not isinstance(site.node.func, ast.Attribute) or site.receiver is None:
+            return False
+        from cfgfix.analysis.attributes import ValueIndex
+
+        if self._values is None:
+            self._values = ValueIndex(self.index.tree)
+        built = self._values.origin(site.node.func.value, site.context.function, site.context.classdef)
+        return isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id == cls.name
 
     def _class_of(self, function: ast.AST):
         context = self.index.context_of(function)

@@ -181,3 +181,31 @@ def _bound_in(stmt: ast.stmt) -> set[str]:
             if key and node.func.attr in MOVE_METHODS | {"apply"}:
                 names.add(key)
     return names
+
+
+# What a test reads to learn where a model is: `model.device`, `model.device.type`,
+# `next(model.parameters()).device` / `.is_cuda`, `model.hf_device_map`, `hasattr(model,
+# "hf_device_map")`.
+_PLACEMENT_ATTRS = frozenset({"device", "is_cuda", "hf_device_map"})
+
+
+def placement_tested(test: ast.expr) -> frozenset:
+    """The keys (`model`, `self.model`) whose placement `test` reads."""
+    keys = set()
+    for node in walk(test):
+        if isinstance(node, ast.Attribute) and node.attr in _PLACEMENT_ATTRS:
+            owner = node.value
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "next" \
+                    and owner.args and isinstance(owner.args[0], ast.Call) \
+                    and isinstance(owner.args[0].func, ast.Attribute) and owner.args[0].func.attr == "parameters":
+                owner = owner.args[0].func.value  # next(model.parameters()).device
+            key = dotted(owner)
+            if key is not None:
+                keys.add(key)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in _PLACEMENT_ATTRS:
+            key = dotted(node.args[0])
+            if key is not None:
+                keys.add(key)
+    return frozenset(keys)

@@ -16,6 +16,7 @@ from cfgfix.analysis.names import ImportMap, child_nodes, dotted, iter_statement
 from cfgfix.analysis.process_tests import TOKENS as PROCESS_TOKENS
 from cfgfix.documents.text import line_starts
 
+_IMPORTS = (b"import",)  # what a package that re-exports a name holds (`from .loop import train`)
 _LOAD_CALL = re.compile(r"from_pretrained\s*\(")
 
 
@@ -222,14 +223,14 @@ class FunctionTable:
         qualified = self.imports.aliases.get(local)
         return bool(qualified) and self.project.resolve(self.path, qualified, 0) is not None
 
-    def _imported(self, local: str) -> tuple[FunctionTable, str] | None:
+    def _imported(self, local: str, needs: tuple[bytes, ...] | None = None) -> tuple[FunctionTable, str] | None:
         """(the project module's table, the name in it) for a name imported from the
         project: `from models.build import build_model`, `from .utils import load`."""
         if self.project is None or self.path is None or self.depth >= self.MAX_DEPTH:
             return None
         if local in self.imports.relative:
             level, module, name = self.imports.relative[local]
-            table = self._table(module, level)
+            table = self._table(module, level, needs)
             if table is None and module == "":
                 return None
             return (table, name) if table is not None else None
@@ -237,8 +238,24 @@ class FunctionTable:
         if not qualified or "." not in qualified:
             return None
         module, _, name = qualified.rpartition(".")
-        table = self._table(module, 0)
+        table = self._table(module, 0, needs)
         return (table, name) if table is not None else None
+
+    def _reexported(self, name: str, hops: int = 0):
+        """(table, definition) of a name this module (a package's `__init__.py`) only
+        imports from another project module and so re-exports (`from .loop import
+        train_one_epoch`); None when it defines the name itself or the trail is lost."""
+        self._need(name)
+        if name in self._defs or name in self._classes or hops > 2:
+            return None
+        found = self._imported(name)
+        if found is None:
+            found = self._imported(name, _IMPORTS)
+            return found[0]._reexported(found[1], hops + 1) if found is not None else None
+        table, inner = found
+        table._need(inner)
+        node = table._defs.get(inner) or table._classes.get(inner)
+        return (table, node) if node is not None else table._reexported(inner, hops + 1)
 
     def _table(self, module: str, level: int, needs: tuple[bytes, ...] | None = None) -> FunctionTable | None:
         """The table of a project module, parsed when its text holds one of `needs` (by
@@ -279,6 +296,16 @@ class FunctionTable:
                 if node is not None:
                     self.deps.update(table.deps)
                     return table, node, False
+                hit = table._reexported(name)
+                if hit is not None:
+                    self.deps.update(table.deps)
+                    return hit[0], hit[1], False
+            else:  # a package that re-exports it: its `__init__.py` holds no load or loss
+                found = self._imported(func.id, _IMPORTS)
+                hit = found[0]._reexported(found[1]) if found is not None else None
+                if hit is not None:
+                    self.deps.update(found[0].deps)
+                    return hit[0], hit[1], False
             return None
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             if func.value.id in ("self", "cls") and cls is not None:
@@ -293,6 +320,12 @@ class FunctionTable:
                     node = table._defs.get(func.attr)
                     if node is not None:
                         return table, node, False
+                package = table or (self._table(qualified, 0, _IMPORTS) if self.project is not None
+                                    and self.path is not None and self.depth < self.MAX_DEPTH else None)
+                hit = package._reexported(func.attr) if package is not None else None
+                if hit is not None and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.deps.update(package.deps)
+                    return hit[0], hit[1], False
         return None
 
     @property

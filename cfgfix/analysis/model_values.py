@@ -93,6 +93,10 @@ class ModelState:
     load: ModelLoad
     dtype: str | None  # canonical dtype now, "default" (the version's default), None unknown
     cast_by: ast.Call | None = None  # the cast that set `dtype`; None: the load did
+    # Under PEFT adapters (`get_peft_model`, `PeftModel.from_pretrained`): the base model's
+    # own state, which `merge_and_unload()` / `unload()` give back (the merge writes the
+    # adapters' delta into the base weights in their own dtype: peft's `merge` casts it back).
+    base: ModelState | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,10 @@ class ModelCall:
     # 0: the receiver holds this one load. n > 1: it holds one of n values (branches that
     # bound different loads, see `Choice`), `state` being one of them.
     alternatives: int = 0
+    # The call runs under a test that reads where the model is (`if model.device.type !=
+    # "cuda":`, `if not hasattr(model, "hf_device_map"):`): the code checks the placement
+    # before it moves, so a dispatch that placed the model never reaches the move.
+    device_guarded: bool = False
 
     @property
     def receiver(self) -> ast.expr:
@@ -293,6 +301,18 @@ def _stamp(value, depth: int):
 
 def _unknown_dtype(state: ModelState) -> ModelState:
     return ModelState(state.load, None)
+
+
+def with_adapters(state: ModelState) -> ModelState:
+    """A model PEFT injected adapters into: its dtype is no longer one value (float32
+    adapters by default); the base's state is kept for `merge_and_unload()`."""
+    return ModelState(state.load, None, None, state.base or state)
+
+
+def without_adapters(state: ModelState) -> ModelState:
+    """What `merge_and_unload()` / `unload()` return: the base model as it was under the
+    adapters, or the load with an unknown dtype when that is not known."""
+    return state.base or ModelState(state.load, None)
 
 
 def _loosen(value):

@@ -20,6 +20,7 @@ from cfgfix.analysis.model_branches import (
     _join,
     _merge,
     _restamp,
+    placement_tested,
 )
 from cfgfix.analysis.model_functions import _method, _positional_params, _read_only_arguments
 from cfgfix.analysis.model_loads import _Resolver, _ScopeConsts
@@ -43,8 +44,10 @@ from cfgfix.analysis.model_values import (
     _stamp,
     _unknown_dtype,
     instantiate,
+    with_adapters,
+    without_adapters,
 )
-from cfgfix.analysis.model_wrappers import _BASE_MODEL_METHODS, _PREPARE_METHODS, _prepares, wrapper_kind
+from cfgfix.analysis.model_wrappers import _BASE_MODEL_METHODS, _PREPARE_METHODS, _UNLOADS, _prepares, wrapper_kind
 from cfgfix.analysis.names import DTYPE_ALIASES, child_nodes, dotted
 from cfgfix.analysis.process_tests import single_process_side
 from cfgfix.records import replace
@@ -109,6 +112,7 @@ class _Walker:
         # the enclosing `if`s, and the negation of an earlier `if` whose body returned.
         self.path: frozenset = frozenset()
         self.depth = 0  # `if`s (and `except` handlers) entered in the function walked
+        self.device_tests: frozenset = frozenset()  # keys whose placement an enclosing `if` tests
         # Only a single-process run reaches the current statement (a branch on LOCAL_RANK /
         # WORLD_SIZE); tests are read only in modules that name those variables.
         self.single_process = False
@@ -202,10 +206,13 @@ class _Walker:
             saved, saved_single = self.path, self.single_process
             single = (self.single_process_side(stmt.test, True), self.single_process_side(stmt.test, False))
             self.depth += 1
+            saved_tests = self.device_tests
+            self.device_tests = saved_tests | placement_tested(stmt.test)
             self.path, self.single_process = saved | yes, saved_single or single[0]
             body = self.block(stmt.body, _assume(env, yes, self.depth))
             self.path, self.single_process = saved | no, saved_single or single[1]
             orelse = self.block(stmt.orelse, _assume(env, no, self.depth))
+            self.device_tests = saved_tests
             self.depth -= 1
             imports = self.resolver.imports
             body_ends, orelse_ends = _ends(stmt.body, imports), _ends(stmt.orelse, imports)
@@ -381,7 +388,7 @@ class _Walker:
                     return receiver if func.attr in _RETURNS_SELF else None
                 if func.attr in _BASE_MODEL_METHODS:
                     self.args(call, env)
-                    return _map_states(receiver, _unknown_dtype)
+                    return _map_states(receiver, without_adapters if func.attr in _UNLOADS else _unknown_dtype)
                 if key is not None:
                     _forget(env, key)
             elif isinstance(receiver, ModelState):
@@ -393,7 +400,7 @@ class _Walker:
                     return receiver if func.attr in _RETURNS_SELF else None
                 if func.attr in _BASE_MODEL_METHODS:
                     self.args(call, env)
-                    return ModelState(receiver.load, None)
+                    return without_adapters(receiver) if func.attr in _UNLOADS else ModelState(receiver.load, None)
                 if key is not None:
                     _forget(env, key)  # an unknown method may cast or replace it
             elif func.attr in _PREPARE_METHODS and key is not None and _prepares(key):
@@ -435,7 +442,8 @@ class _Walker:
         if not isinstance(model_arg, (ModelState, Choice)):
             self.escape(call, env)
             return None
-        state = model_arg if kind == "keep" else _map_states(model_arg, _unknown_dtype)
+        state = model_arg if kind == "keep" else _map_states(
+            model_arg, with_adapters if kind == "adapters" else _unknown_dtype)
         key = dotted(node) if node is not None else None
         if kind != "keep" and key is not None and key in env:
             env[key] = state  # adapters are injected in place: the old name sees them too
@@ -556,20 +564,24 @@ class _Walker:
 
     def move(self, call, method, key, state: ModelState, env, alternatives: int = 0, record: bool = True) -> ModelState:
         target, unknown, moves, dtype_arg = self.classify(call, method)
+        guarded = dotted(call.func.value) in self.device_tests
         if not record:
             pass
         elif alternatives:
             if not any(c.call is call and c.state.load == state.load for c in self.analysis.possible_calls):
                 self.analysis.possible_calls.append(ModelCall(
-                    call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg, alternatives))
+                    call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg, alternatives,
+                    guarded))
         elif not any(c.call is call for c in self.analysis.calls):  # a scope seen twice
             self.analysis.calls.append(
-                ModelCall(call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg)
+                ModelCall(call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg,
+                          device_guarded=guarded)
             )
-        if target is not None:
-            new = replace(state, dtype=target, cast_by=call)
+        if target is not None:  # a cast of a PEFT model casts its base too
+            base = replace(state.base, dtype=target, cast_by=call) if state.base is not None else None
+            new = replace(state, dtype=target, cast_by=call, base=base)
         elif unknown:
-            new = replace(state, dtype=None, cast_by=call)
+            new = replace(state, dtype=None, cast_by=call, base=None)
         else:
             new = state
         if key is not None and env is not None:  # Module.to() works in place: the name sees the new dtype too

@@ -27,6 +27,8 @@ _FUNCTION_WRAPPERS = {
 _PREPARE_METHODS = {"prepare", "prepare_model", "unwrap_model", "setup", "setup_module"}
 # Methods of a (PEFT) model that return the base model with its placement.
 _BASE_MODEL_METHODS = {"merge_and_unload", "get_base_model", "unload"}
+# Of those, the ones that take the adapters out (`get_base_model` leaves them in its layers).
+_UNLOADS = {"merge_and_unload", "unload"}
 
 
 _WRAPPER_LAST = frozenset(k.rsplit(".", 1)[-1] for k in _FUNCTION_WRAPPERS) | {"initialize"}

@@ -143,7 +143,7 @@ class _Builder:
         if target is None:
             return "the optimizer is not bound to a name (it is built inside another call)"
         stepped = any(s.receiver == target for s in self.index.calls_to_method("step"))
-        if not stepped and not self.ctx.models.trains:
+        if not stepped and not self.ctx.models.trains and not self._handed_to_project_loop(site, target):
             return "the optimizer is never stepped in this file"
         for other in self._calls_seeing(site, target):
             if other.receiver == target or other.node is site.node or not _mentions(other.node, target):
@@ -156,8 +156,38 @@ class _Builder:
             local = self._local_functions(other)
             if local and not _calls_owner(self.index, local):
                 continue  # this module's own training loop
+            project = self._project_function(other)
+            if project is not None and not _walk_calls_owner(project):
+                continue  # the project's own loop in another module (`engine.train_one_epoch(...)`)
             return f"the optimizer is handed to `{other.name or 'a call'}` on line {other.node.lineno}"
         return None
+
+    def _project_function(self, site) -> ast.AST | None:
+        """The function of another project module that a call runs (`from engine import
+        train_one_epoch`, `import engine; engine.train_one_epoch(...)`); None for this module's
+        own functions, methods, classes and anything outside the project."""
+        func = site.node.func
+        if not isinstance(func, (ast.Name, ast.Attribute)) or self.ctx.functions is None:
+            return None
+        table = self.ctx.functions
+        if isinstance(func, ast.Name) and (func.id in table.defs or func.id in table.classes):
+            return None
+        found = table.lookup(func, None)
+        if found is None or found[0] is table or found[2]:
+            return None
+        node = found[1]
+        return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+    def _handed_to_project_loop(self, site, target: str) -> bool:
+        """The optimizer is passed to a function of another project module that steps it
+        (`train_one_epoch(model, loader, optimizer)` and there `optimizer.step()`)."""
+        for other in self._calls_seeing(site, target):
+            if other.receiver == target or other.node is site.node or not _mentions(other.node, target):
+                continue
+            function = self._project_function(other)
+            if function is not None and _steps_argument(function, other.node, target):
+                return True
+        return False
 
     # -- one model ---------------------------------------------------------------------
     def _model_owner(self, source: ParamSource, site) -> str | None:
@@ -187,7 +217,9 @@ class _Builder:
                 continue
             callee = (_last_name(other.name) or "").lower()
             local = self._local_functions(other)
-            if _OWNER.search(callee) or (local and _calls_owner(self.index, local)):
+            project = self._project_function(other) if not local and not _OWNER.search(callee) else None
+            if _OWNER.search(callee) or (local and _calls_owner(self.index, local)) \
+                    or (project is not None and _walk_calls_owner(project)):
                 return f"the model is handed to `{other.name}` on line {other.node.lineno}"
             if key in _assigned_keys(other.context.stmt):
                 return f"`{key}` is rebound to the result of `{other.name}` on line {other.node.lineno}"
@@ -263,6 +295,33 @@ def _calls_owner(index, functions: list[ast.AST]) -> bool:
         _OWNER.search((_last_name(inner.name) or "").lower())
         for func in functions
         for inner in index.calls_within(func)
+    )
+
+
+def _walk_calls_owner(function: ast.AST) -> bool:
+    """`_calls_owner` for a function of another module (no module index there)."""
+    return any(
+        isinstance(node, ast.Call) and _OWNER.search((_last_name(dotted(node.func)) or "").lower())
+        for node in ast.walk(function)
+    )
+
+
+def _steps_argument(function: ast.AST, call: ast.Call, target: str) -> bool:
+    """`function` steps the parameter that `call` binds to `target`: `optim.step()`, or a
+    scaler's `scaler.step(optim)` (which calls it)."""
+    args = function.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    names = set()
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if dotted(arg) == target and index < len(positional):
+            names.add(positional[index])
+    names.update(k.arg for k in call.keywords if k.arg and dotted(k.value) == target)
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+        and any(isinstance(n, ast.Name) and n.id in names for n in [node.func.value, *node.args[:1]])
+        for node in ast.walk(function)
     )
 
 

@@ -55,8 +55,10 @@ class MoveDispatchedModel(Rule):
     without), cfgfix reports it without a fix: the other branches need the move. A move
     under the opposite condition on the same name (`if not args.multi_gpu: model.to(d)`),
     or after the dispatched branch returned, is not reported. cfgfix stays silent for single-device maps
-    (`device_map="cuda"`, `{"": rank}`), where a `.to()` is harmless, and for maps it cannot
-    resolve. When one of the next two statements prints or logs the move ("Model moved to
+    (`device_map="cuda"`, `{"": rank}`), where a `.to()` is harmless, for maps it cannot
+    resolve, and for a move under a test of the model's placement (`if model.device.type !=
+    "cuda":`, `if not hasattr(model, "hf_device_map"):`): a dispatch that placed the model
+    never reaches it. When one of the next two statements prints or logs the move ("Model moved to
     GPU"), the fix's note names its line: after the fix it would announce a move that no
     longer happens.
 
@@ -132,6 +134,13 @@ class MoveDispatchedModel(Rule):
             "model = AutoModel.from_pretrained('m', device_map={'': accelerator.process_index})\n"
             "model.to(accelerator.device)\n",
             why="a single-device map attaches no hooks",
+        ),
+        Example(
+            "from transformers import AutoModel\n"
+            "model = AutoModel.from_pretrained('m', device_map='auto')\n"
+            "if model.device.type != 'cuda':\n"
+            "    model.to('cuda')\n",
+            why="the move runs only where the dispatch did not place the model on the GPU",
         ),
         Example(
             "from transformers import AutoModel\n"
@@ -454,7 +463,9 @@ def _moves_dispatched(mc) -> bool:
     device_map = load.device_map
     if device_map is None or device_map.kind != "multi" or load.library is None or load.quant_keywords:
         return False
-    moves = mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)
+    # A move under a test of the model's placement (`if model.device.type != "cuda":`) runs
+    # only where the dispatch left it elsewhere, on one device: nothing to crowd.
+    moves = (mc.method == "cuda" or (mc.method == "to" and mc.moves_device is True)) and not mc.device_guarded
     casts_offloaded = mc.method == "to" and mc.moves_device is False and device_map.offload
     return moves or casts_offloaded
 

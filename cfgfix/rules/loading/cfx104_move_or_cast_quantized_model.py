@@ -208,6 +208,8 @@ def _problem(mc, bnb) -> str | None:
         return None
     if _casts(mc):
         return "transformers raises `ValueError`: a quantized model cannot be cast to another dtype"
+    if mc.device_guarded:
+        return None  # `if model.device.type != "cuda":`: a load placed on the GPU never gets here
     if mc.method == "cuda" and bits == "8bit":
         return "transformers raises `ValueError`: calling `cuda()` is not supported for 8-bit models"
     if mc.moves_device and bits == "8bit" and bnb.below("0.48") is True:

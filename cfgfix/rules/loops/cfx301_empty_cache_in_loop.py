@@ -459,9 +459,14 @@ class EmptyCacheInLoop(Rule):
                     if not callers or _runs_a_phase(ctx, analysis, context.function):
                         continue
                     caller, loop, kind = callers[0]
-                    where = (f"`{context.function.name}()`, which the {kind} loop on line {loop.lineno} calls "
-                             f"every iteration (line {caller.node.lineno})")
-                    related = Related(src.span_of_node(caller.node), f"called every iteration of the {kind} loop")
+                    if loop is None:  # called from a framework's per-step hook
+                        where = (f"`{context.function.name}()`, called on line {caller.node.lineno} by "
+                                 f"{kind.description}")
+                        related = Related(src.span_of_node(caller.node), f"called once per {kind.step}")
+                    else:
+                        where = (f"`{context.function.name}()`, which the {kind} loop on line {loop.lineno} "
+                                 f"calls every iteration (line {caller.node.lineno})")
+                        related = Related(src.span_of_node(caller.node), f"called every iteration of the {kind} loop")
                 top = context.function
             chain = analysis.chain(context.stmt, top)
             if any(isinstance(node, ast.ExceptHandler) for node in chain):

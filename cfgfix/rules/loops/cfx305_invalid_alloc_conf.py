@@ -51,8 +51,11 @@ class InvalidAllocConf(Rule):
     (`true` -> `True`), a key with a single close match (`expandeable_segments` ->
     `expandable_segments`), `key=value` written for `key:value`, and a backend in the wrong
     case. These strings would raise at the first CUDA allocation, so no run that worked
-    before changes. Everything else has no fix. Values cfgfix cannot read (an f-string, a
-    variable, `${VAR:-...}`) are not checked. A heredoc body counts as a script when it
+    before changes. Everything else has no fix. An f-string is read in its literal parts
+    and the constants its `{name}`s are bound to; an option with a part computed at run
+    time (`max_split_size_mb:{mb}`) is not judged alone, but still counts beside the others
+    (with `expandable_segments:True`). Values cfgfix cannot read (a variable,
+    `${VAR:-...}`) are not checked. A heredoc body counts as a script when it
     goes to `sbatch`/`qsub`/a shell, or is written to a file the script then runs
     (`cat > "$JOB" <<EOF` ... `sbatch "$JOB"`). An unknown key with no close match is
     reported only in `PYTORCH_CUDA_ALLOC_CONF` (other accelerators share
@@ -93,6 +96,11 @@ class InvalidAllocConf(Rule):
             "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = f'expandable_segments:{flag}'\n"
             "os.environ['PYTORCH_ALLOC_CONF'] = args.alloc_conf\n",
             why="values from an f-string or a variable cfgfix cannot resolve",
+        ),
+        Example(
+            "import os\nmb = 512\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = f'max_split_size_mb:{mb},garbage_collection_threshold:{t}'\n",
+            why="an f-string whose parts are valid, or computed when it runs",
         ),
         Example(
             "#!/bin/bash\n"
@@ -142,6 +150,12 @@ class InvalidAllocConf(Rule):
         ),
     ]
     INVALID = [
+        Example(
+            "import os\nmb = 128\n"
+            "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = f'expandable_segments:True,max_split_size_mb:{mb}'\n",
+            why="an f-string holding both settings (its `{mb}` bound to a constant)",
+            line=3,
+        ),
         Example(
             "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:true'\nimport torch\n",
             why="a lower-case boolean",
@@ -243,8 +257,8 @@ class InvalidAllocConf(Rule):
             values = list(_python_values(ctx))
         else:
             values = list(_shell_values(ctx))
-        for variable, value, base, span, order in values:
-            for problem in check(value, variable, report_unknown):
+        for variable, value, base, span, order, unknown in values:
+            for problem in check(value, variable, report_unknown, unknown):
                 yield self._report(ctx, problem, base, span)
         yield from self._both_names(ctx, values)
 
@@ -265,6 +279,8 @@ class InvalidAllocConf(Rule):
         """Both names with different values: report the later one, once."""
         by_name: dict[str, list] = {}
         for entry in values:
+            if entry[5]:
+                return  # an f-string computed when it runs: equal or not is not known here
             by_name.setdefault(entry[0], []).append(entry)
         if len(by_name) < 2:
             return
@@ -285,16 +301,25 @@ class InvalidAllocConf(Rule):
 
 
 def _python_values(ctx):
-    """(variable, value, base offset or None, span of the value, order) for each Python
-    setting whose value is a string cfgfix can read."""
+    """(variable, value, base offset or None, span of the value, order, unknown ranges) for
+    each Python setting whose value is a string cfgfix can read, or an f-string (read in its
+    literal parts and the constants its `{name}`s are bound to; no fix offered there)."""
     seen: set[int] = set()
     for setting in python_settings(ctx):
         literal = setting.literal
+        if literal is None and setting.template is not None:
+            text, unknown, node = setting.template
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            span = ctx.source.span_of_node(node)
+            yield setting.variable, text, None, span, span.start, unknown
+            continue
         if literal is None or id(literal) in seen:
             continue  # unresolvable, or one constant given to both names: report it once
         seen.add(id(literal))
         span = ctx.source.span_of_node(literal)
-        yield setting.variable, literal.value, literal_base(ctx.source, literal), span, span.start
+        yield setting.variable, literal.value, literal_base(ctx.source, literal), span, span.start, ()
 
 
 def _shell_values(ctx):
@@ -311,4 +336,4 @@ def _shell_values(ctx):
             base = word.span.start + 1
         else:
             base = None
-        yield assignment.name, text, base, word.span, word.span.start
+        yield assignment.name, text, base, word.span, word.span.start, ()

@@ -1,0 +1,334 @@
+"""Flow shapes of issue 25 (item 3) the shared analyses follow, each with near misses that
+must stay silent: written for the shape (other names, nesting, another module), never for
+one file."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from conftest import lint_project, write_project
+
+
+def _found(tmp_path, files: dict[str, str], codes=None) -> list[tuple[str, str, int]]:
+    write_project(tmp_path, {name: textwrap.dedent(text) for name, text in files.items()})
+    _, _, result = lint_project(tmp_path)
+    return sorted((f.code, f.span.path, f.span.line) for f in result.findings
+                  if codes is None or f.code in codes)
+
+
+# -- device guards after dispatch (CFX103, CFX104) ------------------------------------------
+GUARDS = [
+    "if model.device.type != 'cuda':",
+    "if str(model.device) == 'cpu':",
+    "if not next(model.parameters()).is_cuda:",
+    "if next(model.parameters()).device.type == 'cpu':",
+    "if not hasattr(model, 'hf_device_map'):",
+    "if getattr(model, 'hf_device_map', None) is None:",
+]
+
+
+@pytest.mark.parametrize("guard", GUARDS)
+@pytest.mark.parametrize("load,move", [
+    ("device_map='auto'", "model.to('cuda')"),
+    ("device_map='auto', torch_dtype=torch.float16", "model.cuda()"),
+    ("device_map='auto', load_in_8bit=True", "model.cuda()"),
+])
+def test_a_move_under_a_test_of_the_placement_is_silent(tmp_path, guard, load, move):
+    code = f"""\
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        device = torch.device("cuda")
+        model = AutoModelForCausalLM.from_pretrained("m", {load})
+        {guard}
+            {move}
+        """
+    assert _found(tmp_path, {"infer.py": code}, {"CFX103", "CFX104"}) == []
+    unguarded = code.replace(f"{guard}\n    ", "if True:\n    ")
+    assert len(_found(tmp_path, {"infer.py": unguarded}, {"CFX103", "CFX104"})) == 1
+
+
+def test_a_guard_in_a_method_on_self_model_and_in_the_else_branch(tmp_path):
+    code = """\
+        from transformers import AutoModelForCausalLM
+
+
+        class Runner:
+            def __init__(self, name):
+                self.model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")
+                if self.model.device.type == "cuda":
+                    print("placed")
+                else:
+                    self.model.to("cuda")
+        """
+    assert _found(tmp_path, {"runner.py": code}, {"CFX103"}) == []
+
+
+def test_near_misses_of_the_guard_still_speak(tmp_path):
+    code = """\
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained("m", device_map="auto")
+        other = AutoModelForCausalLM.from_pretrained("n", device_map="auto")
+        if model.device.type != "cuda":
+            other.to("cuda")
+        if torch.cuda.is_available():
+            model.to("cuda")
+        q = AutoModelForCausalLM.from_pretrained("m", device_map="auto", load_in_4bit=True)
+        if q.device.type != "cuda":
+            q.half()
+        """
+    # the guard reads another name's placement; a test of the machine, not the model; a cast
+    # of a quantized model fails wherever the model is
+    assert _found(tmp_path, {"infer.py": code}, {"CFX103", "CFX104"}) == [
+        ("CFX103", "infer.py", 7), ("CFX103", "infer.py", 9), ("CFX104", "infer.py", 12)]
+
+
+# -- f-strings whose literal parts hold allocator settings (CFX305) ---------------------------
+@pytest.mark.parametrize("setter", [
+    "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = {value}",
+    "os.environ.setdefault('PYTORCH_CUDA_ALLOC_CONF', {value})",
+    "os.environ['PYTORCH_ALLOC_CONF'] = conf\nconf = None",  # replaced below: a name bound once
+])
+@pytest.mark.parametrize("value,expected", [
+    ("f'expandable_segments:True,max_split_size_mb:{mb}'", "with `expandable_segments:True`"),
+    ("f'expandable_segments:True,max_split_size_mb:{args.split}'", "with `expandable_segments:True`"),
+    ("f'expandable_segments:true,max_split_size_mb:{args.split}'", "case-sensitive"),
+    ("f'garbage_collection_threshold:{t},max_split_size_mb:{small}'", "too small"),
+])
+def test_an_fstring_is_read_in_its_literal_parts(tmp_path, setter, value, expected):
+    if setter.startswith("os.environ['PYTORCH_ALLOC_CONF'] = conf"):
+        line = f"conf = {value}\nos.environ['PYTORCH_ALLOC_CONF'] = conf"
+    else:
+        line = setter.format(value=value)
+    code = f"import os\nmb = 512\nsmall = 8\n{line}\nimport torch\n"
+    write_project(tmp_path, {"train.py": code})
+    _, _, result = lint_project(tmp_path)
+    found = [f for f in result.findings if f.code == "CFX305"]
+    assert len(found) == 1 and expected in found[0].message, [f.message for f in found]
+    assert found[0].fix is None  # the text is not the string the program builds
+    assert found[0].span.line == 4  # on the f-string, also when a name carries it
+
+
+@pytest.mark.parametrize("value", [
+    "f'expandable_segments:{flag},max_split_size_mb:{mb}'",  # the boolean is computed: no pair
+    "f'max_split_size_mb:{mb}'",
+    "f'max_split_size_mb:{split}'",  # computed, not judged alone
+    "f'{key}:True,max_split_size_mb:128'",  # the key is computed
+    "f'expandable_segments:True,{extra}'",
+    "f'backend:{backend},max_split_size_mb:256'",
+])
+def test_an_fstring_whose_computed_parts_may_be_right_is_silent(tmp_path, value):
+    code = f"import os\nmb = 512\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = {value}\nimport torch\n"
+    write_project(tmp_path, {"train.py": code})
+    _, _, result = lint_project(tmp_path)
+    assert [f.message for f in result.findings if f.code == "CFX305"] == []
+
+
+def test_two_names_with_a_computed_value_are_not_called_different(tmp_path):
+    code = ("import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = f'expandable_segments:{flag}'\n"
+            "os.environ['PYTORCH_ALLOC_CONF'] = 'expandable_segments:True'\n")
+    write_project(tmp_path, {"train.py": code})
+    _, _, result = lint_project(tmp_path)
+    assert [f.message for f in result.findings if f.code == "CFX305"] == []
+
+
+# -- CFX205: the optimizer stepped by the project's engine loop in another module -------------
+ENGINE = """\
+    import torch
+
+
+    def run_epoch(model, loader, optim, scaler=None):
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            {step}
+            optim.zero_grad()
+    """
+TRAIN = """\
+    import torch
+    from transformers import AutoModelForCausalLM
+    {imports}
+
+    model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    {call}
+    """
+LAYOUTS = {
+    "module": ({"engine.py": ENGINE}, "from engine import run_epoch", "run_epoch(model, [], optimizer)"),
+    "module-attribute": ({"engine.py": ENGINE}, "import engine", "engine.run_epoch(model, [], optim=optimizer)"),
+    "package-re-export": ({"engine/__init__.py": "from .loop import run_epoch\n", "engine/loop.py": ENGINE},
+                          "from engine import run_epoch", "run_epoch(model, [], optimizer)"),
+    "package-attribute": ({"engine/__init__.py": "from .loop import *\nfrom .loop import run_epoch\n",
+                           "engine/loop.py": ENGINE}, "import engine", "engine.run_epoch(model, [], optimizer)"),
+    "nested-package": ({"src/__init__.py": "", "src/engine/__init__.py": "from .loop import run_epoch\n",
+                        "src/engine/loop.py": ENGINE}, "from src.engine import run_epoch",
+                       "for epoch in range(3):\n        run_epoch(model, [], optimizer)"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_bf16_weights_stepped_by_an_engine_loop_in_another_module(tmp_path, layout):
+    files, imports, call = LAYOUTS[layout]
+    files = {name: text.replace("{step}", "optim.step()") for name, text in files.items()}
+    files["train.py"] = TRAIN.replace("{imports}", imports).replace("{call}", call)
+    assert _found(tmp_path, files, {"CFX205"}) == [("CFX205", "train.py", 6)]
+
+
+@pytest.mark.parametrize("step", [
+    "pass",  # the engine never steps the optimizer it is given
+    "accelerator.prepare(optim)",  # something that owns the precision takes it there
+    "deepspeed.initialize(model=model, optimizer=optim)",
+])
+def test_an_engine_that_does_not_step_it_itself_is_silent(tmp_path, step):
+    files = {"engine.py": ENGINE.replace("{step}", step),
+             "train.py": TRAIN.replace("{imports}", "from engine import run_epoch")
+             .replace("{call}", "run_epoch(model, [], optimizer)")}
+    assert _found(tmp_path, files, {"CFX205"}) == []
+
+
+def test_a_scaler_step_in_the_engine_counts(tmp_path):
+    files = {"engine.py": ENGINE.replace("{step}", "scaler.step(optim)"),
+             "train.py": TRAIN.replace("{imports}", "from engine import run_epoch")
+             .replace("{call}", "run_epoch(model, [], optimizer, scaler=torch.amp.GradScaler())")}
+    assert _found(tmp_path, files, {"CFX205"}) == [("CFX205", "train.py", 6)]
+
+
+def test_a_library_loop_is_not_followed(tmp_path):
+    files = {"train.py": TRAIN.replace("{imports}", "from somelib.engine import run_epoch")
+             .replace("{call}", "run_epoch(model, [], optimizer)")}
+    assert _found(tmp_path, files, {"CFX205"}) == []
+
+
+# -- PEFT round trips: merge_and_unload() gives the base model back (CFX101) -------------------
+@pytest.mark.parametrize("wrap", [
+    "model = PeftModel.from_pretrained(base, path).merge_and_unload()",
+    "model = PeftModel.from_pretrained(base, path)\n    model = model.merge_and_unload()",
+    "peft = get_peft_model(base, config)\n    model = peft.merge_and_unload()",
+    "model = PeftModel.from_pretrained(base, path).unload()",
+])
+@pytest.mark.parametrize("load,cast", [
+    ("torch_dtype=torch.float16", "model.half()"),
+    ("torch_dtype=torch.bfloat16", "model = model.to(torch.bfloat16)"),
+])
+def test_a_merged_model_keeps_the_base_dtype(tmp_path, wrap, load, cast):
+    code = f"""\
+import torch
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
+
+
+def export(path, config):
+    base = AutoModelForCausalLM.from_pretrained("m", {load})
+    {wrap}
+    {cast}
+    return model
+"""
+    found = _found(tmp_path, {"export.py": code}, {"CFX101"})
+    assert found == [("CFX101", "export.py", code.splitlines().index(f"    {cast}") + 1)]
+
+
+@pytest.mark.parametrize("between,cast", [
+    ("model = PeftModel.from_pretrained(base, path)\n    model = model.get_base_model()", "model.half()"),
+    ("model = PeftModel.from_pretrained(base, path)", "model.half()"),  # adapters still in: float32
+    ("model = PeftModel.from_pretrained(base, path)\n    model.float()\n    model = model.merge_and_unload()",
+     "model.half()"),  # cast to float32 before the merge: the merged weights are float32
+    ("model = PeftModel.from_pretrained(base, path)\n    tune(model)\n    model = model.merge_and_unload()",
+     "model.half()"),  # handed to code that may cast it
+])
+def test_near_misses_of_the_round_trip_are_silent(tmp_path, between, cast):
+    code = f"""\
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+
+def export(path):
+    base = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.float16)
+    {between}
+    {cast}
+"""
+    assert _found(tmp_path, {"export.py": code}, {"CFX101"}) == []
+
+
+def test_a_cast_of_the_peft_model_reaches_the_merged_base(tmp_path):
+    code = """\
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+base = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+model = PeftModel.from_pretrained(base, "adapter")
+model.half()
+merged = model.merge_and_unload()
+merged.half()
+"""
+    assert _found(tmp_path, {"export.py": code}, {"CFX101"}) == [("CFX101", "export.py", 9)]
+
+
+# -- CFX301 through helper objects the module builds ----------------------------------------
+HELPER = """\
+import gc
+import torch
+from transformers import TrainerCallback
+
+
+class {helper}:
+    def __init__(self, every=10):
+        self.every = every
+        self.count = 0
+
+    def {method}(self):
+        self.count += 1
+        {body}
+"""
+PERIODIC = "if self.count % self.every == 0:\n            torch.cuda.empty_cache()\n            gc.collect()"
+EVERY = "torch.cuda.empty_cache()"
+
+
+@pytest.mark.parametrize("helper,method", [("MemoryManager", "after_batch"), ("MemoryOptimizer", "cleanup_gpu_memory")])
+@pytest.mark.parametrize("body", [PERIODIC, EVERY])
+@pytest.mark.parametrize("user", [
+    # a callback's per-step hook, through an attribute set in __init__
+    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = {helper}()\n\n"
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.{method}()\n",
+    # a trainer class's own loop, through an attribute
+    "class Runner:\n    def __init__(self, model, loader, opt):\n        self.model, self.loader, self.opt = model, loader, opt\n"
+    "        self.memory_manager = {helper}(every=10)\n\n    def train_epoch(self):\n"
+    "        for batch in self.loader:\n            self.model(**batch).loss.backward()\n"
+    "            self.opt.step()\n            self.memory_manager.{method}()\n",
+    # a function's loop, through a local name
+    "def train(model, loader, opt):\n    memory = {helper}()\n    for step, batch in enumerate(loader):\n"
+    "        model(**batch).loss.backward()\n        opt.step()\n        memory.{method}()\n",
+])
+def test_empty_cache_in_a_helper_object_called_per_step(tmp_path, helper, method, body, user):
+    code = HELPER.format(helper=helper, method=method, body=body) + "\n\n" + user.format(helper=helper, method=method)
+    found = _found(tmp_path, {"train.py": code}, {"CFX301"})
+    line = next(i for i, text in enumerate(code.splitlines(), 1) if "empty_cache" in text)
+    assert found == [("CFX301", "train.py", line)]
+
+
+@pytest.mark.parametrize("user", [
+    # a hook that runs once per evaluation, not per step
+    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
+    "    def on_evaluate(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    # the attribute holds another class's object, with a method of the same name
+    "class Other:\n    def after_batch(self):\n        pass\n\n\n"
+    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = Other()\n\n"
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    # the attribute is bound twice: which object it holds is not known
+    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
+    "    def reset(self, other):\n        self.mem = other\n\n"
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    # called after training, not in the loop
+    "def train(model, loader, opt):\n    memory = MemoryManager()\n    for batch in loader:\n"
+    "        model(**batch).loss.backward()\n        opt.step()\n    memory.after_batch()\n",
+    # a loop over checkpoints, not steps
+    "def evaluate_all(checkpoints):\n    memory = MemoryManager()\n    for ckpt in checkpoints:\n"
+    "        model = load(ckpt)\n        model(x)\n        memory.after_batch()\n",
+])
+def test_near_misses_of_the_helper_object_are_silent(tmp_path, user):
+    code = HELPER.format(helper="MemoryManager", method="after_batch", body=EVERY) + "\n\n" + user
+    assert _found(tmp_path, {"train.py": code}, {"CFX301"}) == []
