@@ -332,3 +332,48 @@ def test_empty_cache_in_a_helper_object_called_per_step(tmp_path, helper, method
 def test_near_misses_of_the_helper_object_are_silent(tmp_path, user):
     code = HELPER.format(helper="MemoryManager", method="after_batch", body=EVERY) + "\n\n" + user
     assert _found(tmp_path, {"train.py": code}, {"CFX301"}) == []
+
+
+# -- CFX302: an accumulator the training function returns ---------------------------------------
+EPOCH = """\
+import torch
+
+
+def train_epoch(model, loader, optimizer):
+    total = 0.0
+    for batch in loader:
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        total += loss
+    return {returned}
+
+
+{caller}
+"""
+
+
+@pytest.mark.parametrize("returned", ["total / len(loader)", "total"])
+@pytest.mark.parametrize("caller", [
+    "def main(model, loader, optimizer):\n    for epoch in range(3):\n        avg = train_epoch(model, loader, optimizer)\n"
+    "        print(f'epoch {epoch}: {avg:.4f}')\n",
+    "def main(model, loader, optimizer):\n    history = []\n    for epoch in range(3):\n"
+    "        history.append(float(train_epoch(model, loader, optimizer)))\n",
+    "if __name__ == '__main__':\n    print('loss', train_epoch(None, [], None).item())\n",
+])
+def test_a_returned_accumulator_read_as_a_number_by_its_callers(tmp_path, returned, caller):
+    code = EPOCH.format(returned=returned, caller=caller)
+    assert _found(tmp_path, {"train.py": code}, {"CFX302"}) == [("CFX302", "train.py", 10)]
+
+
+@pytest.mark.parametrize("caller", [
+    "",  # no caller here: another module may differentiate it
+    "def main(model, loader, optimizer):\n    avg = train_epoch(model, loader, optimizer)\n    avg.backward()\n",
+    "def main(model, loader, optimizer, scheduler):\n    scheduler.step(train_epoch(model, loader, optimizer))\n",
+    "def main(model, loader, optimizer):\n    return train_epoch(model, loader, optimizer)\n",  # returned on, no caller
+    "def main(model, loader, optimizer):\n    avg = train_epoch(model, loader, optimizer)\n"
+    "    print(avg)\n    extra(avg)\n",  # one use escapes
+])
+def test_a_returned_accumulator_whose_use_is_unknown_is_silent(tmp_path, caller):
+    code = EPOCH.format(returned="total / len(loader)", caller=caller)
+    assert _found(tmp_path, {"train.py": code}, {"CFX302"}) == []

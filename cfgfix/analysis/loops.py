@@ -628,8 +628,9 @@ class ScopeFlow:
     bindings, and on trl's GRPO trainer the eager expression walk of its three candidate
     scopes was 8 of CFX302's 10 ms, for candidates that mostly stop there (issue 15)."""
 
-    def __init__(self, body: list[ast.stmt]) -> None:
+    def __init__(self, body: list[ast.stmt], function: ast.AST | None = None) -> None:
         self._body = body
+        self.function = function  # the function whose body this is (None: the module's top level)
 
     @cached_property
     def statements(self) -> list[ast.stmt]:
@@ -743,7 +744,7 @@ def scope_flow(ctx, function: ast.AST | None) -> ScopeFlow:
     key = id(function)
     if key not in flows:
         body = function.body if function is not None else ctx.document.tree.body  # type: ignore[attr-defined]
-        flows[key] = ScopeFlow(body)
+        flows[key] = ScopeFlow(body, function)
     return flows[key]
 
 
@@ -924,13 +925,32 @@ def _climb(analysis, flow, node, skip, eval_function, kinds, seen, depth) -> Non
                     _uses_of(analysis, flow, target.id, skip, eval_function, kinds, seen, depth + 1)
             return
         if isinstance(parent, ast.Return):
-            kinds.add(NUMBER if eval_function else UNKNOWN)
+            if eval_function:
+                kinds.add(NUMBER)
+            else:
+                _returned_uses(analysis, flow, kinds, depth)
             return
         if isinstance(parent, ast.Expr):
             kinds.add(NEUTRAL)
             return
         kinds.add(UNKNOWN)
         return
+
+
+def _returned_uses(analysis, flow, kinds, depth) -> None:
+    """A value the function returns is used as its callers in this module use the call
+    (`avg = train_epoch(...)` then `print(f"{avg:.3f}")`); UNKNOWN with no such caller, or
+    a few returns deep."""
+    function = flow.function
+    callers = analysis.callers(function) if isinstance(function, Function) and depth < 3 else []
+    if not callers:
+        kinds.add(UNKNOWN)
+        return
+    for site in callers:
+        outer = site.context.function
+        caller_flow = ScopeFlow(outer.body if outer is not None else analysis.index.tree.body, outer)
+        evaluation = outer is not None and analysis.is_eval_function(outer)
+        _climb(analysis, caller_flow, site.node, set(), evaluation, kinds, set(), depth + 1)
 
 
 def statements_in_loops(tree: ast.Module):
