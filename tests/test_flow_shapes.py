@@ -377,3 +377,47 @@ def test_a_returned_accumulator_read_as_a_number_by_its_callers(tmp_path, return
 def test_a_returned_accumulator_whose_use_is_unknown_is_silent(tmp_path, caller):
     code = EPOCH.format(returned="total / len(loader)", caller=caller)
     assert _found(tmp_path, {"train.py": code}, {"CFX302"}) == []
+
+
+# -- CFX201: an autocast device that is a parameter, bound from the module's call sites ---------
+STEP = """\
+import torch
+
+
+{define}
+    with torch.autocast({args}):
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+
+
+{calls}
+"""
+
+
+@pytest.mark.parametrize("define,args,calls", [
+    ("def train_step(model, batch, optimizer, device):", "device",
+     "for batch in loader:\n    train_step(model, batch, optimizer, 'cuda')"),
+    ("def train_step(model, batch, optimizer, device_type='cuda'):", "device_type=device_type",
+     "for batch in loader:\n    train_step(model, batch, optimizer)"),
+    ("def train_step(model, batch, optimizer, *, dev):", "dev",
+     "DEVICE = 'cuda:0'\nfor batch in loader:\n    train_step(model, batch, optimizer, dev=DEVICE)"),
+    ("def train_step(model, batch, optimizer, device):", "device",
+     "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nfor batch in loader:\n"
+     "    train_step(model, batch, optimizer, device)"),
+])
+def test_an_autocast_device_bound_from_call_sites(tmp_path, define, args, calls):
+    code = STEP.format(define=define, args=args, calls=calls)
+    assert _found(tmp_path, {"train.py": code}, {"CFX201"}) == [("CFX201", "train.py", 5)]
+
+
+@pytest.mark.parametrize("calls", [
+    "",  # no caller here: the device is not known
+    "train_step(model, batch, optimizer, 'cuda')\ntrain_step(model, batch, optimizer, 'cpu')",  # callers disagree
+    "train_step(model, batch, optimizer, args.device)",
+    "train_step(model, batch, optimizer, *rest)",
+    "train_step(model, batch, optimizer, 'cpu')",  # bfloat16 on the CPU: nothing to scale
+])
+def test_an_autocast_device_the_callers_do_not_settle_is_silent(tmp_path, calls):
+    code = STEP.format(define="def train_step(model, batch, optimizer, device):", args="device", calls=calls)
+    assert _found(tmp_path, {"train.py": code}, {"CFX201"}) == []

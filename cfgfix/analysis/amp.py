@@ -60,6 +60,7 @@ class Resolver:
     def __init__(self, ctx, function: ast.AST | None, module_consts: dict[str, ast.expr] | None = None) -> None:
         from cfgfix.analysis.attributes import ValueIndex
 
+        self.ctx = ctx
         self.imports = ctx.index.imports
         self.values = ValueIndex.of(ctx)
         self.function = None if isinstance(function, ast.Lambda) else function
@@ -91,22 +92,59 @@ class Resolver:
             return node.value
         return None
 
-    def device_type(self, node: ast.expr) -> str | None:
+    def device_type(self, node: ast.expr, depth: int = 0) -> str | None:
         """A device string; for `"cuda" if torch.cuda.is_available() else "cpu"` the side a
-        GPU run takes (as the model analysis reads that idiom): training runs are GPU runs."""
+        GPU run takes (as the model analysis reads that idiom): training runs are GPU runs.
+        A parameter of the function takes what every call of it in this module passes (its
+        default where a call passes nothing): `train_step(model, batch, "cuda")`."""
         node = self.deref(node)
         if isinstance(node, ast.IfExp):
             side = gpu_branch(node, self.imports)
             if side is None:
                 return None
             node = side
+        if isinstance(node, ast.Name) and depth < 3:
+            return self._parameter_device(node.id, depth)
         return self.string(node)
+
+    def _parameter_device(self, name: str, depth: int) -> str | None:
+        function = self.function
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        args = function.args
+        positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+        if name not in positional and name not in {a.arg for a in args.kwonlyargs}:
+            return None
+        default = _default_of(args, name)
+        method = self.cls is not None and positional[:1] in (["self"], ["cls"])
+        found = set()
+        calls = self.ctx.index.calls_to_method_on(("self", "cls"), function.name) if method \
+            else [s for s in self.ctx.index.calls_named(function.name) if isinstance(s.node.func, ast.Name)]
+        for site in calls:
+            passed, hidden = bind(site.node, tuple(positional[1:] if method else positional))
+            if hidden:
+                return None
+            arg = passed.get(name, default)
+            if arg is None:
+                return None
+            value = scope_resolver(self.ctx, site.context.function).device_type(arg, depth + 1)
+            if value is None:
+                return None
+            found.add(value)
+        return found.pop() if len(found) == 1 else None
 
     def boolean(self, node: ast.expr) -> bool | None:
         node = self.deref(node)
         if isinstance(node, ast.Constant) and isinstance(node.value, bool):
             return node.value
         return None
+
+
+def _default_of(args: ast.arguments, name: str) -> ast.expr | None:
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults.get(name)
 
 
 def scope_resolver(ctx, function) -> Resolver:
