@@ -421,3 +421,81 @@ def test_an_autocast_device_bound_from_call_sites(tmp_path, define, args, calls)
 def test_an_autocast_device_the_callers_do_not_settle_is_silent(tmp_path, calls):
     code = STEP.format(define="def train_step(model, batch, optimizer, device):", args="device", calls=calls)
     assert _found(tmp_path, {"train.py": code}, {"CFX201"}) == []
+
+
+# -- CFX204: a float16 UNet or transformer trained in a function the script calls ---------------
+DIFFUSERS = """\
+import torch
+from accelerate import Accelerator
+from diffusers import {cls}
+
+
+def train(net, accelerator, loader):
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-5)
+    net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
+    for batch in loader:
+        with accelerator.accumulate(net):
+            loss = net(batch).sample.mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def main():
+    accelerator = Accelerator({precision})
+    net = {cls}.from_pretrained("base", subfolder="unet"{load})
+    {cast}
+    train(net, accelerator, [])
+"""
+
+
+@pytest.mark.parametrize("cls", ["UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel"])
+@pytest.mark.parametrize("load,cast", [
+    (", torch_dtype=torch.float16", "pass"),
+    ("", "net.to(accelerator.device, dtype=torch.float16)"),
+    ("", "net = net.half()"),
+])
+def test_a_float16_diffusers_model_trained_under_fp16_in_a_function(tmp_path, cls, load, cast):
+    code = DIFFUSERS.format(cls=cls, precision="mixed_precision='fp16'", load=load, cast=cast)
+    assert _found(tmp_path, {"train.py": code}, {"CFX204"}) == [("CFX204", "train.py", 13)]
+
+
+@pytest.mark.parametrize("precision,load,cast", [
+    ("mixed_precision='bf16'", ", torch_dtype=torch.float16", "pass"),  # no GradScaler under bf16
+    ("mixed_precision=args.precision", ", torch_dtype=torch.float16", "pass"),  # not known here
+    ("mixed_precision='fp16'", "", "pass"),  # float32 weights: the documented setup
+    ("mixed_precision='fp16'", ", torch_dtype=torch.float16", "net.float()"),  # upcast before training
+])
+def test_near_misses_of_the_fp16_diffusers_model_are_silent(tmp_path, precision, load, cast):
+    code = DIFFUSERS.format(cls="UNet2DConditionModel", precision=precision, load=load, cast=cast)
+    assert _found(tmp_path, {"train.py": code}, {"CFX204"}) == []
+
+
+def test_an_accelerator_the_callers_disagree_on_is_silent(tmp_path):
+    code = DIFFUSERS.format(cls="UNet2DConditionModel", precision="mixed_precision='fp16'",
+                            load=", torch_dtype=torch.float16", cast="pass")
+    code += "\n\ndef other(net):\n    train(net, Accelerator(mixed_precision='no'), [])\n"
+    assert _found(tmp_path, {"train.py": code}, {"CFX204"}) == []
+
+
+# -- CFX205: bfloat16 weights given to a training function of the same module ------------------
+def test_bf16_weights_given_to_a_training_function(tmp_path):
+    code = """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def train(model, loader, lr):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    for batch in loader:
+        model(**batch).loss.backward()
+        optimizer.step()
+
+
+def main():
+    model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+    train(model, [], 1e-5)
+"""
+    assert _found(tmp_path, {"train.py": code}, {"CFX205"}) == [("CFX205", "train.py", 6)]
+    both = code + "\n\ndef again():\n    train(AutoModelForCausalLM.from_pretrained('m'), [], 1e-5)\n"
+    assert _found(tmp_path, {"train.py": both}, {"CFX205"}) == []  # the calls disagree on the dtype

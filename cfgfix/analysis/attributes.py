@@ -127,3 +127,37 @@ class ValueIndex:
                    for n in walk_scope(function)):
                 return None  # bound more than once in the function
         return single_assignments(self.tree.body).get(name)
+
+
+def call_site_origin(values: ValueIndex, index, node: ast.expr, function: ast.AST | None,
+                     cls: ast.ClassDef | None, depth: int = 0) -> ast.expr:
+    """`values.origin(node, ...)`, and for a parameter of a plain function of the module, the
+    expression every call of that function in the module passes for it (followed the same
+    way in each caller), when they all pass the same one: `train(unet, accelerator, loader)`
+    called once with `accelerator = Accelerator(mixed_precision="fp16")`. `index` is the
+    module index (`structure.ModuleIndex`)."""
+    built = values.origin(node, function, cls)
+    if not isinstance(built, ast.Name) or cls is not None or depth > 2 \
+            or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return built
+    args = function.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    if built.id not in positional and built.id not in {a.arg for a in args.kwonlyargs}:
+        return built
+    calls = [s for s in index.calls_named(function.name) if isinstance(s.node.func, ast.Name)]
+    found = None
+    for site in calls:
+        call = site.node
+        passed = next((k.value for k in call.keywords if k.arg == built.id), None)
+        if passed is None and built.id in positional:
+            at = positional.index(built.id)
+            if any(isinstance(a, ast.Starred) for a in call.args[:at + 1]):
+                return built
+            passed = call.args[at] if at < len(call.args) else None
+        if passed is None:
+            return built
+        origin = call_site_origin(values, index, passed, site.context.function, site.context.classdef, depth + 1)
+        if found is not None and origin is not found:
+            return built
+        found = origin
+    return found if found is not None else built

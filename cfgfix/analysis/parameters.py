@@ -201,9 +201,10 @@ def _run(ctx) -> ParameterFlow:
     if not sites:
         return flow
     bindings = {}
-    if any(LIBRARY_TRAINER.match(s.name) for s in sites):
-        # A trainer is often built in a helper the script calls with its model
-        # (`create_trainer(model, ...)`): what this module's call sites pass, as the model
+    if any(LIBRARY_TRAINER.match(s.name) or _built_from_parameter(s) for s in sites):
+        # A trainer (or an optimizer) is often built in a helper the script calls with its
+        # model (`create_trainer(model, ...)`, `train(unet, accelerator, loader)` building
+        # `AdamW(unet.parameters())`): what this module's call sites pass, as the model
         # analysis bound it.
         ctx.models  # noqa: B018 - records the call-site bindings
         bindings = {id(node): params for node, params in ctx.functions.bindings.consistent().items()}
@@ -232,6 +233,17 @@ def _run(ctx) -> ParameterFlow:
     for cls in classes.values():
         _walk_class(cls, walk)
     return flow
+
+
+def _built_from_parameter(site) -> bool:
+    """The call is made in a plain function with one of that function's parameters in
+    its arguments (`AdamW(unet.parameters())` in `def train(unet, ...)`)."""
+    function = site.context.function
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or site.context.classdef is not None:
+        return False
+    args = function.args
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    return any(isinstance(node, ast.Name) and node.id in params for node in ast.walk(site.node))
 
 
 def _assigning_methods(methods: list) -> dict[str, set[int]]:

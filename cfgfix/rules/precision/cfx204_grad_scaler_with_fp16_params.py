@@ -666,7 +666,10 @@ def _fp16_accelerator(ctx, values, step) -> ast.Call | None:
     surely steps it through a GradScaler: fp16 written in the call, no DeepSpeed, FSDP or
     Megatron plugin (their own optimizers and scalers accept float16 parameters), and a
     file that does not mention DeepSpeed or FSDP (a launch config may still select them)."""
-    node = values.origin(step.prepared.func.value, step.function, step.cls)  # type: ignore[attr-defined]
+    from cfgfix.analysis.attributes import call_site_origin
+
+    # the accelerator may come in as a parameter (`def train(unet, accelerator, loader)`)
+    node = call_site_origin(values, ctx.index, step.prepared.func.value, step.function, step.cls)  # type: ignore[attr-defined]
     if not isinstance(node, ast.Call) or not (ctx.imports.qualify(node.func) or "").endswith("Accelerator"):
         return None
     keywords = {k.arg: k.value for k in node.keywords}
