@@ -292,16 +292,16 @@ EVERY = "torch.cuda.empty_cache()"
 @pytest.mark.parametrize("body", [PERIODIC, EVERY])
 @pytest.mark.parametrize("user", [
     # a callback's per-step hook, through an attribute set in __init__
-    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = {helper}()\n\n"
-    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.{method}()\n",
+    ("class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = {helper}()\n\n"
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.{method}()\n"),
     # a trainer class's own loop, through an attribute
-    "class Runner:\n    def __init__(self, model, loader, opt):\n        self.model, self.loader, self.opt = model, loader, opt\n"
+    ("class Runner:\n    def __init__(self, model, loader, opt):\n        self.model, self.loader, self.opt = model, loader, opt\n"
     "        self.memory_manager = {helper}(every=10)\n\n    def train_epoch(self):\n"
     "        for batch in self.loader:\n            self.model(**batch).loss.backward()\n"
-    "            self.opt.step()\n            self.memory_manager.{method}()\n",
+    "            self.opt.step()\n            self.memory_manager.{method}()\n"),
     # a function's loop, through a local name
-    "def train(model, loader, opt):\n    memory = {helper}()\n    for step, batch in enumerate(loader):\n"
-    "        model(**batch).loss.backward()\n        opt.step()\n        memory.{method}()\n",
+    ("def train(model, loader, opt):\n    memory = {helper}()\n    for step, batch in enumerate(loader):\n"
+    "        model(**batch).loss.backward()\n        opt.step()\n        memory.{method}()\n"),
 ])
 def test_empty_cache_in_a_helper_object_called_per_step(tmp_path, helper, method, body, user):
     code = HELPER.format(helper=helper, method=method, body=body) + "\n\n" + user.format(helper=helper, method=method)
@@ -312,22 +312,22 @@ def test_empty_cache_in_a_helper_object_called_per_step(tmp_path, helper, method
 
 @pytest.mark.parametrize("user", [
     # a hook that runs once per evaluation, not per step
-    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
-    "    def on_evaluate(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    ("class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
+    "    def on_evaluate(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n"),
     # the attribute holds another class's object, with a method of the same name
-    "class Other:\n    def after_batch(self):\n        pass\n\n\n"
+    ("class Other:\n    def after_batch(self):\n        pass\n\n\n"
     "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = Other()\n\n"
-    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n"),
     # the attribute is bound twice: which object it holds is not known
-    "class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
+    ("class Cleanup(TrainerCallback):\n    def __init__(self):\n        self.mem = MemoryManager()\n\n"
     "    def reset(self, other):\n        self.mem = other\n\n"
-    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n",
+    "    def on_step_end(self, args, state, control, **kwargs):\n        self.mem.after_batch()\n"),
     # called after training, not in the loop
-    "def train(model, loader, opt):\n    memory = MemoryManager()\n    for batch in loader:\n"
-    "        model(**batch).loss.backward()\n        opt.step()\n    memory.after_batch()\n",
+    ("def train(model, loader, opt):\n    memory = MemoryManager()\n    for batch in loader:\n"
+    "        model(**batch).loss.backward()\n        opt.step()\n    memory.after_batch()\n"),
     # a loop over checkpoints, not steps
-    "def evaluate_all(checkpoints):\n    memory = MemoryManager()\n    for ckpt in checkpoints:\n"
-    "        model = load(ckpt)\n        model(x)\n        memory.after_batch()\n",
+    ("def evaluate_all(checkpoints):\n    memory = MemoryManager()\n    for ckpt in checkpoints:\n"
+    "        model = load(ckpt)\n        model(x)\n        memory.after_batch()\n"),
 ])
 def test_near_misses_of_the_helper_object_are_silent(tmp_path, user):
     code = HELPER.format(helper="MemoryManager", method="after_batch", body=EVERY) + "\n\n" + user
@@ -355,10 +355,10 @@ def train_epoch(model, loader, optimizer):
 
 @pytest.mark.parametrize("returned", ["total / len(loader)", "total"])
 @pytest.mark.parametrize("caller", [
-    "def main(model, loader, optimizer):\n    for epoch in range(3):\n        avg = train_epoch(model, loader, optimizer)\n"
-    "        print(f'epoch {epoch}: {avg:.4f}')\n",
-    "def main(model, loader, optimizer):\n    history = []\n    for epoch in range(3):\n"
-    "        history.append(float(train_epoch(model, loader, optimizer)))\n",
+    ("def main(model, loader, optimizer):\n    for epoch in range(3):\n        avg = train_epoch(model, loader, optimizer)\n"
+    "        print(f'epoch {epoch}: {avg:.4f}')\n"),
+    ("def main(model, loader, optimizer):\n    history = []\n    for epoch in range(3):\n"
+    "        history.append(float(train_epoch(model, loader, optimizer)))\n"),
     "if __name__ == '__main__':\n    print('loss', train_epoch(None, [], None).item())\n",
 ])
 def test_a_returned_accumulator_read_as_a_number_by_its_callers(tmp_path, returned, caller):
@@ -371,8 +371,8 @@ def test_a_returned_accumulator_read_as_a_number_by_its_callers(tmp_path, return
     "def main(model, loader, optimizer):\n    avg = train_epoch(model, loader, optimizer)\n    avg.backward()\n",
     "def main(model, loader, optimizer, scheduler):\n    scheduler.step(train_epoch(model, loader, optimizer))\n",
     "def main(model, loader, optimizer):\n    return train_epoch(model, loader, optimizer)\n",  # returned on, no caller
-    "def main(model, loader, optimizer):\n    avg = train_epoch(model, loader, optimizer)\n"
-    "    print(avg)\n    extra(avg)\n",  # one use escapes
+    ("def main(model, loader, optimizer):\n    avg = train_epoch(model, loader, optimizer)\n"
+    "    print(avg)\n    extra(avg)\n"),  # one use escapes
 ])
 def test_a_returned_accumulator_whose_use_is_unknown_is_silent(tmp_path, caller):
     code = EPOCH.format(returned="total / len(loader)", caller=caller)
@@ -403,8 +403,8 @@ import torch
     ("def train_step(model, batch, optimizer, *, dev):", "dev",
      "DEVICE = 'cuda:0'\nfor batch in loader:\n    train_step(model, batch, optimizer, dev=DEVICE)"),
     ("def train_step(model, batch, optimizer, device):", "device",
-     "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nfor batch in loader:\n"
-     "    train_step(model, batch, optimizer, device)"),
+     ("device = 'cuda' if torch.cuda.is_available() else 'cpu'\nfor batch in loader:\n"
+     "    train_step(model, batch, optimizer, device)")),
 ])
 def test_an_autocast_device_bound_from_call_sites(tmp_path, define, args, calls):
     code = STEP.format(define=define, args=args, calls=calls)
@@ -499,3 +499,93 @@ def main():
     assert _found(tmp_path, {"train.py": code}, {"CFX205"}) == [("CFX205", "train.py", 6)]
     both = code + "\n\ndef again():\n    train(AutoModelForCausalLM.from_pretrained('m'), [], 1e-5)\n"
     assert _found(tmp_path, {"train.py": both}, {"CFX205"}) == []  # the calls disagree on the dtype
+
+
+# -- CFX301 in a helper module whose per-step caller is another module -------------------------
+MANAGER = """\
+import gc
+import torch
+
+
+class MemoryManager:
+    def __init__(self, every=10):
+        self.every = every
+        self.count = 0
+
+    def after_batch(self):
+        self.count += 1
+        if self.count % self.every == 0:
+            torch.cuda.empty_cache()
+            gc.collect()
+
+
+def clear_memory():
+    torch.cuda.empty_cache()
+"""
+LOOP = """\
+{imports}
+
+
+def train(model, loader, optimizer):
+    {setup}
+    for batch in loader:
+        model(**batch).loss.backward()
+        optimizer.step()
+        {call}
+"""
+
+
+@pytest.mark.parametrize("imports,setup,call,line", [
+    ("from utils.memory import MemoryManager", "memory = MemoryManager()", "memory.after_batch()", 13),
+    ("from utils.memory import MemoryManager as MM", "mm = MM(every=5)", "mm.after_batch()", 13),
+    ("from .memory import MemoryManager", "memory = MemoryManager()", "memory.after_batch()", 13),
+    ("from utils.memory import clear_memory", "pass", "clear_memory()", 18),
+])
+def test_a_helper_module_called_every_step_from_another_module(tmp_path, imports, setup, call, line):
+    trainer = "utils/trainer.py" if imports.startswith("from .") else "train.py"
+    files = {"utils/__init__.py": "", "utils/memory.py": MANAGER,
+             trainer: LOOP.format(imports=imports, setup=setup, call=call)}
+    assert _found(tmp_path, files, {"CFX301"}) == [("CFX301", "utils/memory.py", line)]
+
+
+def test_a_helper_module_called_from_a_hook_of_another_module(tmp_path):
+    hook = """\
+from transformers import TrainerCallback
+from utils.memory import MemoryManager
+
+
+class Cleanup(TrainerCallback):
+    def __init__(self):
+        self.memory = MemoryManager()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.memory.after_batch()
+"""
+    files = {"utils/__init__.py": "", "utils/memory.py": MANAGER, "callbacks.py": hook}
+    assert _found(tmp_path, files, {"CFX301"}) == [("CFX301", "utils/memory.py", 13)]
+
+
+@pytest.mark.parametrize("imports,setup,call", [
+    ("from utils.memory import MemoryManager", "memory = MemoryManager()", "pass\n    memory.after_batch()"),
+    ("from other.memory import MemoryManager", "memory = MemoryManager()", "memory.after_batch()"),  # another class
+    ("from utils.memory import MemoryManager", "memory = make_manager()", "memory.after_batch()"),  # built elsewhere
+    ("from utils.memory import clear_memory", "pass", "pass\n    clear_memory()"),  # after training
+])
+def test_near_misses_of_the_helper_module_are_silent(tmp_path, imports, setup, call):
+    other = MANAGER.replace("torch.cuda.empty_cache()", "pass")
+    files = {"utils/__init__.py": "", "utils/memory.py": MANAGER, "other/__init__.py": "",
+             "other/memory.py": other, "train.py": LOOP.format(imports=imports, setup=setup, call=call)}
+    assert _found(tmp_path, files, {"CFX301"}) == []
+
+
+def test_the_helper_module_is_recomputed_when_its_caller_changes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inside = LOOP.format(imports="from utils.memory import MemoryManager", setup="memory = MemoryManager()",
+                         call="memory.after_batch()")
+    write_project(tmp_path, {"utils/__init__.py": "", "utils/memory.py": MANAGER, "train.py": inside})
+    _, _, first = lint_project(tmp_path, use_cache=True)
+    assert [(f.code, f.span.path) for f in first.findings] == [("CFX301", "utils/memory.py")]
+    after = inside.replace("        memory.after_batch()", "    memory.after_batch()")
+    write_project(tmp_path, {"train.py": after + "# changed\n"})
+    _, _, second = lint_project(tmp_path, use_cache=True)
+    assert [f.code for f in second.findings if f.code == "CFX301"] == []

@@ -298,15 +298,41 @@ class LoopAnalysis:
         if not isinstance(function, Function):
             return []
         owner = self._class_of(function)
+
+        def matches(site: CallSite) -> bool:
+            if isinstance(site.node.func, ast.Name) and site.node.func.id == function.name:
+                return True
+            if site.receiver in ("self", "cls") and site.method == function.name:
+                return site.context.classdef is not None and site.context.classdef is owner
+            return owner is not None and site.method == function.name and self._instance_of(site, owner.name)
+
+        return self._per_step(matches)
+
+    def project_step_callers(self, function: ast.AST, project, path) -> list[tuple[object, CallSite, object, object]]:
+        """`step_callers` in the project's other modules: (the module, the call, its step
+        loop or None, the loop's kind or the hook), for a function they import and call, or
+        a method of a class of this module whose objects they build (`self.memory =
+        MemoryManager()` ... `self.memory.after_batch()` in the training loop)."""
+        if not isinstance(function, Function) or project is None or path is None:
+            return []
+        from cfgfix.analysis.project_callers import importers, module_index
+
+        owner = self._class_of(function)
+        out = []
+        for parsed, local in importers(project, path, owner.name if owner is not None else function.name):
+            other = LoopAnalysis(module_index(parsed))
+            if owner is None:
+                found = other._per_step(lambda site, name=local: isinstance(site.node.func, ast.Name) and site.node.func.id == name)
+            else:
+                found = other._per_step(
+                    lambda site, of=other, name=local: site.method == function.name and of._instance_of(site, name))
+            out.extend((parsed, site, loop, kind) for site, loop, kind in found)
+        return out
+
+    def _per_step(self, matches) -> list[tuple[CallSite, ast.stmt | None, object]]:
         out = []
         for site in self.index.calls:
-            func = site.node.func
-            if isinstance(func, ast.Name) and func.id == function.name:
-                pass
-            elif site.receiver in ("self", "cls") and site.method == function.name:
-                if site.context.classdef is None or site.context.classdef is not owner:
-                    continue
-            elif owner is None or site.method != function.name or not self._instance_of(site, owner):
+            if not matches(site):
                 continue
             loops = site.context.loops
             if not loops:
@@ -325,8 +351,9 @@ class LoopAnalysis:
 
         return step_functions(self.index.tree, self.imports)
 
-    def _instance_of(self, site: CallSite, cls: ast.ClassDef) -> bool:
-        """The call's receiver was built by `cls(...)` (through a name or `self.x` bound once)."""
+    def _instance_of(self, site: CallSite, cls: str) -> bool:
+        """The call's receiver was built by `cls(...)` (the class's name here), through a
+        name or `self.x` bound once."""
         if not isinstance(site.node.func, ast.Attribute) or site.receiver is None:
             return False
         from cfgfix.analysis.attributes import ValueIndex
@@ -334,7 +361,7 @@ class LoopAnalysis:
         if self._values is None:
             self._values = ValueIndex(self.index.tree)
         built = self._values.origin(site.node.func.value, site.context.function, site.context.classdef)
-        return isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id == cls.name
+        return isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id == cls
 
     def _class_of(self, function: ast.AST):
         context = self.index.context_of(function)

@@ -24,6 +24,9 @@ from cfgfix.records import dataclass, field
 MAX_MODULE_BYTES = 2_000_000
 # How many folders above the importing file a top-level package may live (repo/src/pkg/...).
 MAX_PARENT_LEVELS = 4
+# `python_files`: a bound on the listing, and folders that hold no project code.
+MAX_LISTED = 3000
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env", "build", "dist", "wandb"})
 
 
 @dataclass
@@ -56,6 +59,7 @@ class ProjectModules:
         self._parsed: dict[str, tuple[tuple[int, int], object]] = {}  # key -> (size+mtime, bytes or ParsedModule)
         self._resolved: dict[tuple[str, str, int], Path | None] = {}
         self._files: dict[str, bool] = {}  # is_file, asked once per candidate path
+        self._listed: list[str] | None = None  # `python_files`
 
     def resolve(self, importer: Path, module: str, level: int = 0) -> Path | None:
         """The file that `import module` (or `from .module`, level > 0) names, seen from
@@ -114,6 +118,20 @@ class ProjectModules:
             if data is None or not any(word in data for word in needs):
                 return None
         return self._stamped(str(path), path, lambda: _parsed_module(path, self.raw(path)))
+
+    def python_files(self) -> list[str]:
+        """The project's Python files (hidden folders, virtualenvs and caches left out, at
+        most MAX_LISTED), listed once per process: where a helper's callers may live."""
+        if self._listed is None:
+            found: list[str] = []
+            if self._root is not None:
+                for folder, dirs, files in os.walk(self._root):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS)
+                    found.extend(os.path.join(folder, f) for f in sorted(files) if f.endswith(".py"))
+                    if len(found) >= MAX_LISTED:
+                        break
+            self._listed = found[:MAX_LISTED]
+        return self._listed
 
     def raw(self, path: Path) -> bytes | None:
         return self._stamped("raw:" + str(path), path, lambda: _read_bytes(path))

@@ -58,9 +58,13 @@ class EmptyCacheInLoop(Rule):
     `validation_step`/`test_step`/`predict_step`, and the `on_validation_batch_end`,
     `on_test_batch_end`, `on_predict_batch_end` hooks (and their `_start` twins) of a
     Lightning module or callback.
-    And in a helper that a step loop calls every iteration, also inside a loop of the
-    helper's own over a collection the code spells out (`for key in ("chosen",
+    And in a helper that a step loop or a per-step hook calls every iteration, also inside a
+    loop of the helper's own over a collection the code spells out (`for key in ("chosen",
     "rejected"):`, the `.items()` of a dict literal): that loop runs a few times per step.
+    The helper may be a method of an object the code builds from its class
+    (`self.memory_manager = MemoryManager()`, then `self.memory_manager.after_batch()` in the
+    loop), and the caller may be another module of the project that imports the helper or
+    its class (`utils/memory.py` is reported, the loop in `train.py` is named).
 
     ## Why is this bad?
     It never lowers the peak. `empty_cache()` only hands back cached blocks that no tensor
@@ -121,7 +125,7 @@ class EmptyCacheInLoop(Rule):
     triggers = ((b"empty_cache",),)
     trigger_check = staticmethod(
         lambda data: _word_in_loop_text(data, b"empty_cache") or STEP_HOOK_DEF.search(data) is not None
-        or _helper_called_in_loop(data, b"empty_cache")
+        or _helper_called_in_loop(data, b"empty_cache") or _in_a_def(data, b"empty_cache")
     )
 
     VALID = [
@@ -428,7 +432,9 @@ class EmptyCacheInLoop(Rule):
         hooks = None
         if not _call_line_in_loop(ctx, "empty_cache"):
             hooks = step_functions(ctx.document.tree, ctx.imports)
-            if not hooks and not _helper_called_in_loop(ctx.source.text.encode("utf-8"), b"empty_cache"):
+            data = ctx.source.text.encode("utf-8")
+            if not hooks and not _helper_called_in_loop(data, b"empty_cache") \
+                    and not (ctx.project is not None and _in_a_def(data, b"empty_cache")):
                 return  # most modules: no need for the module index
         analysis = loop_analysis(ctx)
         src = ctx.source
@@ -456,14 +462,20 @@ class EmptyCacheInLoop(Rule):
                     related = Related(src.span(*_def_range(src, hook.function)), f"runs once per {hook.step}")
                 else:
                     callers = analysis.step_callers(context.function)
-                    if not callers or _runs_a_phase(ctx, analysis, context.function):
+                    if _runs_a_phase(ctx, analysis, context.function):
                         continue
-                    caller, loop, kind = callers[0]
-                    if loop is None:  # called from a framework's per-step hook
+                    elsewhere = None if callers else _caller_elsewhere(ctx, analysis, context.function)
+                    if not callers and elsewhere is None:
+                        continue
+                    if elsewhere is not None:
+                        where, related = elsewhere
+                    elif callers[0][1] is None:  # called from a framework's per-step hook
+                        caller, loop, kind = callers[0]
                         where = (f"`{context.function.name}()`, called on line {caller.node.lineno} by "
                                  f"{kind.description}")
                         related = Related(src.span_of_node(caller.node), f"called once per {kind.step}")
                     else:
+                        caller, loop, kind = callers[0]
                         where = (f"`{context.function.name}()`, which the {kind} loop on line {loop.lineno} "
                                  f"calls every iteration (line {caller.node.lineno})")
                         related = Related(src.span_of_node(caller.node), f"called every iteration of the {kind} loop")
@@ -575,6 +587,32 @@ def _helper_called_in_loop(data: bytes, word: bytes) -> bool:
                 return True
         pos = data.find(word, pos + 1)
     return False
+
+
+def _caller_elsewhere(ctx, analysis, function):
+    """(where, related) for a helper that another module of the project calls once per step
+    (`self.memory = MemoryManager()` in the trainer's module, `self.memory.after_batch()` in
+    its training loop); None when none does. The modules read are recorded as the file's
+    dependencies (a change there recomputes this file's findings)."""
+    found = analysis.project_step_callers(function, ctx.project, ctx.path)
+    if not found:
+        return None
+    module, caller, loop, kind = found[0]
+    ctx.functions.deps.add(str(module.path))
+    span = module.source_text().span_of_node(caller.node)
+    if loop is None:
+        where = f"`{function.name}()`, called by {kind.description} ({module.display}:{caller.node.lineno})"
+        return where, Related(span, f"called once per {kind.step}")
+    where = (f"`{function.name}()`, which the {kind} loop in {module.display} (line {loop.lineno}) calls "
+             f"every iteration (line {caller.node.lineno})")
+    return where, Related(span, f"called every iteration of the {kind} loop")
+
+
+
+def _in_a_def(data: bytes, word: bytes) -> bool:
+    """Text only: `word` after a `def` (in a function or method another module may call)."""
+    pos = data.find(word)
+    return pos >= 0 and _DEF.search(data, 0, pos) is not None
 
 
 def _runs_a_phase(ctx, analysis, function) -> bool:
