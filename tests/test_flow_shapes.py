@@ -589,3 +589,100 @@ def test_the_helper_module_is_recomputed_when_its_caller_changes(tmp_path, monke
     write_project(tmp_path, {"train.py": after + "# changed\n"})
     _, _, second = lint_project(tmp_path, use_cache=True)
     assert [f.code for f in second.findings if f.code == "CFX301"] == []
+
+
+# -- a project class's constructor given a model in another module (CFX101, CFX103, CFX205) -----
+TRAINER = """\
+import torch
+
+
+class CompleteOptimizedTrainer:
+    def __init__(self, model, tokenizer, train_loader=None, learning_rate=5e-5):
+        self.model = model
+        self.tokenizer = tokenizer
+        {prepare}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate)
+
+    def train(self):
+        for batch in self.train_loader:
+            self.model(**batch).loss.backward()
+            self.optimizer.step()
+"""
+MAIN = """\
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+{imports}
+
+
+def main():
+    model = AutoModelForSeq2SeqLM.from_pretrained("google/flan-t5-xl", {load})
+    tokenizer = AutoTokenizer.from_pretrained("google/flan-t5-xl")
+    trainer = {build}
+    trainer.train()
+"""
+BUILDS = {
+    "positional": "CompleteOptimizedTrainer(model, tokenizer)",
+    "keywords": "CompleteOptimizedTrainer(model=model, tokenizer=tokenizer, learning_rate=1e-4)",
+}
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("layout", ["module", "package", "alias"])
+@pytest.mark.parametrize("load,prepare,expected", [
+    ("torch_dtype=torch.bfloat16", "self.model = self.model.to(dtype=torch.bfloat16)", {"CFX101", "CFX205"}),
+    ("torch_dtype=torch.bfloat16, device_map='auto'", "self.model.to('cuda')", {"CFX103"}),
+])
+def test_a_trainer_class_built_with_a_model_in_another_module(tmp_path, build, layout, load, prepare, expected):
+    where = {"module": "trainer.py", "package": "training/trainer.py", "alias": "trainer.py"}[layout]
+    imports = {"module": "from trainer import CompleteOptimizedTrainer",
+               "package": "from training.trainer import CompleteOptimizedTrainer",
+               "alias": "from trainer import CompleteOptimizedTrainer as Runner"}[layout]
+    call = BUILDS[build].replace("CompleteOptimizedTrainer", "Runner") if layout == "alias" else BUILDS[build]
+    files = {where: TRAINER.format(prepare=prepare), "train.py": MAIN.format(imports=imports, load=load, build=call)}
+    if layout == "package":
+        files["training/__init__.py"] = ""
+    found = _found(tmp_path, files, {"CFX101", "CFX103", "CFX205"})
+    assert {code for code, path, _ in found} == expected and {path for _, path, _ in found} == {where}
+
+
+@pytest.mark.parametrize("main,prepare", [
+    # the two constructions pass different loads
+    (MAIN.format(imports="from trainer import CompleteOptimizedTrainer", load="torch_dtype=torch.bfloat16",
+                 build="CompleteOptimizedTrainer(model, tokenizer)")
+     + "\n\ndef other():\n    CompleteOptimizedTrainer(AutoModelForSeq2SeqLM.from_pretrained('t5-small'), None)\n",
+     "self.model = self.model.to(dtype=torch.bfloat16)"),
+    # the model goes through code that may cast it first
+    (MAIN.format(imports="from trainer import CompleteOptimizedTrainer", load="torch_dtype=torch.bfloat16",
+                 build="CompleteOptimizedTrainer(prepare(model), tokenizer)"),
+     "self.model = self.model.to(dtype=torch.bfloat16)"),
+    # the cast checks the dtype first
+    (MAIN.format(imports="from trainer import CompleteOptimizedTrainer", load="torch_dtype=torch.bfloat16",
+                 build="CompleteOptimizedTrainer(model, tokenizer)"),
+     "if self.model.dtype != torch.bfloat16:\n            self.model = self.model.to(dtype=torch.bfloat16)"),
+    # another class of the same name
+    (MAIN.format(imports="from other import CompleteOptimizedTrainer", load="torch_dtype=torch.bfloat16",
+                 build="CompleteOptimizedTrainer(model, tokenizer)"),
+     "self.model = self.model.to(dtype=torch.bfloat16)"),
+])
+def test_near_misses_of_the_trainer_built_elsewhere_are_silent(tmp_path, main, prepare):
+    files = {"trainer.py": TRAINER.format(prepare=prepare), "train.py": main,
+             "other.py": TRAINER.format(prepare="pass")}
+    assert _found(tmp_path, files, {"CFX101"}) == []
+
+
+@pytest.mark.parametrize("test", ["if model.dtype != torch.bfloat16:", "if model.dtype == torch.float32:",
+                                  "if getattr(model, 'dtype', None) is not torch.bfloat16:"])
+def test_a_cast_under_a_test_of_the_dtype_is_silent(tmp_path, test):
+    code = f"""\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+{test}
+    model = model.to(torch.bfloat16)
+other = AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+{test}
+    other = other.to(torch.bfloat16)
+"""
+    # the second test reads `model`'s dtype, not `other`'s
+    assert _found(tmp_path, {"load.py": code}, {"CFX101"}) == [("CFX101", "load.py", 9)]

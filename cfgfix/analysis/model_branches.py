@@ -189,11 +189,12 @@ def _bound_in(stmt: ast.stmt) -> set[str]:
 _PLACEMENT_ATTRS = frozenset({"device", "is_cuda", "hf_device_map"})
 
 
-def placement_tested(test: ast.expr) -> frozenset:
-    """The keys (`model`, `self.model`) whose placement `test` reads."""
+def placement_tested(test: ast.expr, attrs: frozenset = _PLACEMENT_ATTRS) -> frozenset:
+    """The keys (`model`, `self.model`) whose placement `test` reads (or whose `attrs`:
+    `dtype_tested`)."""
     keys = set()
     for node in walk(test):
-        if isinstance(node, ast.Attribute) and node.attr in _PLACEMENT_ATTRS:
+        if isinstance(node, ast.Attribute) and node.attr in attrs:
             owner = node.value
             if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "next" \
                     and owner.args and isinstance(owner.args[0], ast.Call) \
@@ -204,8 +205,16 @@ def placement_tested(test: ast.expr) -> frozenset:
                 keys.add(key)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
                 and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                and node.args[1].value in _PLACEMENT_ATTRS:
+                and node.args[1].value in attrs:
             key = dotted(node.args[0])
             if key is not None:
                 keys.add(key)
     return frozenset(keys)
+
+
+def dtype_tested(test: ast.expr) -> frozenset:
+    """The keys whose dtype `test` reads (`if self.model.dtype != torch.bfloat16:`)."""
+    return placement_tested(test, _DTYPE_ATTRS)
+
+
+_DTYPE_ATTRS = frozenset({"dtype"})

@@ -10,7 +10,12 @@ import re
 
 from cfgfix.analysis.model_values import ModelCall, ModelLoad
 from cfgfix.analysis.names import dotted
-from cfgfix.analysis.project_modules import may_call_project_loader, may_subclass_project_class
+from cfgfix.analysis.project_modules import (
+    _MODEL_TARGET,
+    SELF_MOVE,
+    may_call_project_loader,
+    may_subclass_project_class,
+)
 from cfgfix.core import Edit, LazyRegex, Related
 from cfgfix.documents import python_edits
 from cfgfix.documents.text import SourceText
@@ -53,8 +58,15 @@ def may_load_model(data: bytes) -> bool:
 def may_hold_model(data: bytes) -> bool:
     """A model class's `from_pretrained(` here, a call of a project function that may
     return one, or a class built on one of the project's classes, whose `__init__` may load
-    it (both followed into their modules by the model analysis)."""
-    return may_load_model(data) or may_call_project_loader(data) or may_subclass_project_class(data)
+    it (both followed into their modules by the model analysis), or a class that casts or
+    moves a model-like `self.x` (`self.model.to(...)`) that another module may build with
+    a model."""
+    return may_load_model(data) or may_call_project_loader(data) or may_subclass_project_class(data) \
+        or may_move_self_model(data)
+
+
+def may_move_self_model(data: bytes) -> bool:
+    return any(_MODEL_TARGET.search(m.group(1)) for m in SELF_MOVE.finditer(data))
 
 
 def may_hold_model_with(*words: bytes):
@@ -63,7 +75,7 @@ def may_hold_model_with(*words: bytes):
     def check(data: bytes) -> bool:
         if any(word in data for word in words) and may_load_model(data):
             return True
-        return may_call_project_loader(data) or may_subclass_project_class(data)
+        return may_call_project_loader(data) or may_subclass_project_class(data) or may_move_self_model(data)
     return check
 
 

@@ -81,6 +81,12 @@ class FunctionTable:
         self._tried: set[tuple[str, tuple[bytes, ...] | None]] = set()  # (module key, words) parses tried
         self.deps: set[str] = set()
         self.bindings = CallBindings()
+        # Local names of another module's classes whose construction sites this module's walk
+        # records (`trainer = CompleteOptimizedTrainer(model, tokenizer)`), for that module's
+        # analysis: name -> id(call) -> (models passed, positional states, states by keyword).
+        self.traced: frozenset[str] = frozenset()
+        self.remote_bindings: dict[int, dict] = {}  # id(class) -> its `__init__` bound by other modules
+        self.traced_calls: dict[str, dict[int, tuple[int, list, dict]]] = {}
         self._consts: dict | None = None
         self._process_tests: bool | None = None
         self._default_dtype: bool | None = None

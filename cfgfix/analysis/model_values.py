@@ -176,6 +176,9 @@ class ModelCall:
     # "cuda":`, `if not hasattr(model, "hf_device_map"):`): the code checks the placement
     # before it moves, so a dispatch that placed the model never reaches the move.
     device_guarded: bool = False
+    # The call runs under a test that reads the model's dtype (`if self.model.dtype !=
+    # torch.bfloat16:`): where the model already has that dtype the cast never runs.
+    dtype_guarded: bool = False
 
     @property
     def receiver(self) -> ast.expr:

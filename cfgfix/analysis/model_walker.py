@@ -20,6 +20,7 @@ from cfgfix.analysis.model_branches import (
     _join,
     _merge,
     _restamp,
+    dtype_tested,
     placement_tested,
 )
 from cfgfix.analysis.model_functions import _method, _positional_params, _read_only_arguments
@@ -113,6 +114,7 @@ class _Walker:
         self.path: frozenset = frozenset()
         self.depth = 0  # `if`s (and `except` handlers) entered in the function walked
         self.device_tests: frozenset = frozenset()  # keys whose placement an enclosing `if` tests
+        self.dtype_tests: frozenset = frozenset()  # keys whose dtype an enclosing `if` tests
         # Only a single-process run reaches the current statement (a branch on LOCAL_RANK /
         # WORLD_SIZE); tests are read only in modules that name those variables.
         self.single_process = False
@@ -206,13 +208,14 @@ class _Walker:
             saved, saved_single = self.path, self.single_process
             single = (self.single_process_side(stmt.test, True), self.single_process_side(stmt.test, False))
             self.depth += 1
-            saved_tests = self.device_tests
-            self.device_tests = saved_tests | placement_tested(stmt.test)
+            saved_tests = self.device_tests, self.dtype_tests
+            self.device_tests = saved_tests[0] | placement_tested(stmt.test)
+            self.dtype_tests = saved_tests[1] | dtype_tested(stmt.test)
             self.path, self.single_process = saved | yes, saved_single or single[0]
             body = self.block(stmt.body, _assume(env, yes, self.depth))
             self.path, self.single_process = saved | no, saved_single or single[1]
             orelse = self.block(stmt.orelse, _assume(env, no, self.depth))
-            self.device_tests = saved_tests
+            self.device_tests, self.dtype_tests = saved_tests
             self.depth -= 1
             imports = self.resolver.imports
             body_ends, orelse_ends = _ends(stmt.body, imports), _ends(stmt.orelse, imports)
@@ -460,6 +463,12 @@ class _Walker:
         func = call.func
         positional, named = self.args(call, env, escape=False)
         passes_model = any(isinstance(s, (ModelState, TupleState, Choice)) for s in [*positional, *named.values()])
+        if isinstance(func, ast.Name) and func.id in table.traced:
+            # a statement may be evaluated again with less known (module-level names as seeds)
+            known = table.traced_calls.setdefault(func.id, {})
+            models = sum(isinstance(s, ModelState) for s in [*positional, *named.values()])
+            if id(call) not in known or models >= known[id(call)][0]:
+                known[id(call)] = (models, positional, named)
         method = _method(self.cls, func.attr) if (
             self.cls is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
             and func.value.id in ("self", "cls")) else None
@@ -564,18 +573,19 @@ class _Walker:
 
     def move(self, call, method, key, state: ModelState, env, alternatives: int = 0, record: bool = True) -> ModelState:
         target, unknown, moves, dtype_arg = self.classify(call, method)
-        guarded = dotted(call.func.value) in self.device_tests
+        receiver = dotted(call.func.value)
+        guarded, dtype_guarded = receiver in self.device_tests, receiver in self.dtype_tests
         if not record:
             pass
         elif alternatives:
             if not any(c.call is call and c.state.load == state.load for c in self.analysis.possible_calls):
                 self.analysis.possible_calls.append(ModelCall(
                     call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg, alternatives,
-                    guarded))
+                    guarded, dtype_guarded))
         elif not any(c.call is call for c in self.analysis.calls):  # a scope seen twice
             self.analysis.calls.append(
                 ModelCall(call, method, key, state, self.stmt, self.sole, target, unknown, moves, dtype_arg,
-                          device_guarded=guarded)
+                          device_guarded=guarded, dtype_guarded=dtype_guarded)
             )
         if target is not None:  # a cast of a PEFT model casts its base too
             base = replace(state.base, dtype=target, cast_by=call) if state.base is not None else None

@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 import re
 
-from cfgfix.analysis.model_attributes import _heirs
+from cfgfix.analysis.model_attributes import _heirs, _moved_attributes
 from cfgfix.analysis.model_classes import _analyze_class, _seeds_from
 from cfgfix.analysis.model_functions import (
     _LOAD_CALL,
@@ -43,6 +43,8 @@ from cfgfix.analysis.model_functions import (
     _any_between,
     _has_word,
     _line_starts,
+    _method,
+    _positional_params,
 )
 from cfgfix.analysis.model_loads import _MODEL_CLASS, MULTI_DEVICE_STRATEGIES, OFFLOAD_DEVICES, _Resolver
 from cfgfix.analysis.model_values import (
@@ -63,6 +65,8 @@ from cfgfix.analysis.model_values import (
 from cfgfix.analysis.model_walker import _analyze_function, _Walker
 from cfgfix.analysis.model_wrappers import _prepares, wrapper_kind
 from cfgfix.analysis.names import ImportMap, iter_statements, walk
+from cfgfix.analysis.project_callers import importers
+from cfgfix.records import replace
 
 # The names other modules imported from here before the split, still importable here.
 __all__ = [
@@ -102,11 +106,13 @@ def analyze_models(
     project=None,
     path=None,
     functions: FunctionTable | None = None,
+    callers: bool = True,
 ) -> ModelAnalysis:
     """Model loads and the casts and moves applied to them, in one module. With `project`
     (an `analysis.project_modules.ProjectModules`) and the module's `path`, functions
     imported from the project's other modules are followed too (`analysis.deps` lists the
-    files read)."""
+    files read). `callers`: also bind the `__init__` of this module's classes from the
+    project modules that build them (False when this is such a module's analysis)."""
     imports = imports or ImportMap(tree)
     analysis = ModelAnalysis(imports=imports, tree=tree)
     functions = functions or FunctionTable(tree, imports, project, path)
@@ -114,7 +120,11 @@ def analyze_models(
         functions.text = text
     survey = _Survey(tree, text, functions.loader_names(text))
     heirs = _heirs(tree, functions, survey)
-    if not survey.load_scopes and not heirs:
+    # Classes built elsewhere with a model (`CompleteOptimizedTrainer(model, tokenizer)` in
+    # train.py): what the project's other modules pass to their `__init__`.
+    remote = _bound_elsewhere(tree, functions) if callers else {}
+    functions.remote_bindings = {id(node): params for node, params in remote.items()}
+    if not survey.load_scopes and not heirs and not remote:
         analysis.deps = sorted(functions.deps)
         return analysis  # most files: `from_pretrained` only in docstrings or for tokenizers
     module_consts = functions.consts
@@ -135,6 +145,9 @@ def analyze_models(
         if id(node) not in done:
             _analyze_class(node, analysis, resolver, module_seeds, survey=survey)
             done[id(node)] = {}
+    for node, params in remote.items():
+        _analyze_class(node, analysis, resolver, module_seeds, init_params=params, survey=survey)
+        done[id(node)] = params
     for func, seeds in _functions_outside_classes(tree, module_seeds):
         if func in survey.load_scopes or survey.uses(func, seeded):
             _analyze_function(func, analysis, resolver, seeds)
@@ -254,3 +267,45 @@ def _functions_outside_classes(tree: ast.Module, seeds: dict):
             stack.extend(getattr(node, name, None) or ())
         for holder in getattr(node, "handlers", None) or getattr(node, "cases", None) or ():
             stack.extend(holder.body)
+
+
+def _bound_elsewhere(tree: ast.Module, functions: FunctionTable) -> dict[ast.ClassDef, dict]:
+    """For each top-level class of the module that casts or moves a model-like `self.x`
+    (`self.model.to(...)`) and that the module itself never builds: the `__init__`
+    parameters every construction in the project's other modules passes the same model
+    load to (`trainer = CompleteOptimizedTrainer(model, tokenizer)` in train.py). The loads
+    keep their module; a cast made there leaves the dtype unknown here (it cannot be shown).
+    The modules read become the file's dependencies."""
+    if functions.project is None or functions.path is None or functions.depth or functions.text is None:
+        return {}
+    found = {}
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef) or _method(cls, "__init__") is None \
+                or not _moved_attributes(functions, cls) or f"{cls.name}(" in functions.text:
+            continue
+        params = _positional_params(_method(cls, "__init__"), method=True)
+        bindings = CallBindings()
+        for parsed, local in importers(functions.project, functions.path, cls.name):
+            other = FunctionTable(parsed.tree, ImportMap(parsed.tree), functions.project, parsed.path, 1, parsed)
+            other.traced = frozenset({local})
+            analyze_models(parsed.tree, parsed.text, other.imports, functions=other, callers=False)
+            functions.deps.add(str(parsed.path))
+            functions.deps.update(other.deps)
+            for _, positional, named in other.traced_calls.get(local, {}).values():
+                bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
+                bound.update({k: v for k, v in named.items() if k in params})
+                bindings.record(cls, {k: _from_module(v, parsed) for k, v in bound.items()})
+        bound = bindings.consistent().get(cls)
+        if bound:
+            found[cls] = bound
+    return found
+
+
+def _from_module(state, parsed):
+    """A model state seen in another module, as this module's analysis shows it."""
+    if not isinstance(state, ModelState) or isinstance(state.load, ParamLoad):
+        return None
+    load = state.load
+    if load.path is None:
+        load = replace(load, path=parsed.display, source=parsed.source_text())
+    return ModelState(load, state.dtype if state.cast_by is None else None)

@@ -201,13 +201,14 @@ def _run(ctx) -> ParameterFlow:
     if not sites:
         return flow
     bindings = {}
-    if any(LIBRARY_TRAINER.match(s.name) or _built_from_parameter(s) for s in sites):
+    if any(LIBRARY_TRAINER.match(s.name) or _built_from_parameter(s) or s.context.classdef is not None for s in sites):
         # A trainer (or an optimizer) is often built in a helper the script calls with its
         # model (`create_trainer(model, ...)`, `train(unet, accelerator, loader)` building
         # `AdamW(unet.parameters())`): what this module's call sites pass, as the model
         # analysis bound it.
         ctx.models  # noqa: B018 - records the call-site bindings
         bindings = {id(node): params for node, params in ctx.functions.bindings.consistent().items()}
+        bindings.update(ctx.functions.remote_bindings)  # classes built with a model by other modules
     functions = ctx.functions
     if functions.text is None:
         functions.text = ctx.source.text  # what tells which callees are bound like loaders
@@ -231,7 +232,7 @@ def _run(ctx) -> ParameterFlow:
     for scope in scopes.values():
         walk(scope, dict(bindings.get(id(scope), {})))
     for cls in classes.values():
-        _walk_class(cls, walk)
+        _walk_class(cls, walk, bindings.get(id(cls), {}))
     return flow
 
 
@@ -265,12 +266,13 @@ def _assigning_methods(methods: list) -> dict[str, set[int]]:
     return owners
 
 
-def _walk_class(cls: ast.ClassDef, walk) -> None:
+def _walk_class(cls: ast.ClassDef, walk, init_params: dict) -> None:
     """`__init__` first, with the setup methods it always calls (`self.model_init()`, in
     order); then each other method, seeded with what those leave in the `self.x` only one of
     them assigns; then, once more, the methods that read a `self.x` that only one other
     method assigns (an optimizer built in `setup()`, stepped in `train_step()`), seeded with
-    what that method leaves."""
+    what that method leaves. `init_params`: what the class's constructions pass to the
+    parameters of `__init__`, where they agree (`Trainer(model, tokenizer)`)."""
     methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     owners = _assigning_methods(methods)
 
@@ -281,7 +283,7 @@ def _walk_class(cls: ast.ClassDef, walk) -> None:
         }
 
     init = next((m for m in methods if m.name == "__init__"), None)
-    seeds = only(walk(init, {}, cls), init) if init is not None else {}
+    seeds = only(walk(init, dict(init_params), cls), init) if init is not None else {}
     for method in _setup_methods(init, methods):
         seeds.update(only(walk(method, dict(seeds), cls), method))
     later: dict[int, dict] = {}

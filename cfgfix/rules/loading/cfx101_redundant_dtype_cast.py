@@ -34,7 +34,12 @@ class RedundantDtypeCast(Rule):
     CFX104's question and is not judged here, nor is one that may be quantized
     (`load_in_8bit=args.int8`, a `quantization_config` variable); `load_in_8bit=False`,
     `load_in_4bit=False` and `quantization_config=None` (literally, or through a name bound
-    once to that value) load plain weights, and are judged like a load without them.
+    once to that value) load plain weights, and are judged like a load without them. A cast
+    under a test of the model's own dtype (`if self.model.dtype != torch.bfloat16:`) is not
+    flagged: where the model already has that dtype, it never runs. The model may come from
+    another module of the project: a loader it imports, or the construction of this
+    module's class there (`CompleteOptimizedTrainer(model, tokenizer)` in `train.py` for a
+    cast in the trainer's `__init__`).
 
     ## Why is this bad?
     It does nothing to the weights. `nn.Module.to()` converts parameters in place and
@@ -302,6 +307,8 @@ class RedundantDtypeCast(Rule):
             state = mc.state
             if mc.target_dtype is None or state.load.library != "transformers" or state.load.quant_keywords:
                 continue  # diffusers keeps float32 modules under any dtype; quantized: CFX104
+            if mc.dtype_guarded:
+                continue  # `if model.dtype != torch.bfloat16:`: where it already is, the cast never runs
             dtype = state.dtype
             if dtype == "default" and mc.target_dtype == "float32":
                 transformers = transformers or ctx.versions.get("transformers")
