@@ -142,3 +142,11 @@ def test_a_base_in_a_large_module_parsed_in_parts(tmp_path):
     assert len(base) > 20_000
     found = _findings(tmp_path, "device_map='auto'", ".to('cuda')", base=base)
     assert [f for f in found if f[:2] == ("CFX103", "trainers/lora.py")]
+
+
+def test_the_text_prefilter_passes_a_class_that_binds_and_moves_its_model():
+    from cfgfix.analysis.model_calls import may_hold_model
+
+    built = "class T:\n    def __init__(self, model):\n        self.model = model\n        self.model.to('cuda')\n"
+    assert may_hold_model(built.encode()) is True  # another module may build it with a model
+    assert may_hold_model(built.replace("self.model = model", "self.m = model").encode()) is False

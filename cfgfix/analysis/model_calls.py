@@ -66,7 +66,13 @@ def may_hold_model(data: bytes) -> bool:
 
 
 def may_move_self_model(data: bytes) -> bool:
-    return any(_MODEL_TARGET.search(m.group(1)) for m in SELF_MOVE.finditer(data))
+    """A class with its own `__init__` that binds a model-like `self.x` and casts or moves
+    it (`self.model = model` ... `self.model.to(...)`): another module may build it with a
+    model. A library trainer's subclass that moves the `self.model` the library set is not."""
+    if b"def __init__(" not in data:
+        return False
+    return any(_MODEL_TARGET.search(m.group(1)) and re.search(rb"self\.%s\s*=[^=]" % m.group(1), data)
+               for m in SELF_MOVE.finditer(data))
 
 
 def may_hold_model_with(*words: bytes):
