@@ -80,6 +80,7 @@ class ValueIndex:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self._classes: dict[int, ClassAttributes] = {}
+        self._scopes: dict[int, tuple[dict, set]] = {}
 
     @classmethod
     def of(cls, ctx) -> ValueIndex:
@@ -120,13 +121,22 @@ class ValueIndex:
             params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
             if name in params:
                 return None
-            local = single_assignments(function.body)  # type: ignore[attr-defined]
+            local, stored = self._scope(function)
             if name in local:
                 return local[name]
-            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-                   for n in walk_scope(function)):
+            if name in stored:
                 return None  # bound more than once in the function
-        return single_assignments(self.tree.body).get(name)
+        return self._scope(self.tree)[0].get(name)
+
+    def _scope(self, scope: ast.AST) -> tuple[dict, set]:
+        """The names a scope binds once (to their values) and every name it stores,
+        computed once per scope: a helper's callers ask for each call site's receiver."""
+        found = self._scopes.get(id(scope))
+        if found is None:
+            stored = set() if isinstance(scope, ast.Module) else {
+                n.id for n in walk_scope(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            found = self._scopes[id(scope)] = (single_assignments(scope.body), stored)  # type: ignore[attr-defined]
+        return found
 
 
 def call_site_origin(values: ValueIndex, index, node: ast.expr, function: ast.AST | None,

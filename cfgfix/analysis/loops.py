@@ -306,7 +306,9 @@ class LoopAnalysis:
                 return site.context.classdef is not None and site.context.classdef is owner
             return owner is not None and site.method == function.name and self._instance_of(site, owner.name)
 
-        return self._per_step(matches)
+        sites = {id(s.node): s for s in [*self.index.calls_to_method(function.name),
+                                         *self.index.calls_named(function.name)]}
+        return self._per_step(matches, sorted(sites.values(), key=lambda s: (s.node.lineno, s.node.col_offset)))
 
     def project_step_callers(self, function: ast.AST, project, path) -> list[tuple[object, CallSite, object, object]]:
         """`step_callers` in the project's other modules: (the module, the call, its step
@@ -322,16 +324,17 @@ class LoopAnalysis:
         for parsed, local in importers(project, path, owner.name if owner is not None else function.name):
             other = LoopAnalysis(module_index(parsed))
             if owner is None:
-                found = other._per_step(lambda site, name=local: isinstance(site.node.func, ast.Name) and site.node.func.id == name)
+                found = other._per_step(lambda site, name=local: isinstance(site.node.func, ast.Name)
+                                        and site.node.func.id == name, other.index.calls)
             else:
-                found = other._per_step(
-                    lambda site, of=other, name=local: site.method == function.name and of._instance_of(site, name))
+                found = other._per_step(lambda site, of=other, name=local: of._instance_of(site, name),
+                                        other.index.calls_to_method(function.name))
             out.extend((parsed, site, loop, kind) for site, loop, kind in found)
         return out
 
-    def _per_step(self, matches) -> list[tuple[CallSite, ast.stmt | None, object]]:
+    def _per_step(self, matches, sites: list[CallSite]) -> list[tuple[CallSite, ast.stmt | None, object]]:
         out = []
-        for site in self.index.calls:
+        for site in sites:
             if not matches(site):
                 continue
             loops = site.context.loops
