@@ -64,7 +64,7 @@ from cfgfix.analysis.model_values import (
 )
 from cfgfix.analysis.model_walker import _analyze_function, _Walker
 from cfgfix.analysis.model_wrappers import _prepares, wrapper_kind
-from cfgfix.analysis.names import ImportMap, iter_statements, walk
+from cfgfix.analysis.names import ImportMap, dotted, iter_statements, walk
 from cfgfix.analysis.project_callers import importers
 from cfgfix.records import replace
 
@@ -278,27 +278,38 @@ def _bound_elsewhere(tree: ast.Module, functions: FunctionTable) -> dict[ast.Cla
     The modules read become the file's dependencies."""
     if functions.project is None or functions.path is None or functions.depth or functions.text is None:
         return {}
-    found = {}
+    candidates = {}
     for cls in tree.body:
-        if not isinstance(cls, ast.ClassDef) or _method(cls, "__init__") is None \
-                or not _moved_attributes(functions, cls) or f"{cls.name}(" in functions.text:
+        init = _method(cls, "__init__") if isinstance(cls, ast.ClassDef) else None
+        if init is None or f"{cls.name}(" in functions.text:
             continue
-        params = _positional_params(_method(cls, "__init__"), method=True)
-        bindings = CallBindings()
-        for parsed, local in importers(functions.project, functions.path, cls.name):
-            other = FunctionTable(parsed.tree, ImportMap(parsed.tree), functions.project, parsed.path, 1, parsed)
-            other.traced = frozenset({local})
-            analyze_models(parsed.tree, parsed.text, other.imports, functions=other, callers=False)
-            functions.deps.add(str(parsed.path))
-            functions.deps.update(other.deps)
+        moved = _moved_attributes(functions, cls)
+        params = _positional_params(init, method=True)
+        # `self.model = model` in `__init__` for a model-like attribute the class moves
+        if moved and any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in params
+                         and any(dotted(t) in {f"self.{a}" for a in moved} for t in n.targets)
+                         for n in init.body):
+            candidates[cls.name] = (cls, params)
+    if not candidates:
+        return {}
+    bindings = CallBindings()
+    modules: dict[str, tuple] = {}  # each importing module is analysed once, for every class it builds
+    for name in candidates:
+        for parsed, local in importers(functions.project, functions.path, name):
+            modules.setdefault(str(parsed.path), (parsed, {}))[1][local] = name
+    for parsed, locals_ in modules.values():
+        other = FunctionTable(parsed.tree, ImportMap(parsed.tree), functions.project, parsed.path, 1, parsed)
+        other.traced = frozenset(locals_)
+        analyze_models(parsed.tree, parsed.text, other.imports, functions=other, callers=False)
+        functions.deps.add(str(parsed.path))
+        functions.deps.update(other.deps)
+        for local, name in locals_.items():
+            cls, params = candidates[name]
             for _, positional, named in other.traced_calls.get(local, {}).values():
-                bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
+                bound = {p: positional[i] for i, p in enumerate(params) if i < len(positional)}
                 bound.update({k: v for k, v in named.items() if k in params})
                 bindings.record(cls, {k: _from_module(v, parsed) for k, v in bound.items()})
-        bound = bindings.consistent().get(cls)
-        if bound:
-            found[cls] = bound
-    return found
+    return {cls: bound for cls, bound in bindings.consistent().items()}
 
 
 def _from_module(state, parsed):

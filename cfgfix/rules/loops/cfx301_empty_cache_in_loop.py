@@ -430,12 +430,14 @@ class EmptyCacheInLoop(Rule):
 
     def check(self, ctx) -> Iterable[Finding]:
         hooks = None
+        remote_only = False
         if not _call_line_in_loop(ctx, "empty_cache"):
             hooks = step_functions(ctx.document.tree, ctx.imports)
             data = ctx.source.text.encode("utf-8")
-            if not hooks and not _helper_called_in_loop(data, b"empty_cache") \
-                    and not (ctx.project is not None and _in_a_def(data, b"empty_cache")):
-                return  # most modules: no need for the module index
+            if not hooks and not _helper_called_in_loop(data, b"empty_cache"):
+                if not (ctx.project is not None and _in_a_def(data, b"empty_cache")):
+                    return  # most modules: no need for the module index
+                remote_only = True  # only another module can call the helper per step
         analysis = loop_analysis(ctx)
         src = ctx.source
         for site in ctx.index.calls_named(*EMPTY_CACHE):
@@ -461,7 +463,7 @@ class EmptyCacheInLoop(Rule):
                     where = hook.description
                     related = Related(src.span(*_def_range(src, hook.function)), f"runs once per {hook.step}")
                 else:
-                    callers = analysis.step_callers(context.function)
+                    callers = [] if remote_only else analysis.step_callers(context.function)
                     if _runs_a_phase(ctx, analysis, context.function):
                         continue
                     elsewhere = None if callers else _caller_elsewhere(ctx, analysis, context.function)
