@@ -259,19 +259,41 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
     gathered = 0
     cpu: tuple[Component, ...] = ()
 
-    if setup.fsdp == "full" and n > 1 and not lora:
-        # FSDP FULL_SHARD: parameters, gradients and optimizer states sharded; one unit gathered
-        # at a time (plus the next one prefetched) - ZeRO-3 without DeepSpeed (FSDP paper, arXiv:2304.11277)
+    if setup.fsdp:
+        # FSDP flattens every parameter of a unit into one FlatParameter and shards it, frozen
+        # ones too: a (Q)LoRA run's base is sharded like a full fine-tune's (use_orig_params=True,
+        # which accelerate / PEFT set for mixed requires_grad; FSDP paper arXiv:2304.11277 s3.2).
+        # FSDP MixedPrecision (accelerate's mixed_precision under FSDP sets param_dtype) casts
+        # each gathered unit, never the whole model: no autocast weight copies (_activations).
+        unit_bytes = _fsdp_unit_bytes(setup, w_bytes, lora)
         weights, grads, optimizer = weights // n, grads // n, optimizer // n
-        gathered = 2 * largest * (2 if setup.autocast else w_bytes)
-        wf += f" / {n} GPUs (FSDP full shard)"
+        wf += f" / {n} GPUs (FSDP {'full shard' if setup.fsdp == 'full' else 'SHARD_GRAD_OP'}{', frozen base too' if lora else ''})"
         gf += f" / {n}"
         of += f" / {n}"
-        notes.add("FSDP wraps one transformer layer per unit; two units gathered at once (forward prefetch)")
-    elif setup.fsdp == "grad-op" and n > 1 and not lora:
-        grads, optimizer = grads // n, optimizer // n
-        gf += f" / {n} (FSDP SHARD_GRAD_OP)"
-        of += f" / {n}"
+        layer, root = _fsdp_units(shape, largest)
+        if setup.fsdp == "full":
+            # one transformer layer per unit (transformer auto-wrap), the next one prefetched;
+            # the root unit (embeddings, head, final norm) stays gathered from forward to backward
+            gathered = (2 * layer + root) * unit_bytes
+            notes.add("FSDP full shard: one transformer layer per unit, two gathered at once (backward prefetch), "
+                      "the root unit (embeddings, head) gathered through the step")
+        else:
+            # SHARD_GRAD_OP reshards only after backward: the whole model gathered during the step
+            gathered = psi * unit_bytes
+            notes.add("FSDP SHARD_GRAD_OP: parameters stay gathered from forward through backward (a whole-model copy "
+                      "in the compute dtype)")
+        if setup.offload_params:
+            # CPUOffload(offload_params=True): the parameter shards and their gradients live in host
+            # memory and the optimizer steps there (torch FSDP docs, CPUOffload); the GPU holds the
+            # gathered units only
+            cpu = (Component("parameters", weights * n, 0, wf.replace(f" / {n} GPUs", "") + ", offloaded (FSDP CPUOffload), all ranks"),
+                   Component("gradients", grads * n, 0, gf.removesuffix(f" / {n}") + ", offloaded (FSDP CPUOffload), all ranks"),
+                   Component("optimizer_states", optimizer * n, 0, of.removesuffix(f" / {n}") + ", on the CPU (FSDP CPUOffload), all ranks"))
+            weights = grads = optimizer = 0
+            wf, gf, of = ("offloaded to CPU (FSDP CPUOffload)", "offloaded to CPU (FSDP CPUOffload)",
+                          "on the CPU: the optimizer steps the offloaded shards there")
+            notes.add("FSDP CPU offload: parameter shards, gradients and optimizer states in host RAM (summed over "
+                      "the ranks of one node); every unit is copied to the GPU when gathered")
     elif setup.zero_stage and n > 1:
         # DeepSpeed with a torch-precision model (fp32 engine, or LoRA): ZeRO partitions
         optimizer //= n
@@ -313,10 +335,29 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         wf = "offloaded to CPU (ZeRO-3 offload_param, frozen weights included)"
         gathered = max(gathered, 2 * largest * (w_bytes if lora else t_bytes))
     step_temp = 0
-    if setup.optimizer == "adamw" and not setup.offload_optimizer:
+    if setup.optimizer == "adamw" and not setup.offload_optimizer and not (setup.fsdp and setup.offload_params):
         step_temp = _step_temporaries(setup, shape, trainable // (n if setup.zero_stage or setup.fsdp else 1),
                                       t_bytes, notes)
     return _States(weights, grads, grads_persistent, optimizer, 0, gathered, cpu, wf, gf, of, "none: torch keeps no master copy", step_temp)
+
+
+def _fsdp_unit_bytes(setup: MemorySetup, w_bytes: int, lora: bool) -> int:
+    """Bytes per weight of a gathered FSDP unit: MixedPrecision's param_dtype (accelerate sets it
+    from mixed_precision, so autocast under FSDP computes on 16-bit gathered weights), else the
+    stored dtype. A quantised (QLoRA) base gathers in its quant_storage dtype (bf16 in the
+    FSDP-QLoRA recipes)."""
+    if setup.autocast:
+        return 2
+    return 2 if setup.quantization else w_bytes
+
+
+def _fsdp_units(shape: ModelShape, largest: int) -> tuple[int, int]:
+    """(parameters of one wrapped layer, parameters of the root unit): transformer auto-wrap puts
+    each transformer block in its own unit and leaves embeddings, head and final norm in the root."""
+    if shape.blocks:
+        layer = max(block.params for block in shape.blocks)
+        return layer, shape.embedding_params + shape.head_params
+    return largest, 0
 
 
 def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes, trainable=None) -> _States:
@@ -385,6 +426,8 @@ def _act_dtypes(setup: MemorySetup) -> tuple[int, int]:
     (the embedding output is fp32 and fp32 + bf16 -> fp32); with 16-bit weights both are 16-bit."""
     if setup.deepspeed_half:
         return 2, 2
+    if setup.autocast and setup.fsdp:
+        return 2, 2  # FSDP MixedPrecision: 16-bit weights in compute, so the residual stream is 16-bit too
     if setup.autocast:
         return 2, 4 if setup.weights == "fp32" else 2
     return DTYPE_BYTES[setup.weights], DTYPE_BYTES[setup.weights]
@@ -511,7 +554,8 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
     b = max(setup.micro_batch, 1)
     e, r = _act_dtypes(setup)
     autocast = bool(setup.autocast) and not setup.deepspeed_half
-    copies = 2 * shape.linear_params if autocast and setup.weights == "fp32" else 0
+    # FSDP MixedPrecision casts each gathered unit (counted with the gathered units), never the whole model
+    copies = 2 * shape.linear_params if autocast and setup.weights == "fp32" and not setup.fsdp else 0
 
     if shape.family == "params":
         # no shape: the textbook per-layer formula cannot be applied; a coarse share of the
@@ -804,7 +848,7 @@ def _unet_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: i
     else:
         saved = total
         formula = "per level: resnets x 8 x C x HW + transformer layers x 24 x C x HW (coarse)"
-    copies = 2 * shape.block_linear_params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half else 0
+    copies = 2 * shape.block_linear_params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half and not setup.fsdp else 0
     return _Activations(saved, largest, 0, largest // 2, copies, formula, (0.5, 1.0))
 
 
@@ -830,29 +874,76 @@ def _with_other_parts(setup: MemorySetup, shape: ModelShape, act: _Activations, 
 
 # -- communication buffers ---------------------------------------------------------------------
 
-def _buckets(setup: MemorySetup, states: _States, notes: _Notes) -> tuple[int, str]:
+# DeepSpeed's zero_optimization defaults (runtime/zero/config.py, DeepSpeed 0.16.5): buckets in
+# elements; overlap_comm defaults to True at stage 3 and False below (`overlap_comm_valid`)
+DEEPSPEED_ZERO_DEFAULTS = {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8, "prefetch_bucket_size": 5e7,
+                           "max_live_parameters": 1e9, "param_persistence_threshold": 1e5}
+
+
+def _deepspeed_option(setup: MemorySetup, shape: ModelShape, key: str, notes: _Notes) -> float:
+    """A zero_optimization size from the run's DeepSpeed config, its "auto" as the HF integration
+    fills it (transformers integrations/deepspeed.py `trainer_config_finalize`: reduce h x h,
+    prefetch 0.9 h x h, persistence 10 h), else DeepSpeed's default."""
+    value = (setup.extras or {}).get(key)
+    h = shape.hidden
+    if value == "auto":
+        auto = {"reduce_bucket_size": h * h, "prefetch_bucket_size": int(0.9 * h * h),
+                "param_persistence_threshold": 10 * h}.get(key)
+        if auto:
+            notes.add(f"DeepSpeed {key} \"auto\": {auto:,.0f} as the HF Trainer fills it from hidden_size {h}")
+            return float(auto)
+        value = None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else DEEPSPEED_ZERO_DEFAULTS[key]
+
+
+def _persistent_params(shape: ModelShape, threshold: float) -> int:
+    """ZeRO-3 keeps every parameter tensor under stage3_param_persistence_threshold elements whole
+    on each GPU (never partitioned): the norms and biases, and Linear weights that small."""
+    if not shape.blocks:
+        return 0
+    total = 0
+    for block in shape.blocks:
+        large = sum(i * o for _, i, o in block.linears if i * o >= threshold)
+        total += block.count * max(block.params - large, 0)
+    return total
+
+
+def _buckets(setup: MemorySetup, shape: ModelShape, states: _States, notes: _Notes) -> tuple[int, str]:
     n = setup.num_gpus
     if setup.deepspeed_half or setup.zero_stage:
         extras = setup.extras or {}
-        reduce = float(extras.get("reduce_bucket_size", 5e8))
+        stated = [k for k in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "overlap_comm",
+                              "max_live_parameters", "param_persistence_threshold") if k in extras]
+        if stated:
+            notes.add("from the DeepSpeed config: " + ", ".join(f"{k} {extras[k]}" for k in stated))
+        reduce = _deepspeed_option(setup, shape, "reduce_bucket_size", notes)
+        overlap = extras.get("overlap_comm", setup.zero_stage == 3)
         if setup.zero_stage == 3:
-            from cfgfix.analysis.deepspeed_keys import zero_spellings
-
-            # the alias or its pydantic field name prefetch_bucket_size: DeepSpeed reads both
-            prefetch = float(next((extras[k] for k in zero_spellings("prefetch_bucket_size") if k in extras), 5e7))
-            if "reduce_bucket_size" not in extras:
-                notes.add("DeepSpeed bucket sizes unknown: DeepSpeed defaults assumed (reduce 5e8, prefetch 5e7 elements)")
-            return int((reduce + prefetch) * 2), "ZeRO-3 reduce + prefetch buckets x 2 B"
-        allgather = float(extras.get("allgather_bucket_size", 5e8))
-        overlap = bool(extras.get("overlap_comm", False))
-        if "reduce_bucket_size" not in extras:
-            notes.add("DeepSpeed bucket sizes unknown: DeepSpeed defaults assumed (5e8 elements, overlap_comm off)")
+            prefetch = _deepspeed_option(setup, shape, "prefetch_bucket_size", notes)
+            live = _deepspeed_option(setup, shape, "max_live_parameters", notes)
+            threshold = _deepspeed_option(setup, shape, "param_persistence_threshold", notes)
+            if "reduce_bucket_size" not in extras or "prefetch_bucket_size" not in extras:
+                notes.add("DeepSpeed ZeRO-3 bucket sizes not stated: DeepSpeed's defaults assumed for the missing ones "
+                          "(reduce 5e8, prefetch 5e7 elements)")
+            # the prefetched parameters are capped by stage3_max_live_parameters
+            prefetched = min(prefetch, live)
+            persistent = _persistent_params(shape, threshold) * (n - 1) // max(n, 1)
+            formula = (f"ZeRO-3 reduce bucket {reduce:.3g} + prefetched parameters {prefetched:.3g} (min of "
+                       f"prefetch_bucket_size and max_live_parameters) x 2 B")
+            if persistent:
+                formula += f" + {persistent / 1e6:.3g}M persistent small parameters (under {threshold:.3g} elements) x 2 B"
+            return int((reduce + prefetched + persistent) * 2), formula
+        allgather = _deepspeed_option(setup, shape, "allgather_bucket_size", notes)
+        if "reduce_bucket_size" not in extras or "allgather_bucket_size" not in extras:
+            notes.add("DeepSpeed bucket sizes not stated: DeepSpeed's defaults assumed for the missing ones "
+                      "(5e8 elements, overlap_comm off below stage 3)")
         if n <= 1 and setup.zero_stage < 2:
             return 0, "single GPU: no reduction buckets"
         # HF DeepSpeed docs: "overlap_comm uses 4.5x the allgather_bucket_size and
         # reduce_bucket_size values ... 5e8 x 2Bytes x 2 x 4.5 = 9GB"
         factor = 4.5 if overlap else 1.0
-        return int((reduce + allgather) * 2 * factor), f"(reduce + allgather buckets) x 2 B x {factor:g} (HF DeepSpeed docs)"
+        return int((reduce + allgather) * 2 * factor), (f"(reduce {reduce:.3g} + allgather {allgather:.3g} buckets) x 2 B "
+                                                        f"x {factor:g} (overlap_comm {'on' if overlap else 'off'}; HF DeepSpeed docs)")
     if n > 1 and not setup.fsdp:
         return states.grads, "DDP buckets: a copy of the gradients (torch DDP docs, gradient_as_bucket_view)"
     return 0, "none"
@@ -893,7 +984,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     act = _activations(setup, shape, notes)
     if shape.other_parts:
         act = _with_other_parts(setup, shape, act, notes)
-    buckets, bucket_formula = _buckets(setup, states, notes)
+    buckets, bucket_formula = _buckets(setup, shape, states, notes)
     if setup.device == "cuda":
         ctx = CUDA_CONTEXT_BYTES
         workspaces = CUBLAS_WORKSPACE_BYTES * CUBLAS_HANDLES
@@ -941,7 +1032,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         part for part in (
             f"autocast 16-bit weight copies {act.autocast_copies / GIB:.3g} GiB (autocast's per-op weight casts)" if act.autocast_copies else "",
             f"fp32 loss gradient {act.loss_backward / GIB:.3g} GiB" if act.loss_backward else "",
-            f"gathered layer {states.gathered / GIB:.3g} GiB" if states.gathered else "",
+            f"gathered {'FSDP units' if setup.fsdp else 'layer'} {states.gathered / GIB:.3g} GiB" if states.gathered else "",
             f"buckets {buckets / GIB:.3g} GiB: {bucket_formula}" if buckets else "",
             f"{optimizer_impl(setup)} optimizer step {states.step_temp / GIB:.3g} GiB" if states.step_temp else "",
             f"cuBLAS workspaces {workspaces / MIB:.0f} MiB (torch's default per handle)" if workspaces else "",
@@ -957,7 +1048,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         "cuda_context": ctx,
     }
     formulas = {
-        "weights": states.weights_formula + (f" + largest layer gathered ({states.gathered / GIB:.3g} GiB, in temporaries)" if states.gathered else ""),
+        "weights": states.weights_formula + (f" + {'units' if setup.fsdp else 'largest layer'} gathered ({states.gathered / GIB:.3g} GiB, in temporaries)" if states.gathered else ""),
         "gradients": states.grads_formula,
         "optimizer_states": states.optimizer_formula,
         "master_weights": states.master_formula,

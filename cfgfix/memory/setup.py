@@ -99,9 +99,10 @@ class MemorySetup:
         out = []
         if self.fsdp and (self.zero_stage or self.deepspeed_half):
             out.append("FSDP and DeepSpeed both own the model's sharding and precision: a run uses one of them, not both")
-        if self.offload_optimizer and self.fsdp:
-            out.append("optimizer offload here is DeepSpeed ZeRO-Offload; FSDP's CPU offload is not modelled")
-        elif self.offload_optimizer and self.zero_stage < 2:
+        if self.offload_optimizer and self.fsdp and not self.offload_params:
+            out.append("FSDP offloads the optimizer only with the parameters (CPUOffload(offload_params=True): "
+                       "parameters, gradients and the optimizer step on the CPU); choose optimizer+params offload")
+        elif self.offload_optimizer and self.zero_stage < 2 and not self.fsdp:
             out.append("optimizer offload is a DeepSpeed ZeRO feature (zero_optimization.offload_optimizer): "
                        + ("without ZeRO nothing is offloaded" if not self.zero_stage else "ZeRO-1 offload is not modelled")
                        + "; choose ZeRO stage 2 or 3 (the stages DeepSpeed's own memory estimators cover)")

@@ -121,6 +121,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         frozen=_frozen(get("frozen_models"), autocast or deepspeed_half, assumptions, uncounted, load_dtype),
         transformers_version=getattr(training, "transformers_version", None),
         frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
+        extras=deepspeed_extras(getattr(training, "files", {}).get("deepspeed"), project),
     )
     return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
 
@@ -230,3 +231,43 @@ def _local(model: str, training) -> str | None:
             if base is not None and os.path.exists(base / model):
                 return str(base / model)
     return None
+
+
+# zero_optimization options the memory model reads: communication buckets, overlap_comm and
+# ZeRO-3's live / prefetched / persistent parameters (DeepSpeed runtime/zero/config.py)
+DEEPSPEED_MEMORY_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "prefetch_bucket_size",
+                         "max_live_parameters", "param_persistence_threshold")
+
+
+def deepspeed_extras(path, project=None) -> dict:
+    """The launch's DeepSpeed JSON values for DEEPSPEED_MEMORY_KEYS, under whichever spelling it
+    writes them (`stage3_max_live_parameters` or `max_live_parameters`): numbers, booleans or
+    "auto" (the HF integration fills it from the model). {} when there is no readable file."""
+    import json
+
+    from cfgfix.analysis.deepspeed_keys import zero_spellings
+
+    if path is None:
+        return {}
+    try:
+        if project is not None:
+            doc = project.read(path)
+            root = doc.root.to_python() if doc is not None and doc.root is not None else None
+        else:
+            with open(path, encoding="utf-8") as f:
+                root = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    zero = root.get("zero_optimization") if isinstance(root, dict) else None
+    if not isinstance(zero, dict):
+        return {}
+    out = {}
+    for key in DEEPSPEED_MEMORY_KEYS:
+        value = next((zero[name] for name in zero_spellings(key) if name in zero), None)
+        if key == "overlap_comm":
+            if isinstance(value, bool):
+                out[key] = value
+        elif value == "auto" or isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**50:
+            out[key] = value
+    return out
+
