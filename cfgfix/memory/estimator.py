@@ -467,6 +467,8 @@ def attention_kernel(setup: MemorySetup, shape: ModelShape, notes: _Notes | None
         notes.add(f"{shape.family}: transformers' default attention is eager (logit soft-capping) in 4.45 and from 5.21 on, "
                   "SDPA in 4.42 and 4.48-5.20; the transformers version is not known, so eager (the larger) is assumed; "
                   "pass attn_implementation='sdpa' or 'flash_attention_2' to the load to keep no score tensors")
+    if shape.attention == "deberta":
+        return "deberta"  # DisentangledSelfAttention computes its own scores: no SDPA path
     if impl == "eager":
         return "eager"
     if impl == "flash":
@@ -500,6 +502,10 @@ def _attention_saved(kernel: str, shape: ModelShape, setup: MemorySetup, q_token
     kv = shape.kv_heads or a
     scores = b * a * q_tokens * kv_tokens
     drop = shape.dropout > 0
+    if kernel == "deberta":
+        from cfgfix.memory.family_activations import deberta_attention_saved
+
+        return deberta_attention_saved(shape, setup, q_tokens, b, e, bool(setup.autocast) and not setup.deepspeed_half)
     if kernel == "fused":
         return e * b * d * (2 * a * q_tokens + 2 * kv * kv_tokens) + 4 * b * a * q_tokens
     if kernel == "math":
@@ -538,13 +544,25 @@ def _transformer_layer(shape: ModelShape, setup: MemorySetup, s: int, b: int, e:
         out = (2 * (1 if fused else consumers)) * sb * h if autocast and r == 4 else r * sb * h
         return kept_input + normed + out + (4 * sb if rms else 8 * sb)
 
-    fused_qkv = shape.family in ("phi3", "gpt2", "gpt_neox")
-    total = norm(3, fused_qkv)
+    fused_qkv = shape.family in ("phi3", "gpt2", "gpt_neox", "falcon", "chatglm", "qwen2_5_vl_vision")
+    if shape.parallel_norms == 1:
+        # Falcon-7B: one LayerNorm feeds attention and the MLP in parallel
+        total = norm(2, fused_qkv)
+    elif shape.parallel_norms == 2:
+        # Falcon-40B / 180B: ln_attn and ln_mlp read the same input (kept once)
+        total = norm(1, True) + norm(1, True) - (4 if rms else r) * sb * h
+    else:
+        total = norm(3, fused_qkv)
+        total += norm(2, fused_qkv or not shape.gated_mlp)
     total += _attention_saved(kernel, shape, setup, s, s, b, e)
-    total += norm(2, fused_qkv or not shape.gated_mlp)
-    if shape.family == "gemma2":  # post-attention and post-feedforward norms: no output kept
+    if shape.family in ("gemma2", "glm4"):  # post-attention and post-feedforward norms: no output kept
         total += 2 * (norm(1, True) - r * sb * h)
-    total += shape.mlp_tensors * e * sb * i
+    if shape.experts:
+        from cfgfix.memory.family_activations import moe_mlp_saved
+
+        total += moe_mlp_saved(shape, sb, e)
+    else:
+        total += shape.mlp_tensors * e * sb * i
     if shape.dropout:
         total += 2 * sb * h * (1 if setup.device == "cuda" else e)
     return total
@@ -567,6 +585,10 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
 
     if shape.family == "unet":
         return _unet_activations(setup, shape, notes, b, e)
+    if shape.family == "whisper":
+        return _whisper_activations(setup, shape, notes, b, e, r, autocast, copies)
+    if shape.family in ENCODER_FAMILIES:
+        return _encoder_activations(setup, shape, notes, b, e, r, autocast, copies)
 
     s = setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048)
     if setup.seq_len is None:
@@ -625,6 +647,77 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
             layer_full += lora_extra // max(shape.layers + shape.encoder_layers, 1)
             formula += f" + LoRA fp32 input copies {lora_extra / GIB:.3g} GiB"
     return _Activations(saved, layer_full, loss_backward, layer_backward, copies, formula, band)
+
+
+# encoders trained under a classification (or contrastive) head: no vocabulary logits
+ENCODER_FAMILIES = ("deberta-v2", "vit", "clip", "siglip", "clip_vision", "siglip_vision", "clip_text",
+                    "qwen2_5_vl_vision", "mllama_vision")
+DEFAULT_SEQ.update({"deberta-v2": 512, "clip_text": 77, "whisper": 448})
+
+
+def _encoder_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: int, e: int, r: int,
+                         autocast: bool, copies: int) -> _Activations:
+    """An encoder's layers at its token count (a vision tower's patches, else the run's sequence
+    length), the final norm and the image input; no vocabulary logits (memory/family_activations.py)."""
+    from cfgfix.memory.family_activations import encoder_head
+
+    if shape.tokens:
+        s = shape.tokens
+        notes.add(f"{shape.family}: {s} tokens per image ((image / patch)^2{' + the class token' if shape.family in ('vit', 'clip', 'clip_vision') else ''})")
+    else:
+        s = setup.seq_len or DEFAULT_SEQ.get(shape.family, 512)
+        if setup.seq_len is None:
+            notes.add(f"sequence length unknown: assumed {s} tokens")
+    kernel = attention_kernel(setup, shape, notes)
+    layer = _transformer_layer(shape, setup, s, b, e, r, autocast, kernel)
+    head = encoder_head(shape, setup, s, b, e, r, autocast)
+    layers = shape.encoder_layers or shape.layers
+    if setup.checkpointing:
+        saved = layers * s * b * shape.hidden * r + head
+        formula = f"checkpointing: layer inputs at {s} tokens + final norm {saved / GIB:.3g} GiB"
+    else:
+        saved = layers * layer + head
+        formula = f"{layers} encoder layers at {s} tokens {layers * layer / GIB:.3g} GiB + final norm/input {head / GIB:.3g} GiB"
+    layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * shape.hidden
+    return _Activations(saved, layer, 0, layer_backward, copies, formula, (0.15, 0.15))
+
+
+def _whisper_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: int, e: int, r: int,
+                         autocast: bool, copies: int) -> _Activations:
+    """WhisperForConditionalGeneration (modeling_whisper.py): the convolution front end and the
+    encoder at max_source_positions (1500) frames whatever the audio's length (the feature
+    extractor pads to 30 s), the decoder at the target length with cross-attention over the
+    encoder's output (kept once by the k / v projections; 16-bit casts per layer under autocast),
+    the logits' loss in their dtype (fp32 under autocast)."""
+    from cfgfix.memory.family_activations import whisper_frontend
+
+    s = shape.tokens
+    t = setup.target_len or setup.seq_len or DEFAULT_SEQ["whisper"]
+    if setup.target_len is None and setup.seq_len is None:
+        notes.add(f"Whisper target length unknown: assumed {t} tokens (max_target_positions)")
+    notes.add(f"Whisper: the encoder runs {s} frames per sample whatever the audio's length (30 s, padded)")
+    kernel = attention_kernel(setup, shape, notes)
+    h, a, V = shape.hidden, shape.heads or 1, shape.vocab
+    enc = _transformer_layer(shape, setup, s, b, e, r, autocast, kernel)
+    cross_norm = (2 * r) * t * b * h + 8 * t * b
+    cross = cross_norm + e * b * h * (2 * t + 2 * s) + 4 * b * a * t + (2 * 2 * s * b * h if autocast and r == 4 else 0)
+    dec = _transformer_layer(shape, setup, t, b, e, r, autocast, kernel) + cross
+    front = whisper_frontend(shape, b, e, autocast)
+    encoder_out = 2 * r * s * b * h  # the final LayerNorm's input and output (every layer's k / v input)
+    logits = 4 if autocast else e
+    head = (2 * r + (2 if autocast and r == 4 else 0)) * t * b * h
+    loss_saved = logits * t * b * V
+    loss_backward = 2 * logits * t * b * V
+    if setup.checkpointing:
+        saved = (shape.encoder_layers * s + shape.layers * t) * b * h * r + front + encoder_out + head + loss_saved
+        formula = "checkpointing: layer inputs + front end, encoder output, head and loss"
+    else:
+        saved = shape.encoder_layers * enc + shape.layers * dec + front + encoder_out + head + loss_saved
+        formula = (f"encoder {shape.encoder_layers} x {s} frames {shape.encoder_layers * enc / GIB:.3g} GiB + decoder "
+                   f"{shape.layers} x {t} tokens {shape.layers * dec / GIB:.3g} GiB + front end {front / GIB:.3g} GiB "
+                   f"+ head/loss {(encoder_out + head + loss_saved) / GIB:.3g} GiB")
+    layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * h
+    return _Activations(saved, max(enc, dec), loss_backward, layer_backward, copies, formula, (0.15, 0.15))
 
 
 # T5 under transformers 5 (models/t5/modeling_t5.py) runs attention through SDPA with the relative

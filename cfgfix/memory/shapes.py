@@ -63,6 +63,19 @@ class ModelShape:
     # a composite model's other backbones (memory/parts.py): (shape, gradient checkpointing on)
     # each, whose activations add to this (the largest) backbone's
     other_parts: tuple = ()
+    # mixture of experts (memory/families.py): experts per MoE layer, how many a token visits,
+    # their intermediate size, a shared expert's, how many layers are MoE, parameters per token
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_expert_intermediate: int = 0
+    moe_layers: int = 0
+    active_params: int = 0
+    parallel_norms: int = 0  # Falcon: LayerNorms feeding attention and MLP in parallel (1 or 2); 0: sequential
+    relative_positions: int = 0  # DeBERTa: disentangled position terms (c2p, p2c) per attention
+    relative_span: int = 0  # DeBERTa: position buckets (the relative embeddings are 2 x span)
+    image_size: int = 0  # a vision encoder's input side in pixels
+    mel_bins: int = 0  # Whisper: input features per frame
     source: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -101,6 +114,9 @@ class ModelShape:
             "vocab": self.vocab,
             "intermediate": self.intermediate,
             "largest_module_params": self.largest_module_params,
+            **({"experts": self.experts, "experts_per_token": self.experts_per_token, "active_params": self.active_params}
+               if self.experts else {}),
+            **({"tokens_per_sample": self.tokens} if self.tokens else {}),
             "source": self.source,
         }
 
@@ -159,12 +175,16 @@ def shape_from_config(config: dict, source: str = "config.json") -> ModelShape:
     _refuse_absurd_sizes(config, source)
     if config.get("_class_name") == "UNet2DConditionModel" or "down_block_types" in config:
         return _unet(config, source)
+    from cfgfix.memory.families import BUILDERS, DIFFUSERS_BUILDERS
+
+    if config.get("_class_name") in DIFFUSERS_BUILDERS:
+        return _build(DIFFUSERS_BUILDERS[config["_class_name"]], config, source)
     model_type = config.get("model_type", "")
     if model_type == "llava_next" or "text_config" in config and model_type.startswith("llava"):
         raise ShapeError("multimodal configs: use the catalog entry or --params (text and vision towers are not counted here)")
-    builder = _BUILDERS.get(model_type)
+    builder = _BUILDERS.get(model_type) or BUILDERS.get(model_type)
     if builder is None:
-        raise ShapeError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(_BUILDERS))}, UNet2DConditionModel)")
+        raise ShapeError(f"model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED_FAMILIES)})")
     return _build(builder, config, source)
 
 
@@ -490,7 +510,9 @@ _BUILDERS = {
 # Families sized only as a part of a composite model (their activations are not modelled: a
 # composite takes its activation dimensions from its largest backbone, memory/parts.py)
 _PART_BUILDERS = {"clip_vision_model": _clip_vision}
-SUPPORTED_FAMILIES = tuple(sorted(_BUILDERS)) + ("unet",)
+SUPPORTED_FAMILIES = tuple(sorted({*_BUILDERS, "mixtral", "qwen2_moe", "qwen3_moe", "falcon", "glm", "glm4", "chatglm",
+                                   "deberta-v2", "vit", "clip", "siglip", "whisper", "qwen2_5_vl", "mllama"})) + (
+    "UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel")
 
 
 # -- the catalog of well-known ids ------------------------------------------------------------

@@ -64,7 +64,14 @@ _UNSUPPORTED = {
 
 # when the setup names no sequence length: the estimator's defaults (estimator.py DEFAULT_SEQ)
 DEFAULT_SEQ_LEN = 2048
-DEFAULT_SEQ_LEN_BY_TYPE = {"t5": 512, "bert": 512}
+DEFAULT_SEQ_LEN_BY_TYPE = {"t5": 512, "bert": 512, "deberta-v2": 512, "whisper": 448, "clip": 77, "siglip": 64}
+
+# families whose input is not (only) token ids: the batch the model's processor would give
+IMAGE_CLASSIFIERS = ("vit",)  # pixel_values + one label per image
+SPEECH_SEQ2SEQ = ("whisper",)  # log-mel input_features (2 x max_source_positions frames) + target tokens
+DUAL_ENCODERS = ("clip", "siglip")  # input_ids + pixel_values, the contrastive loss
+# encoders whose usual fine-tune is sequence classification (the estimator's default too)
+CLASSIFIERS = ("bert", "deberta-v2") + IMAGE_CLASSIFIERS
 
 
 class SimulatorUnavailable(RuntimeError):
@@ -141,6 +148,7 @@ def simulate(
             fake_mode = stack.enter_context(_fake_mode())
             stack.enter_context(_module_moves_under(fake_mode))
             stack.enter_context(_unpacked_batches())
+            stack.enter_context(_value_free_inits())
         counter = stack.enter_context(LiveBytes())  # inside the fake mode: it sees ops first
         try:
             model = _build_model(torch, transformers, config, setup, assumptions)
@@ -189,10 +197,12 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
     """`steps` optimizer steps of `micro_batches` forward+backward passes each; records
     each phase's peak (the highest over all steps) in `phases`."""
     autocast = _autocast(torch, setup.autocast)
-    vocab = _vocab_size(model)
+    model_type = model.config.model_type
+    vocab = 0 if model_type in IMAGE_CLASSIFIERS else _vocab_size(model)
     encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
     target_len = (setup.target_len or seq_len) if encoder_decoder else None
-    classify = not encoder_decoder and _head(setup, model.config.model_type) == "classification"
+    classify = not encoder_decoder and _head(setup, model_type) == "classification"
+    dtype = next(model.parameters()).dtype
 
     def phase_ends(name: str) -> None:
         phases[name] = max(phases.get(name, 0), counter.peak)
@@ -200,7 +210,7 @@ def _run_steps(torch, model, optimizer, counter, phases: dict, setup, seq_len: i
 
     for step in range(steps):
         for _ in range(micro_batches):
-            batch = _batch(torch, vocab, setup.micro_batch, seq_len, target_len)
+            batch = _batch(torch, vocab, setup.micro_batch, seq_len, target_len, model.config, dtype)
             if classify:  # one label per sequence
                 batch["labels"] = torch.zeros(setup.micro_batch, dtype=torch.long)
             counter.reset_peak()
@@ -290,6 +300,26 @@ def _module_moves_under(fake_mode):
 
 
 @contextmanager
+def _value_free_inits():
+    """Skip the weight initialisers that read values (trunc_normal_ clamps with a data-dependent
+    bound: ViT's position embeddings): fake tensors have no values, and the memory is the same."""
+    try:
+        init = importlib.import_module("transformers.initialization")
+    except ImportError:
+        init = None
+    table = getattr(init, "TORCH_INIT_FUNCTIONS", None)
+    if not isinstance(table, dict) or "trunc_normal_" not in table:
+        yield
+        return
+    original = table["trunc_normal_"]
+    table["trunc_normal_"] = lambda tensor, *args, **kwargs: tensor
+    try:
+        yield
+    finally:
+        table["trunc_normal_"] = original
+
+
+@contextmanager
 def _unpacked_batches():
     """Answer transformers' "are these packed sequences?" check as real data would.
 
@@ -338,7 +368,13 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
     hf_config = transformers.AutoConfig.for_model(model_type, **values)
     hf_config.use_cache = False  # a training step keeps no KV cache
     head = _head(setup, model_type)
-    if getattr(hf_config, "is_encoder_decoder", False):
+    if model_type in SPEECH_SEQ2SEQ:
+        auto_class = transformers.AutoModelForSpeechSeq2Seq
+    elif model_type in DUAL_ENCODERS:
+        auto_class = transformers.AutoModel  # CLIPModel / SiglipModel: return_loss gives the contrastive loss
+    elif model_type in IMAGE_CLASSIFIERS:
+        auto_class = transformers.AutoModelForImageClassification
+    elif getattr(hf_config, "is_encoder_decoder", False):
         auto_class = transformers.AutoModelForSeq2SeqLM
     elif head == "masked-lm":
         auto_class = transformers.AutoModelForMaskedLM
@@ -346,6 +382,9 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
         auto_class = transformers.AutoModelForSequenceClassification
         if getattr(hf_config, "pad_token_id", None) is None:  # decoders pool the last non-pad token
             hf_config.pad_token_id = 0
+        # the Trainer's labels are class ids: DeBERTa's problem_type=None path indexes them with
+        # nonzero(), whose output shape fake tensors cannot know; the loss is the same
+        hf_config.problem_type = "single_label_classification"
     else:
         auto_class = transformers.AutoModelForCausalLM
     dtype = _dtype(torch, setup.weights)
@@ -374,7 +413,7 @@ def _build_model(torch, transformers, config: dict, setup: MemorySetup, assumpti
 
 def _head(setup: MemorySetup, model_type: str) -> str:
     """The head to build: the setup's, else the family's default (BERT: classification)."""
-    return setup.head or ("classification" if model_type == "bert" else "causal-lm")
+    return setup.head or ("classification" if model_type in CLASSIFIERS else "causal-lm")
 
 
 def _with_lora(model, rank: int, targets: tuple[str, ...] | None, assumptions: list[str]):
@@ -422,9 +461,22 @@ def _vocab_size(model) -> int:
     return getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
 
 
-def _batch(torch, vocab: int, batch: int, seq_len: int, target_len: int | None) -> dict:
+def _batch(torch, vocab: int, batch: int, seq_len: int, target_len: int | None, config=None, dtype=None) -> dict:
     """Token ids as a data collator gives them, every row a full sequence (no padding).
-    `target_len`: the decoder's length for an encoder-decoder model, None otherwise."""
+    `target_len`: the decoder's length for an encoder-decoder model, None otherwise. Images
+    and audio as their processors give them: pixel_values at the config's image size, Whisper's
+    log-mel features for 30 s (2 x max_source_positions frames), in the weights' dtype."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in IMAGE_CLASSIFIERS or model_type in DUAL_ENCODERS:
+        vision = config.vision_config if model_type in DUAL_ENCODERS else config
+        pixels = torch.zeros(batch, getattr(vision, "num_channels", 3), vision.image_size, vision.image_size, dtype=dtype)
+        if model_type in IMAGE_CLASSIFIERS:
+            return {"pixel_values": pixels}
+        return {"input_ids": torch.randint(0, vocab, (batch, seq_len)), "pixel_values": pixels, "return_loss": True}
+    if model_type in SPEECH_SEQ2SEQ:
+        features = torch.zeros(batch, config.num_mel_bins, 2 * config.max_source_positions, dtype=dtype)
+        targets = torch.randint(0, vocab, (batch, target_len or seq_len))
+        return {"input_features": features, "labels": targets, "decoder_input_ids": targets}
     ids = torch.randint(0, vocab, (batch, seq_len))
     if target_len is None:
         return {"input_ids": ids, "labels": ids}
