@@ -469,6 +469,13 @@ def attention_kernel(setup: MemorySetup, shape: ModelShape, notes: _Notes | None
                   "pass attn_implementation='sdpa' or 'flash_attention_2' to the load to keep no score tensors")
     if shape.attention == "deberta":
         return "deberta"  # DisentangledSelfAttention computes its own scores: no SDPA path
+    if shape.family == "falcon" and shape.kv_heads < shape.heads and impl != "eager":
+        # FalconAttention passes k / v with fewer heads to SDPA without enable_gqa: only the math
+        # kernel broadcasts them (modeling_falcon.py; torch sdp_utils: flash and memory-efficient
+        # kernels need equal head counts), on CUDA too
+        notes.add("Falcon: k / v with fewer heads than q reach SDPA without enable_gqa, which only its math kernel "
+                  "accepts: probabilities per head and layer are kept")
+        return "math"
     if impl == "eager":
         return "eager"
     if impl == "flash":
@@ -678,8 +685,17 @@ def _encoder_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b
     else:
         saved = layers * layer + head
         formula = f"{layers} encoder layers at {s} tokens {layers * layer / GIB:.3g} GiB + final norm/input {head / GIB:.3g} GiB"
-    layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * shape.hidden
-    return _Activations(saved, layer, 0, layer_backward, copies, formula, (0.15, 0.15))
+    # inside one layer's backward: its output's and input's gradients (a GELU MLP's intermediate
+    # gradient is freed before the next one is made; measured on the simulator, ViT and CLIP)
+    layer_backward = 2 * 4 * s * b * shape.hidden
+    transient, band = 0, (0.15, 0.15)
+    if shape.attention == "deberta":
+        from cfgfix.memory.family_activations import deberta_transient
+
+        transient = deberta_transient(shape, setup, s, b, e, autocast)
+        layer_backward += transient
+        band = (0.25, 0.15)  # the attention's transient scores: 1.35-1.5 score tensors measured, 1.5 counted
+    return _Activations(saved, layer, transient, layer_backward, copies, formula, band)
 
 
 def _whisper_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: int, e: int, r: int,
@@ -716,7 +732,7 @@ def _whisper_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b
         formula = (f"encoder {shape.encoder_layers} x {s} frames {shape.encoder_layers * enc / GIB:.3g} GiB + decoder "
                    f"{shape.layers} x {t} tokens {shape.layers * dec / GIB:.3g} GiB + front end {front / GIB:.3g} GiB "
                    f"+ head/loss {(encoder_out + head + loss_saved) / GIB:.3g} GiB")
-    layer_backward = 2 * e * s * b * shape.intermediate + 2 * 4 * s * b * h
+    layer_backward = 2 * 4 * s * b * h
     return _Activations(saved, max(enc, dec), loss_backward, layer_backward, copies, formula, (0.15, 0.15))
 
 
@@ -952,8 +968,10 @@ def _with_other_parts(setup: MemorySetup, shape: ModelShape, act: _Activations, 
     checkpointing where its `gradient_checkpointing_enable()` was called."""
     saved, layer_full, copies, parts = act.saved, act.layer_full, act.autocast_copies, []
     for part, checkpointed in shape.other_parts:
+        # None: a tower of the same transformers model (CLIP's text tower, a VLM's vision tower),
+        # checkpointed when the run's model is
         part_setup = replace(setup, seq_len=part.tokens or setup.seq_len, head="classification", lora_rank=None,
-                             checkpointing=checkpointed, params=None)
+                             checkpointing=setup.checkpointing if checkpointed is None else checkpointed, params=None)
         part_act = _activations(part_setup, part, _Notes())
         saved += part_act.saved
         layer_full = max(layer_full, part_act.layer_full)

@@ -92,8 +92,11 @@ def _falcon(config: dict, source: str) -> ModelShape:
     embed = vocab * h
     head = 0 if config.get("tie_word_embeddings", True) else vocab * h
     params = embed + head + layers * per_layer + 2 * h
+    # the new architecture broadcasts k / v to every head before attention (_split_heads): as
+    # activations they are full multi-head tensors
     return ModelShape(
-        family="falcon", params=params, layers=layers, hidden=h, heads=heads, kv_heads=kv, head_dim=d, vocab=vocab,
+        family="falcon", params=params, layers=layers, hidden=h, heads=heads, kv_heads=heads if new_arch else kv,
+        head_dim=d, vocab=vocab,
         intermediate=ffn, gated_mlp=False, mlp_tensors=2, norm="layer", attention="fused",
         dropout=float(config.get("attention_dropout", 0.0) or 0.0), embedding_params=embed, head_params=head,
         largest_module_params=max(embed, h * ffn), blocks=(BlockKind(layers, per_layer, linears),), source=source,
@@ -289,7 +292,7 @@ def _dual_encoder(config: dict, source: str) -> ModelShape:
         extra = text.hidden * out + out + 2
     params = vision.params + text.params + extra
     text_part = replace(text, tokens=text_config.get("max_position_embeddings", 77 if family == "clip" else 64))
-    return replace(vision, family=f"{family}", params=params, other_parts=((text_part, False),),
+    return replace(vision, family=f"{family}", params=params, other_parts=((text_part, None),),
                    notes=(f"{family}: vision {vision.params / 1e6:.0f}M + text {text.params / 1e6:.0f}M parameters",))
 
 
@@ -417,7 +420,7 @@ def _vision_language(config: dict, source: str) -> ModelShape:
         extra += vision_out * h + h  # multi_modal_projector
         del vocab
     params = text.params + vision.params + extra
-    return replace(text, family=text.family, params=params, other_parts=text.other_parts + ((vision, False),),
+    return replace(text, family=text.family, params=params, other_parts=text.other_parts + ((vision, None),),
                    source=source, notes=text.notes + (f"{family}: language model {text.params / 1e9:.3g}B + vision tower "
                                                         f"{vision.params / 1e9:.3g}B counted; activations: the language "
                                                         f"model's + the vision tower's at {vision.tokens} tokens per sample",))

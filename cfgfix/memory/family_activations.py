@@ -33,26 +33,46 @@ def moe_mlp_saved(shape, sb: int, e: int) -> int:
 def deberta_attention_saved(shape, setup, s: int, b: int, e: int, autocast: bool) -> int:
     """DisentangledSelfAttention (modeling_deberta_v2.py), eager: q (kept by the content and the
     c2p bmm), k and k / scale (p2c and content bmm), v, the context before the output dense;
-    the relative-position queries and keys repeated per batch row (b x 2 x span x h each); per
+    the relative-position queries and keys repeated per batch row (b x 2 x span x h each); the c2p
+    / p2c scores before their gathers (b x heads x s x 2 span: gather's backward takes its input); per
     score (b x heads x s x s): the softmax output and with dropout its noise (CPU: the dtype;
     CUDA: a 1-byte mask) and the dropped probabilities, fp32 under autocast (softmax is an
     fp32 op) plus the 16-bit copy the context bmm takes; the c2p / p2c gather indices (int64, s x s)."""
     h, a = shape.hidden, shape.heads or 1
     span = shape.relative_span or 256
     drop = shape.dropout > 0
-    prob = 4 if autocast else e
-    per_score = prob + ((1 if setup.device == "cuda" else prob) + prob if drop else 0) + (2 if autocast else 0)
+    prob = deberta_score_bytes(setup, e, autocast)
+    per_score = prob + ((1 if setup.device == "cuda" else prob) + prob if drop else 0) + (2 if prob == 4 and autocast else 0)
     rel = shape.relative_positions
-    return (5 * e * s * b * h + rel * e * b * 2 * span * h + per_score * b * a * s * s + rel * 8 * s * s)
+    # each c2p / p2c score before its gather (b x heads x s x 2 span): gather's backward takes its input
+    gathered = rel * e * b * a * s * 2 * span
+    return (5 * e * s * b * h + rel * e * b * 2 * span * h + gathered + per_score * b * a * s * s + rel * 8 * s * s)
+
+
+def deberta_score_bytes(setup, e: int, autocast: bool) -> int:
+    """Bytes per attention score: CUDA's autocast runs softmax in fp32 (an fp32-listed op), the
+    CPU's autocast keeps it in 16 bits (measured on the simulator: 6 bytes per score with dropout)."""
+    return 4 if autocast and setup.device == "cuda" else e
+
+
+def deberta_transient(shape, setup, s: int, b: int, e: int, autocast: bool) -> int:
+    """The scores DisentangledSelfAttention holds at once besides the saved ones (the content
+    scores, the relative bias and their sum in forward; their gradients in backward): measured
+    on the simulator at 1.35-1.5 score tensors (b x heads x s x s), fp32 and bf16."""
+    return int(1.5 * deberta_score_bytes(setup, e, autocast) * b * (shape.heads or 1) * s * s)
 
 
 def encoder_head(shape, setup, s: int, b: int, e: int, r: int, autocast: bool) -> int:
     """After the last layer of an encoder under a classification head: the final LayerNorm's input
-    and output (the pooled slice keeps the whole output); a ViT's pixel values kept by the patch
-    convolution (a 16-bit copy under autocast)."""
-    saved = 2 * r * s * b * shape.hidden
+    and its output (kept whole by the pooled slice the classifier reads; under autocast the
+    classifier keeps a 16-bit copy of the slice only). A vision encoder's pixel values: the
+    batch, live through the step, in the weights' dtype (the simulator's processor output; a
+    real processor gives fp32), which the patch convolution keeps, plus its 16-bit copy under
+    autocast."""
+    saved = r * s * b * shape.hidden + (0 if autocast and r == 4 else r * s * b * shape.hidden)
     if shape.image_size:
-        saved += (2 if autocast else e) * b * 3 * shape.image_size ** 2
+        pixels = b * 3 * shape.image_size ** 2
+        saved += (4 if setup.weights == "fp32" else 2) * pixels + (2 * pixels if autocast and setup.weights == "fp32" else 0)
     return saved
 
 

@@ -222,6 +222,11 @@ def _refuse_absurd_sizes(config: dict, source: str) -> None:
 
 
 def _gelu_tensors(act: str) -> int:
+    """Intermediate-sized tensors a non-gated MLP keeps: fc1's output and fc2's input for a fused
+    activation; CLIP's quick_gelu (x * sigmoid(1.702 x), activations.py QuickGELUActivation)
+    also keeps the sigmoid's output; the Python-composed tanh GELUs keep five."""
+    if act == "quick_gelu":
+        return 3
     return 5 if act in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh_python") else 2
 
 
@@ -571,9 +576,17 @@ _NAME_FAMILIES = (
     (("llama", "vicuna", "alpaca", "wizardlm", "tulu"), {"7b": "meta-llama/Llama-2-7b-hf", "13b": "meta-llama/Llama-2-13b-hf",
                                                          "70b": "meta-llama/Llama-2-70b-hf"}),
     (("mistral", "zephyr", "openhermes"), {"7b": "mistralai/Mistral-7B-v0.1"}),
+    (("qwen2.5-vl", "qwen2_5_vl", "qwen2.5vl"), {"7b": "Qwen/Qwen2.5-VL-7B-Instruct"}),
+    (("mixtral",), {"8x7b": "mistralai/Mixtral-8x7B-v0.1"}),
+    (("falcon",), {"7b": "tiiuae/falcon-7b", "40b": "tiiuae/falcon-40b"}),
     (("qwen2.5",), {"0.5b": "Qwen/Qwen2.5-0.5B", "1.5b": "Qwen/Qwen2.5-1.5B", "3b": "Qwen/Qwen2.5-3B", "7b": "Qwen/Qwen2.5-7B",
                     "14b": "Qwen/Qwen2.5-14B", "32b": "Qwen/Qwen2.5-32B", "72b": "Qwen/Qwen2.5-72B"}),
 )
+
+
+# a name that says it is a vision-language model is never read as a text-only one
+_VISION_MARKERS = __import__("re").compile(r"(?:^|[-_.])(?:vl|vision|llava|mllama|omni|visual)(?:$|[-_.\d])")
+_VISION_LANGUAGE = ("qwen2_5_vl", "mllama")
 
 
 def _shape_from_name(model: str) -> ModelShape | None:
@@ -584,7 +597,7 @@ def _shape_from_name(model: str) -> ModelShape | None:
     from cfgfix.records import replace
 
     name = model.strip().rstrip("/").split("/")[-1].lower()
-    sizes = set(re.findall(r"(?<![\d.])(\d+(?:\.\d+)?b)(?![a-z])", name))
+    sizes = set(re.findall(r"(?<![\d.])(\d+(?:x\d+)?(?:\.\d+)?b)(?![a-z])", name))
     if len(sizes) != 1:
         return None
     size = sizes.pop()
@@ -593,6 +606,8 @@ def _shape_from_name(model: str) -> ModelShape | None:
             base = by_size.get(size)
             if base is None:
                 return None
+            if _VISION_MARKERS.search(name) and catalog_entry(base)["config"].get("model_type") not in _VISION_LANGUAGE:
+                return None  # "Qwen2.5-VL-7B", "llama-3.2-11b-vision": not the text-only model of that size
             shape = shape_from_catalog(base)
             return replace(shape, source=f"{model!r} read as {base}'s shape (a fine-tune keeps its base's architecture)",
                            notes=shape.notes + (f"shape guessed from the name {model!r}",))
