@@ -506,8 +506,11 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
     """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
     GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
     launch found in PATHS (default: the current folder) is estimated from its configs."""
+    from cfgfix.memory import shapes
     from cfgfix.memory.gpus import all_gpus, find_gpu
     from cfgfix.memory.shapes import ShapeError, catalog_ids, params_only, resolve_shape
+
+    shapes.COMPLETE_FROM_TRANSFORMERS = True  # estimate may import transformers for a config's missing keys; check never
 
     if list_models:
         click.echo("\n".join(catalog_ids()))

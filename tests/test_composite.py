@@ -2,6 +2,7 @@
 backbones from the catalog or a config.json, standard torch layers from their constructor
 arguments, unresolved parts listed, and the user's `[tool.cfgfix.model]` settings."""
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -144,8 +145,20 @@ def test_a_config_json_missing_a_dimension_is_a_clear_error(tmp_path):
         "num_attention_heads": 4, "intermediate_size": 128}))
     done = subprocess.run([sys.executable, "-m", "cfgfix", "estimate", "--model", str(tmp_path)],
                           capture_output=True, text=True, check=False)
-    assert done.returncode == 2
-    assert "no 'vocab_size' in the config" in done.stderr and "Traceback" not in done.stderr
+    if importlib.util.find_spec("transformers") is not None:
+        # estimate completes it from transformers' LlamaConfig defaults, and says so (issue 21)
+        assert done.returncode == 0, done.stderr
+        assert "taken from transformers' llama configuration defaults: vocab_size 32000" in done.stdout
+    else:
+        assert done.returncode == 2
+        assert "no 'vocab_size' in the config" in done.stderr
+    assert "Traceback" not in done.stderr
+    # a dimension transformers has no default for either stays a clear error
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                                      "num_attention_heads": 4, "intermediate_size": "wide"}))
+    done = subprocess.run([sys.executable, "-m", "cfgfix", "estimate", "--model", str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
 
 
 def test_stated_whole_model_count_wins(tmp_path):

@@ -135,3 +135,60 @@ def test_activation_term_against_the_simulator_on_held_out_shapes(family, setup_
     error = (analytic.peak - simulated) / simulated
     assert abs(error) < 0.15, f"{family} {setup_name}: analytic {analytic.peak:,} vs simulated {simulated:,} ({error:+.1%})"
     assert analytic.low <= simulated <= analytic.high
+
+
+def _cache(root, model_id, config, revision="abc123", sub=""):
+    import json
+
+    org, name = model_id.split("/")
+    repo = root / f"models--{org}--{name}"
+    folder = repo / "snapshots" / revision / sub
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return repo
+
+
+@pytest.mark.parametrize("variable,sub", [("HF_HUB_CACHE", ""), ("HF_HOME", "hub")])
+def test_the_local_hugging_face_cache_is_read(tmp_path, monkeypatch, variable, sub):
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(variable, str(tmp_path))
+    root = tmp_path / sub if sub else tmp_path
+    _cache(root, "acme/vit-tiny-private", HELDOUT["vit"])
+    # an older snapshot that refs/main does not name is not read
+    _cache(root, "acme/vit-tiny-private", dict(HELDOUT["vit"], num_hidden_layers=9), revision="old")
+    (root / "models--acme--vit-tiny-private" / "refs" / "main").write_text("abc123")
+    shape = resolve_shape("acme/vit-tiny-private")
+    assert shape.family == "vit" and shape.layers == HELDOUT["vit"]["num_hidden_layers"]
+    assert "local Hugging Face cache" in shape.source
+    with pytest.raises(ShapeError):
+        resolve_shape("acme/not-cached")
+
+
+def test_the_default_cache_under_home_and_a_diffusers_transformer(tmp_path, monkeypatch):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    flux = catalog_entry("black-forest-labs/FLUX.1-dev")["config"]
+    _cache(tmp_path / ".cache" / "huggingface" / "hub", "acme/flux-small", dict(flux, num_layers=2, num_single_layers=4),
+           sub="transformer")
+    shape = resolve_shape("acme/flux-small")
+    assert shape.family == "flux" and shape.layers == 6
+
+
+def test_missing_keys_come_from_transformers_defaults_only_when_estimate_asks(monkeypatch):
+    pytest.importorskip("transformers")
+    from cfgfix.memory import shapes
+
+    partial = {"model_type": "whisper", "d_model": 384, "encoder_layers": 4, "decoder_layers": 4,
+               "encoder_attention_heads": 6, "decoder_attention_heads": 6, "vocab_size": 51865}
+    monkeypatch.setattr(shapes, "COMPLETE_FROM_TRANSFORMERS", False)
+    with pytest.raises(ShapeError, match="encoder_ffn_dim"):
+        shape_from_config(partial)
+    monkeypatch.setattr(shapes, "COMPLETE_FROM_TRANSFORMERS", True)
+    shape = shape_from_config(partial)
+    assert shape.intermediate == 1536  # WhisperConfig's encoder_ffn_dim default (configuration_whisper.py)
+    assert any("transformers' whisper configuration defaults" in note for note in shape.notes)

@@ -142,3 +142,33 @@ def test_a_projects_deepspeed_json_reaches_the_estimate(tmp_path):
                                    "max_live_parameters": 1e9}
     result = estimate(inputs.setup, inputs.shape)
     assert any(a.startswith("from the DeepSpeed config: reduce_bucket_size auto") for a in result.assumptions)
+
+
+def test_torch_before_2_keeps_gradients_through_the_forward_and_loops_the_optimizer():
+    base = MemorySetup(weights="bf16", micro_batch=4, seq_len=2048)
+    new = estimate(base, LLAMA_8B)
+    old = estimate(replace(base, torch_version="1.13.1"), LLAMA_8B)
+    assert any("set_to_none=False before 2.0" in a for a in old.assumptions)
+    assert any("before 2.0 the per-parameter loop" in a for a in old.assumptions)
+    assert old.phases["backward start"] - new.phases["backward start"] == old.component("gradients").size
+    # the per-parameter loop's temporaries are one parameter's, not a copy of every parameter
+    assert old.phases["optimizer step"] < new.phases["optimizer step"]
+    assert estimate(replace(base, torch_version="2.1.2+cu121"), LLAMA_8B).peak == new.peak
+
+
+def test_a_projects_torch_pin_reaches_the_setup(tmp_path):
+    from conftest import lint_project, write_project
+    from test_training_setup import _setups
+
+    from cfgfix.training.memory_setup import memory_input
+
+    write_project(tmp_path, {
+        "requirements.txt": "torch==1.13.1\ntransformers==4.30.2\n",
+        "train.py": ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                     "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B')\n"
+                     "Trainer(model=model, args=TrainingArguments(output_dir='o', bf16=True)).train()\n"),
+        "run.sh": "python train.py\n",
+    })
+    engine, _, _ = lint_project(tmp_path)
+    setup = _setups(tmp_path)[0]
+    assert memory_input(setup, engine.project).setup.torch_version == "1.13.1"

@@ -47,6 +47,7 @@ INT8_BYTES_PER_PARAM = 1.0  # LLM.int8: one byte per weight (+ one fp32 scale pe
 
 DEFAULT_SEQ = {"t5": 512, "bert": 512}  # others: 2048 (decoder LMs)
 DEFAULT_RESOLUTION = {"unet": 1024}
+DIFFUSION_TRANSFORMER_TEXT_TOKENS = {"flux": 512, "sd3": 333}
 
 COMPONENTS = ("weights", "gradients", "optimizer_states", "master_weights", "activations", "temporaries", "cuda_context")
 
@@ -172,11 +173,31 @@ class _States:
     step_temp: int  # optimizer-step temporaries (foreach / for-loop; fused none)
 
 
+# torch 2.0 changed two defaults that move the peak (PyTorch 2.0.0 release notes, "Backwards
+# incompatible changes", torch.optim; stated from the notes, not read from a 1.x wheel here):
+# optimizers default to their foreach implementation on CUDA (`_default_to_fused_or_foreach`,
+# before: the per-parameter loop), and Optimizer.zero_grad / Module.zero_grad default to
+# set_to_none=True (before: gradients zeroed in place, so they stay allocated through the next
+# forward). Both are what `torch_before_2` decides.
+TORCH_DEFAULTS_CHANGED = "2.0.0"
+
+
+def torch_before_2(setup: MemorySetup) -> bool:
+    if not setup.torch_version:
+        return False
+    from cfgfix.memory.transformers_versions import release
+
+    parsed = release(setup.torch_version.split("+")[0])
+    return parsed is not None and parsed < (2,)
+
+
 def optimizer_impl(setup: MemorySetup) -> str:
     """torch's optimizer implementation the run uses: the setup's, else torch's default for
     the device (torch/optim/optimizer.py `_default_to_fused_or_foreach`: foreach when every
-    parameter is on CUDA, the per-parameter loop otherwise)."""
-    return setup.optimizer_impl or ("foreach" if setup.device == "cuda" else "for-loop")
+    parameter is on CUDA, the per-parameter loop otherwise; the loop everywhere before 2.0)."""
+    if setup.optimizer_impl:
+        return setup.optimizer_impl
+    return "foreach" if setup.device == "cuda" and not torch_before_2(setup) else "for-loop"
 
 
 def _step_temporaries(setup: MemorySetup, shape: ModelShape, trainable: int, t_bytes: int, notes: _Notes) -> int:
@@ -188,7 +209,9 @@ def _step_temporaries(setup: MemorySetup, shape: ModelShape, trainable: int, t_b
     the fused kernel none (+0)."""
     impl = optimizer_impl(setup)
     if setup.optimizer_impl is None:
-        notes.add(f"optimizer implementation not stated: torch's default on {setup.device.upper()} ({impl}) assumed")
+        notes.add(f"optimizer implementation not stated: torch's default on {setup.device.upper()} ({impl}) assumed"
+                  + (f" (torch {setup.torch_version}: before 2.0 the per-parameter loop was the default)"
+                     if torch_before_2(setup) else ""))
     if impl == "fused":
         return 0
     if impl == "foreach":
@@ -256,6 +279,11 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         of = f"{trainable / 1e9:.3g}B x {per_param:g} B ({setup.optimizer}; torch keeps the states in the parameters' dtype)"
     gf = f"{trainable / 1e9:.3g}B trainable x {t_bytes} B"
     grads_persistent = setup.gradient_accumulation > 1
+    if torch_before_2(setup):
+        # zero_grad() zeroes in place before torch 2.0: the gradients stay allocated through the forward
+        grads_persistent = True
+        notes.add(f"torch {setup.torch_version}: zero_grad() keeps the gradients allocated (set_to_none=False before 2.0), "
+                  "so they are live during the forward too")
     gathered = 0
     cpu: tuple[Component, ...] = ()
 
@@ -598,7 +626,15 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
         return _encoder_activations(setup, shape, notes, b, e, r, autocast, copies)
 
     s = setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048)
-    if setup.seq_len is None:
+    if shape.family in DIFFUSION_TRANSFORMER_TEXT_TOKENS:
+        # the latent (VAE 8x down) in 2 x 2 patches, joined by the text tokens (FLUX: 512 T5
+        # tokens; SD3: 77 CLIP + 256 T5)
+        res = setup.resolution or DEFAULT_RESOLUTION["unet"]
+        s = (res // 16) ** 2 + DIFFUSION_TRANSFORMER_TEXT_TOKENS[shape.family]
+        notes.add(f"{shape.family}: {s} tokens per sample ({res} px image: ({res} / 16)^2 latent patches + "
+                  f"{DIFFUSION_TRANSFORMER_TEXT_TOKENS[shape.family]} text tokens); activations by the generic "
+                  "transformer-layer terms, not validated against a simulator (diffusers is not installed here)")
+    elif setup.seq_len is None:
         notes.add(f"sequence length unknown: assumed {s} tokens")
     if shape.family == "t5":
         return _t5_activations(setup, shape, notes, s, b, e, r, autocast, copies)
@@ -610,6 +646,8 @@ def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activ
     layer_full = layer
     s_logits = s
     band = (0.15, 0.15) if shape.family not in ("bert",) else (0.3, 0.3)
+    if shape.family in DIFFUSION_TRANSFORMER_TEXT_TOKENS:
+        band = (0.5, 1.0)  # not validated: as wide as the UNet's
     h, V = shape.hidden, shape.vocab
     # after the blocks: the final norm, and the loss. HF's ForCausalLMLoss up-casts the
     # logits to fp32 and cross_entropy's log_softmax keeps its fp32 output (b s V x 4);
@@ -1078,6 +1116,8 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     problems = setup.impossible()
     if problems:
         raise ValueError("; ".join(problems))
+    for note in shape.notes:  # what reading the model's config assumed or found (MoE's active share, defaults)
+        notes.add(note)
     shape = with_head(shape, setup.head)
     shape = _t5_head(setup, shape, notes)
     for conflict in setup.conflicts():

@@ -9,11 +9,12 @@ activation term against the FakeTensor simulator.
 
 from __future__ import annotations
 
-from cfgfix.memory.shapes import BlockKind, ModelShape, _gelu_tensors, _llama_like
+from cfgfix.memory.shape_model import BlockKind, ModelShape
+from cfgfix.memory.shape_model import gelu_tensors as _gelu_tensors
 from cfgfix.records import replace
 
 
-def _moe(config: dict, source: str) -> ModelShape:
+def moe(config: dict, source: str, llama_like) -> ModelShape:
     """MixtralForCausalLM / Qwen2MoeForCausalLM / Qwen3MoeForCausalLM (modeling_mixtral.py,
     modeling_qwen2_moe.py, modeling_qwen3_moe.py): a Llama-like attention block whose MLP is a
     router (num_experts x hidden, no bias) and `num_experts` gated experts of
@@ -38,8 +39,8 @@ def _moe(config: dict, source: str) -> ModelShape:
     base_config = dict(config, model_type={"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}[family],
                        intermediate_size=0)
     if family == "qwen2_moe":
-        base_config["attention_bias"] = False  # qwen2 family: q, k, v biases (added by _llama_like)
-    base = _llama_like(base_config, source)
+        base_config["attention_bias"] = False  # qwen2 family: q, k, v biases (added by the Llama-like builder)
+    base = llama_like(base_config, source)
     attention = tuple(item for item in base.blocks[0].linears if item[1] and item[2])
     attn_params = base.blocks[0].params
     expert = 3 * h * expert_i
@@ -62,12 +63,12 @@ def _moe(config: dict, source: str) -> ModelShape:
         experts=experts if sparse else 0, experts_per_token=top_k, expert_intermediate=expert_i,
         shared_expert_intermediate=shared_i, moe_layers=sparse, active_params=active,
         largest_module_params=max(base.largest_module_params, experts * expert * 2 // 3),
-        notes=(f"mixture of experts: {params / 1e9:.3g}B parameters, {active / 1e9:.3g}B active per token "
-               f"({top_k} of {experts} experts)",),
+        notes=((f"mixture of experts: {params / 1e9:.3g}B parameters, {active / 1e9:.3g}B active per token "
+               f"({top_k} of {experts} experts)"),),
     )
 
 
-def _falcon(config: dict, source: str) -> ModelShape:
+def falcon(config: dict, source: str) -> ModelShape:
     """FalconForCausalLM (modeling_falcon.py): fused query_key_value (3h; multi-query: h + 2
     head_dim; new decoder architecture: (heads + 2 kv heads) x head_dim), dense, a GELU MLP
     dense_h_to_4h / dense_4h_to_h, biases when `bias`; LayerNorms: input_layernorm (+
@@ -104,7 +105,7 @@ def _falcon(config: dict, source: str) -> ModelShape:
     )
 
 
-def _glm(config: dict, source: str) -> ModelShape:
+def glm(config: dict, source: str) -> ModelShape:
     """GlmForCausalLM / Glm4ForCausalLM (modeling_glm.py, modeling_glm4.py): Llama-like q, k, v
     (biased when attention_bias, GLM's default) and o; a fused gate_up_proj (h -> 2 x
     intermediate) and down_proj; Glm4 adds post-self-attention and post-MLP RMSNorms."""
@@ -127,7 +128,7 @@ def _glm(config: dict, source: str) -> ModelShape:
     )
 
 
-def _chatglm(config: dict, source: str) -> ModelShape:
+def chatglm(config: dict, source: str) -> ModelShape:
     """THUDM ChatGLM2/3 and GLM-4 (trust_remote_code, modeling_chatglm.py): fused
     query_key_value (heads + 2 x multi_query_group_num heads of kv_channels, biased),
     dense, dense_h_to_4h (2 x ffn_hidden_size, SwiGLU) and dense_4h_to_h, two RMSNorms;
@@ -153,7 +154,7 @@ def _chatglm(config: dict, source: str) -> ModelShape:
 
 # -- encoders -------------------------------------------------------------------------------------
 
-def _deberta_v2(config: dict, source: str) -> ModelShape:
+def deberta_v2(config: dict, source: str) -> ModelShape:
     """DebertaV2Model + ContextPooler + classifier (modeling_deberta_v2.py): word embeddings
     (embedding_size, projected when it differs from hidden), absolute positions only when
     position_biased_input, token types when type_vocab_size; per layer query/key/value_proj
@@ -202,7 +203,7 @@ def _deberta_v2(config: dict, source: str) -> ModelShape:
     )
 
 
-def _vit(config: dict, source: str) -> ModelShape:
+def vit(config: dict, source: str) -> ModelShape:
     """ViTForImageClassification (modeling_vit.py, ViTModel without its pooler): patch Conv2d
     with bias, the class token and position embeddings for every patch + 1; per layer a
     pre-LayerNorm, query/key/value (qkv_bias) and output dense, intermediate and output dense,
@@ -227,7 +228,7 @@ def _vit(config: dict, source: str) -> ModelShape:
     )
 
 
-def _clip_like_vision(config: dict, source: str, family: str) -> ModelShape:
+def clip_like_vision(config: dict, source: str, family: str) -> ModelShape:
     """CLIPVisionModel / SiglipVisionModel (modeling_clip.py, modeling_siglip.py): patch Conv2d
     (CLIP without bias, SigLIP with), position embeddings (CLIP: + the class token and a
     pre-LayerNorm), per layer q, k, v, out_proj with biases, fc1 / fc2, two LayerNorms; the
@@ -272,7 +273,7 @@ def _clip_text(config: dict, source: str) -> ModelShape:
     )
 
 
-def _dual_encoder(config: dict, source: str) -> ModelShape:
+def dual_encoder(config: dict, source: str) -> ModelShape:
     """CLIPModel / SiglipModel (contrastive image-text): both towers, CLIP's two projections
     (no bias) and logit scale, SigLIP's logit scale and bias. The vision tower gives the
     activation dimensions; the text tower's activations are added as another part."""
@@ -280,7 +281,7 @@ def _dual_encoder(config: dict, source: str) -> ModelShape:
     vision_cfg = dict(config.get("vision_config") or {})
     text_cfg = dict(config.get("text_config") or {})
     defaults = _TOWER_DEFAULTS[family]
-    vision = _clip_like_vision({**defaults["vision"], **vision_cfg}, source, "clip_vision" if family == "clip" else "siglip_vision")
+    vision = clip_like_vision({**defaults["vision"], **vision_cfg}, source, "clip_vision" if family == "clip" else "siglip_vision")
     text_config = {**defaults["text"], **text_cfg}
     text = _clip_text(text_config, source)
     if family == "clip":
@@ -308,7 +309,7 @@ _TOWER_DEFAULTS = {  # configuration_clip.py / configuration_siglip.py defaults 
 }
 
 
-def _whisper(config: dict, source: str) -> ModelShape:
+def whisper(config: dict, source: str) -> ModelShape:
     """WhisperForConditionalGeneration (modeling_whisper.py): encoder conv1 (num_mel_bins ->
     d, kernel 3) and conv2 (d -> d, kernel 3, stride 2) with biases, fixed sinusoidal positions
     (max_source_positions x d, a parameter without gradient), layers of self-attention (q, v,
@@ -390,12 +391,10 @@ def _mllama_vision(v: dict, source: str) -> ModelShape:
     )
 
 
-def _vision_language(config: dict, source: str) -> ModelShape:
+def vision_language(config: dict, source: str, shape_from_config) -> ModelShape:
     """Qwen2_5_VLForConditionalGeneration and MllamaForConditionalGeneration: the language model
     (its text config, as its own family) plus the vision tower (counted, its activations added
     as another part at its own token count); Mllama's cross-attention layers and projector."""
-    from cfgfix.memory.shapes import shape_from_config
-
     family = config["model_type"]
     if family == "qwen2_5_vl":
         text_cfg = dict(config.get("text_config") or {k: v for k, v in config.items() if k != "vision_config"})
@@ -403,32 +402,30 @@ def _vision_language(config: dict, source: str) -> ModelShape:
         text = shape_from_config(text_cfg, source)
         vision = _qwen2_5_vl_vision(dict(config.get("vision_config") or {}), text.hidden, source)
         extra = 0
+        text = replace(text, notes=(*text.notes, "Qwen2.5-VL: the vision tower sized at 1,024 patches per sample (one "
+                                    "448 x 448 image; its patch count follows each image's size)"))
     else:  # mllama
         text_cfg = dict(config["text_config"])
         cross = list(text_cfg.get("cross_attention_layers") or [])
         text_cfg = dict(text_cfg, model_type="llama", num_hidden_layers=text_cfg["num_hidden_layers"])
-        vocab = text_cfg["vocab_size"]
         text = shape_from_config(text_cfg, source)
         text = replace(text, params=text.params + 8 * text.hidden)  # 8 extra image-token embeddings (vocab + 8)
-        h = text.hidden
-        d = text.head_dim
-        per_cross = (text.blocks[0].params - 2 * d * 0) + 2 * d + 2  # a decoder layer + q/k norms + two gates
-        extra = len(cross) * (per_cross - text.blocks[0].params) if cross else 0
+        # a cross-attention layer replaces a self-attention one: the same projections plus its
+        # q / k RMSNorms (head_dim each) and two scalar tanh gates
+        extra = len(cross) * (2 * text.head_dim + 2)
         v = dict(config.get("vision_config") or {})
         vision = _mllama_vision(v, source)
-        vision_out = v.get("vision_output_dim", 7680)
-        extra += vision_out * h + h  # multi_modal_projector
-        del vocab
+        extra += v.get("vision_output_dim", 7680) * text.hidden + text.hidden  # multi_modal_projector
     params = text.params + vision.params + extra
     return replace(text, family=text.family, params=params, other_parts=text.other_parts + ((vision, None),),
-                   source=source, notes=text.notes + (f"{family}: language model {text.params / 1e9:.3g}B + vision tower "
+                   source=source, notes=text.notes + ((f"{family}: language model {text.params / 1e9:.3g}B + vision tower "
                                                         f"{vision.params / 1e9:.3g}B counted; activations: the language "
-                                                        f"model's + the vision tower's at {vision.tokens} tokens per sample",))
+                                                        f"model's + the vision tower's at {vision.tokens} tokens per sample"),))
 
 
 # -- diffusion transformers -----------------------------------------------------------------------
 
-def _sd3(config: dict, source: str) -> ModelShape:
+def sd3(config: dict, source: str) -> ModelShape:
     """diffusers SD3Transformer2DModel (transformers/transformer_sd3.py): PatchEmbed (conv,
     fixed positions), timestep + pooled-text embedding, context_embedder, `num_layers` joint
     blocks (AdaLayerNormZero x2: 6 x dim each, attention with q/k/v/out and add_q/k/v/to_add_out
@@ -454,11 +451,11 @@ def _sd3(config: dict, source: str) -> ModelShape:
     return ModelShape(family="sd3", params=params, layers=layers, hidden=dim, heads=config["num_attention_heads"],
                       head_dim=config["attention_head_dim"], intermediate=ff, gated_mlp=False, norm="layer",
                       largest_module_params=dim * 6 * dim, blocks=(BlockKind(layers, block, linears),), source=source,
-                      notes=("diffusion transformer: parameters counted; activations by the generic transformer-layer "
-                             "terms at the latent's patch tokens, not validated against a simulator (diffusers not installed)",))
+                      notes=(("diffusion transformer: parameters counted; activations by the generic transformer-layer "
+                             "terms at the latent's patch tokens, not validated against a simulator (diffusers not installed)"),))
 
 
-def _flux(config: dict, source: str) -> ModelShape:
+def flux(config: dict, source: str) -> ModelShape:
     """diffusers FluxTransformer2DModel (transformers/transformer_flux.py): x_embedder,
     time / guidance / pooled-text embeddings, context_embedder, `num_layers` double-stream
     blocks (AdaLayerNormZero x2, joint attention with qk RMSNorms, two 4x GELU FeedForwards)
@@ -471,7 +468,7 @@ def _flux(config: dict, source: str) -> ModelShape:
     cout = config.get("out_channels") or cin
     joint, pooled = config.get("joint_attention_dim", 4096), config.get("pooled_projection_dim", 768)
     ff = 4 * dim
-    lin = lambda i, o: i * o + o  # noqa: E731
+    lin = lambda i, o: i * o + o
     double_block = 2 * lin(dim, 6 * dim) + 8 * lin(dim, dim) + 4 * head_dim + 2 * (lin(dim, ff) + lin(ff, dim))
     single_block = lin(dim, 3 * dim) + 3 * lin(dim, dim) + 2 * head_dim + lin(dim, ff) + lin(dim + ff, dim)
     embed = lin(cin, dim) + lin(256, dim) + lin(dim, dim) + lin(pooled, dim) + lin(dim, dim) + lin(joint, dim)
@@ -483,17 +480,6 @@ def _flux(config: dict, source: str) -> ModelShape:
     return ModelShape(family="flux", params=params, layers=double + single, hidden=dim, heads=heads, head_dim=head_dim,
                       intermediate=ff, gated_mlp=False, norm="layer", largest_module_params=(dim + ff) * dim,
                       blocks=(BlockKind(double, double_block, linears), BlockKind(single, single_block, linears)),
-                      source=source, notes=("diffusion transformer: parameters counted; activations by the generic "
+                      source=source, notes=(("diffusion transformer: parameters counted; activations by the generic "
                                             "transformer-layer terms at the latent's patch tokens, not validated against "
-                                            "a simulator (diffusers not installed)",))
-
-
-BUILDERS = {
-    "mixtral": _moe, "qwen2_moe": _moe, "qwen3_moe": _moe, "falcon": _falcon, "glm": _glm, "glm4": _glm,
-    "chatglm": _chatglm, "deberta-v2": _deberta_v2, "vit": _vit, "clip": _dual_encoder, "siglip": _dual_encoder,
-    "whisper": _whisper, "qwen2_5_vl": _vision_language, "mllama": _vision_language,
-    "clip_vision_model": lambda c, s: _clip_like_vision(c, s, "clip_vision"),
-    "siglip_vision_model": lambda c, s: _clip_like_vision(c, s, "siglip_vision"),
-}
-# diffusers transformers by `_class_name` (no model_type in their config.json)
-DIFFUSERS_BUILDERS = {"SD3Transformer2DModel": _sd3, "FluxTransformer2DModel": _flux}
+                                            "a simulator (diffusers not installed)"),))

@@ -67,6 +67,9 @@ class MemorySetup:
     # parameters of the trained model that get no gradient (a composite's frozen backbone:
     # `self.vision.requires_grad_(False)`): no gradients, no optimizer states, no master copy
     frozen_params: int = 0
+    # the torch release the run uses (a project's exact pin); None: unknown (torch >= 2.0's
+    # defaults assumed: foreach optimizers on CUDA, zero_grad(set_to_none=True))
+    torch_version: str | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

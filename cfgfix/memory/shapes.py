@@ -13,113 +13,11 @@ import json
 import os
 from pathlib import Path
 
-from cfgfix.records import dataclass, field, replace
+from cfgfix.memory import families
+from cfgfix.memory.shape_model import BlockKind, Linear, ModelShape, gelu_tensors
+from cfgfix.records import replace
 
-Linear = tuple[str, int, int]  # module name, in features, out features
-
-
-@dataclass(frozen=True)
-class BlockKind:
-    """`count` identical blocks (transformer layers, UNet levels), each holding `params`
-    parameters of which `linears` are the Linear layers' weight matrices."""
-
-    count: int
-    params: int
-    linears: tuple[Linear, ...] = ()
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    family: str  # llama, qwen2, gpt2, t5, bert, unet, ... or "params" for a bare count
-    params: int
-    layers: int = 0  # transformer layers (decoder layers for an encoder-decoder model)
-    hidden: int = 0
-    heads: int = 0
-    kv_heads: int = 0
-    head_dim: int = 0
-    vocab: int = 0
-    intermediate: int = 0
-    encoder_layers: int = 0  # T5 / BERT encoder layers (BERT: all of its layers)
-    gated_mlp: bool = True  # SwiGLU / GeGLU (3 matrices) vs a 2-matrix GELU MLP
-    # intermediate-sized tensors the MLP keeps for backward: gated 4 (gate, act(gate), up, product);
-    # a fused GELU 2 (its input, its output); GPT-2's "gelu_new" is composed of elementwise ops
-    # in Python (transformers activations.py NewGELUActivation) and keeps 3 more (tanh, 0.5x, 1+tanh)
-    mlp_tensors: int = 4
-    norm: str = "rms"  # "rms" (HF up-casts to fp32 inside) or "layer"
-    attention: str = "fused"  # "fused" (SDPA / flash: no s^2 term) or "eager" (T5: scores saved)
-    dropout: float = 0.0  # hidden / attention dropout while training
-    # Gemma-2's logit soft-capping (modeling_gemma2.py): tanh over the attention scores (eager
-    # only: SDPA and flash kernels skip or fuse it) and over the output logits
-    attn_softcap: bool = False
-    logit_softcap: bool = False
-    embedding_params: int = 0  # input and position embeddings: never autocast, quantised, or LoRA'd
-    head_params: int = 0  # an untied output head (counted in params; 0 when tied)
-    largest_module_params: int = 0  # the largest single module (ZeRO-3's "largest layer", facts C14)
-    blocks: tuple[BlockKind, ...] = ()
-    unet_levels: tuple[tuple[int, int, int], ...] = ()  # UNet: (channels, downsampling factor, transformer layers)
-    # a fixed number of tokens per sample (a ViT: patches + the class token); 0: the run's sequence length
-    tokens: int = 0
-    max_positions: int = 0  # max_position_embeddings (0: not stated); a longer --seq is warned about
-    # a composite model's other backbones (memory/parts.py): (shape, gradient checkpointing on)
-    # each, whose activations add to this (the largest) backbone's
-    other_parts: tuple = ()
-    # mixture of experts (memory/families.py): experts per MoE layer, how many a token visits,
-    # their intermediate size, a shared expert's, how many layers are MoE, parameters per token
-    experts: int = 0
-    experts_per_token: int = 0
-    expert_intermediate: int = 0
-    shared_expert_intermediate: int = 0
-    moe_layers: int = 0
-    active_params: int = 0
-    parallel_norms: int = 0  # Falcon: LayerNorms feeding attention and MLP in parallel (1 or 2); 0: sequential
-    relative_positions: int = 0  # DeBERTa: disentangled position terms (c2p, p2c) per attention
-    relative_span: int = 0  # DeBERTa: position buckets (the relative embeddings are 2 x span)
-    image_size: int = 0  # a vision encoder's input side in pixels
-    mel_bins: int = 0  # Whisper: input features per frame
-    source: str = ""
-    notes: tuple[str, ...] = field(default=(), compare=False)
-
-    @property
-    def block_linear_params(self) -> int:
-        """Weights of the blocks' Linear layers (what bitsandbytes quantises)."""
-        return sum(b.count * sum(i * o for _, i, o in b.linears) for b in self.blocks)
-
-    @property
-    def linear_params(self) -> int:
-        """Weights autocast casts to 16-bit: the blocks' Linear layers and the output head
-        (a tied head shares the embedding matrix but is still cast for the matmul)."""
-        head = self.head_params or (self.vocab * self.hidden if self.family not in ("bert", "unet", "params") else 0)
-        return self.block_linear_params + head
-
-    def lora_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
-        """LoRA A (r x in) and B (out x r) for each targeted Linear; None: every Linear in
-        the blocks (PEFT's "all-linear", which leaves the output head out)."""
-        total = 0
-        for block in self.blocks:
-            for name, fan_in, fan_out in block.linears:
-                if targets is None or name in targets:
-                    total += block.count * rank * (fan_in + fan_out)
-        return total
-
-    def to_dict(self) -> dict:
-        return {
-            "family": self.family,
-            "params": self.params,
-            "layers": self.layers,
-            "encoder_layers": self.encoder_layers,
-            "hidden": self.hidden,
-            "heads": self.heads,
-            "kv_heads": self.kv_heads,
-            "head_dim": self.head_dim,
-            "vocab": self.vocab,
-            "intermediate": self.intermediate,
-            "largest_module_params": self.largest_module_params,
-            **({"experts": self.experts, "experts_per_token": self.experts_per_token, "active_params": self.active_params}
-               if self.experts else {}),
-            **({"tokens_per_sample": self.tokens} if self.tokens else {}),
-            "source": self.source,
-        }
-
+__all__ = ["BlockKind", "Linear", "ModelShape", "ShapeError", "resolve_shape", "shape_from_config"]
 
 class ShapeError(ValueError):
     """A config this module cannot read."""
@@ -156,7 +54,7 @@ def shape_from_config_file(path: str | Path) -> ModelShape:
     is read through its `unet/config.json`)."""
     path = Path(path)
     if os.path.isdir(path):
-        for candidate in (path / "config.json", path / "unet" / "config.json"):
+        for candidate in (path / "config.json", path / "unet" / "config.json", path / "transformer" / "config.json"):
             if os.path.isfile(candidate):
                 path = candidate
                 break
@@ -175,8 +73,6 @@ def shape_from_config(config: dict, source: str = "config.json") -> ModelShape:
     _refuse_absurd_sizes(config, source)
     if config.get("_class_name") == "UNet2DConditionModel" or "down_block_types" in config:
         return _unet(config, source)
-    from cfgfix.memory.families import BUILDERS, DIFFUSERS_BUILDERS
-
     if config.get("_class_name") in DIFFUSERS_BUILDERS:
         return _build(DIFFUSERS_BUILDERS[config["_class_name"]], config, source)
     model_type = config.get("model_type", "")
@@ -194,9 +90,65 @@ def part_shape_from_config(config: dict, source: str = "config.json") -> ModelSh
     return _build(builder, config, source) if builder is not None else None
 
 
+# `cfgfix estimate` turns this on: a config.json without a key its family needs is completed
+# from the installed transformers' configuration class defaults (configuration_<family>.py).
+# `cfgfix check` leaves it off: it must not import transformers.
+COMPLETE_FROM_TRANSFORMERS = False
+
+
+def transformers_defaults(config: dict) -> dict | None:
+    """`config` completed with the installed transformers' defaults for its model_type (the
+    configuration class's __init__ defaults, as `AutoConfig.for_model` fills them), or None
+    when transformers is not installed or does not know the model_type."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        return None
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return None
+    values = {k: v for k, v in config.items() if k != "model_type"}
+    try:
+        completed = AutoConfig.for_model(model_type, **values).to_dict()
+    except Exception:  # noqa: BLE001 - an unknown model_type or a value transformers rejects: not completed
+        return None
+    for key, value in completed.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            completed[key] = {**value, **config[key]}
+    return {**completed, **{k: v for k, v in config.items() if not isinstance(v, dict)}}
+
+
 def _build(builder, config: dict, source: str) -> ModelShape:
     """A builder's shape; a config.json with a missing or mistyped dimension (a user's edit,
-    a truncated download) is a ShapeError naming it, never a crash of the rules that size it."""
+    a truncated download) is a ShapeError naming it, never a crash of the rules that size it.
+    With COMPLETE_FROM_TRANSFORMERS, a missing key is first taken from transformers' defaults."""
+    filled: dict = {}
+    completed = None
+    while True:
+        try:
+            shape = _build_once(builder, {**config, **filled}, source)
+        except _MissingKey as exc:
+            if not COMPLETE_FROM_TRANSFORMERS or exc.key in filled:
+                raise
+            completed = completed if completed is not None else transformers_defaults(config)
+            if completed is None or exc.key not in completed:
+                raise
+            filled[exc.key] = completed[exc.key]
+            continue
+        if filled:
+            listed = ", ".join(f"{key} {value!r}" for key, value in filled.items())
+            note = (f"not in the config, taken from transformers' {config.get('model_type')} configuration defaults: {listed}")
+            shape = replace(shape, notes=(*shape.notes, note))
+        return shape
+
+
+class _MissingKey(ShapeError):
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _build_once(builder, config: dict, source: str) -> ModelShape:
     _refuse_absurd_sizes(config, source)
     try:
         shape = builder(config, source)
@@ -204,7 +156,7 @@ def _build(builder, config: dict, source: str) -> ModelShape:
                           if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), 0)
         return replace(shape, max_positions=positions) if positions > 0 else shape
     except KeyError as exc:
-        raise ShapeError(f"{source}: no {exc.args[0]!r} in the config") from exc
+        raise _MissingKey(f"{source}: no {exc.args[0]!r} in the config", exc.args[0]) from exc
     except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as exc:
         raise ShapeError(f"{source}: a dimension is not a positive number ({exc})") from exc
 
@@ -221,13 +173,7 @@ def _refuse_absurd_sizes(config: dict, source: str) -> None:
                 raise ShapeError(f"{source}: {key} is too large to be a model's size")  # NaN and inf too
 
 
-def _gelu_tensors(act: str) -> int:
-    """Intermediate-sized tensors a non-gated MLP keeps: fc1's output and fc2's input for a fused
-    activation; CLIP's quick_gelu (x * sigmoid(1.702 x), activations.py QuickGELUActivation)
-    also keeps the sigmoid's output; the Python-composed tanh GELUs keep five."""
-    if act == "quick_gelu":
-        return 3
-    return 5 if act in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh_python") else 2
+_gelu_tensors = gelu_tensors
 
 
 # -- decoder-only transformers ---------------------------------------------------------------
@@ -514,6 +460,19 @@ _BUILDERS = {
 }
 # Families sized only as a part of a composite model (their activations are not modelled: a
 # composite takes its activation dimensions from its largest backbone, memory/parts.py)
+# the families of memory/families.py (their builders get what they reuse from here)
+BUILDERS = {
+    "mixtral": lambda c, s: families.moe(c, s, _llama_like), "qwen2_moe": lambda c, s: families.moe(c, s, _llama_like),
+    "qwen3_moe": lambda c, s: families.moe(c, s, _llama_like), "falcon": families.falcon, "glm": families.glm,
+    "glm4": families.glm, "chatglm": families.chatglm, "deberta-v2": families.deberta_v2, "vit": families.vit,
+    "clip": families.dual_encoder, "siglip": families.dual_encoder, "whisper": families.whisper,
+    "qwen2_5_vl": lambda c, s: families.vision_language(c, s, shape_from_config),
+    "mllama": lambda c, s: families.vision_language(c, s, shape_from_config),
+    "clip_vision_model": lambda c, s: families.clip_like_vision(c, s, "clip_vision"),
+    "siglip_vision_model": lambda c, s: families.clip_like_vision(c, s, "siglip_vision"),
+}
+# diffusers transformers by `_class_name` (no model_type in their config.json)
+DIFFUSERS_BUILDERS = {"SD3Transformer2DModel": families.sd3, "FluxTransformer2DModel": families.flux}
 _PART_BUILDERS = {"clip_vision_model": _clip_vision}
 SUPPORTED_FAMILIES = tuple(sorted({*_BUILDERS, "mixtral", "qwen2_moe", "qwen3_moe", "falcon", "glm", "glm4", "chatglm",
                                    "deberta-v2", "vit", "clip", "siglip", "whisper", "qwen2_5_vl", "mllama"})) + (
@@ -614,11 +573,51 @@ def _shape_from_name(model: str) -> ModelShape | None:
     return None
 
 
+def hf_cache_folder(model_id: str) -> Path | None:
+    """The snapshot folder of `model_id` ("org/name") in the user's local Hugging Face cache, if
+    it holds a config.json: $HF_HUB_CACHE, $HF_HOME/hub, then ~/.cache/huggingface/hub
+    (huggingface_hub constants.py), `models--org--name/snapshots/<revision>/`, the revision
+    refs/main names first. Only the file system is read; nothing is downloaded."""
+    parts = model_id.strip().strip("/").split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        return None
+    roots = []
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            roots.append(Path(os.environ[variable]))
+    if os.environ.get("HF_HOME"):
+        roots.append(Path(os.environ["HF_HOME"]) / "hub")
+    roots.append(Path(os.path.expanduser("~")) / ".cache" / "huggingface" / "hub")
+    for root in roots:
+        repo = root / f"models--{parts[0]}--{parts[1]}"
+        snapshots = repo / "snapshots"
+        try:
+            if not snapshots.is_dir():
+                continue
+            main = (repo / "refs" / "main").read_text("utf-8").strip() if (repo / "refs" / "main").is_file() else None
+            candidates = ([snapshots / main] if main else []) + sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime,
+                                                                        reverse=True)
+        except (OSError, ValueError):
+            continue
+        for folder in candidates:
+            if any((folder / sub / "config.json").is_file() for sub in ("", "unet", "transformer")):
+                return folder
+    return None
+
+
 def resolve_shape(model: str) -> ModelShape:
-    """A local model folder or config.json first, then the catalog; ShapeError otherwise."""
+    """A local model folder or config.json first, then the id's config.json in the local
+    Hugging Face cache, then the catalog; ShapeError otherwise."""
     path = Path(model)
     if os.path.exists(path):  # os.path: a name over 255 bytes is simply not a folder
         return shape_from_config_file(path)
+    cached = hf_cache_folder(model)
+    if cached is not None:
+        try:
+            shape = shape_from_config_file(cached)
+            return replace(shape, source=f"{model} config.json in the local Hugging Face cache ({cached})")
+        except ShapeError:
+            pass  # a family this module does not read: the catalog may still know the id
     shape = shape_from_catalog(model)
     if shape is None:
         shape = _shape_from_name(model)

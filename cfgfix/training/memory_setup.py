@@ -122,6 +122,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         transformers_version=getattr(training, "transformers_version", None),
         frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
         extras=deepspeed_extras(getattr(training, "files", {}).get("deepspeed"), project),
+        torch_version=_torch_version(training, project),
     )
     return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
 
@@ -270,4 +271,24 @@ def deepspeed_extras(path, project=None) -> dict:
         elif value == "auto" or isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**50:
             out[key] = value
     return out
+
+
+def _torch_version(training, project) -> str | None:
+    """The project's exact torch pin for the training script (None without a project or a pin)."""
+    if project is None or not hasattr(project, "_scripts"):
+        return None
+    from cfgfix.analysis.versions import ProjectVersions
+    from cfgfix.memory.transformers_versions import exact_version
+
+    key = ("project-versions",)
+    if key not in project._scripts:
+        project._scripts[key] = ProjectVersions(project.root)
+    where = getattr(training, "script", None) or getattr(training, "launch_file", None)
+    if where is None:
+        return None
+    try:
+        info = project._scripts[key].for_file(where).get("torch")
+    except (OSError, ValueError):
+        return None
+    return exact_version(info.specifier) if info is not None else None
 
