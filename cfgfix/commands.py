@@ -572,7 +572,7 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         offload_optimizer=offload != "none", offload_params=offload == "optimizer+params", num_gpus=num_gpus,
         micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
         lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum, device=device,
-        attention=attention, optimizer_impl=optimizer_impl, head=head,
+        attention=attention, optimizer_impl=optimizer_impl, head=head, gpu=target.name if target else None,
     )
     problems = setup.impossible() + setup.conflicts()
     if device == "cpu" and gpu:

@@ -172,3 +172,24 @@ def test_a_projects_torch_pin_reaches_the_setup(tmp_path):
     engine, _, _ = lint_project(tmp_path)
     setup = _setups(tmp_path)[0]
     assert memory_input(setup, engine.project).setup.torch_version == "1.13.1"
+
+
+def test_cuda_context_is_a_range_by_gpu_generation_and_cuda_release():
+    from cfgfix.memory.estimator import MIB, cuda_context
+
+    assert cuda_context(MemorySetup(gpu="H200", cuda_version="13.0"))[1:3] == (765 * MIB, 765 * MIB)
+    point, low, high, words = cuda_context(MemorySetup(gpu="RTX 4090", cuda_version="12.4"))
+    assert (point, low, high) == (765 * MIB, 450 * MIB, 1024 * MIB) and "RTX 4090 (ada)" in words
+    point, low, high, words = cuda_context(MemorySetup(gpu="A100 80GB", cuda_version="11.8"))
+    assert high == 2048 * MIB and "loads kernels eagerly" in words
+    base = MemorySetup(weights="bf16", micro_batch=1, seq_len=1024)
+    measured = estimate(replace(base, gpu="H200", cuda_version="13.0"), LLAMA_8B)
+    unknown = estimate(base, LLAMA_8B)
+    assert measured.peak == unknown.peak  # the point stays the measured figure
+    assert unknown.high - measured.high == (1024 - 765) * MIB and measured.low - unknown.low == (765 - 450) * MIB
+
+
+def test_cuda_release_from_the_torch_wheel_tag():
+    from cfgfix.training.memory_setup import _cuda_of
+
+    assert _cuda_of("2.1.2+cu121") == "12.1" and _cuda_of("1.13.1+cu117") == "11.7" and _cuda_of("2.3.0") is None

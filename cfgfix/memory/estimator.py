@@ -30,6 +30,55 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # it replaces the 512 MiB stated before the measurement. A CPU run has none.
 CUDA_CONTEXT_BYTES = 765 * MIB
 
+# The context per GPU generation and CUDA release, as a range around the one measurement (765 MiB,
+# Hopper, CUDA 13). CUDA 11.7 began loading kernels lazily and 11.8 modules (CUDA C++ Programming
+# Guide, "Lazy Loading"); lazy loading is the default on Linux from CUDA 12.2 (NVIDIA developer
+# forum, "Lazy Loading", 2023): before it every kernel of cuBLAS / cuDNN loads at the first call,
+# which users report as 1-2 GiB of context. Unmeasured cases keep the 765 MiB point and widen the
+# band by the range: a stated guess until a GPU run checks it.
+CUDA_CONTEXT_RANGES = {  # (generation measured?, CUDA lazy by default) -> (low MiB, high MiB)
+    "measured": (765, 765),
+    "lazy": (450, 1_024),
+    "eager": (765, 2_048),
+}
+_GENERATIONS = (  # catalog-name prefix -> generation (NVIDIA's architecture names)
+    ("h100", "hopper"), ("h200", "hopper"), ("gh200", "hopper"), ("h20", "hopper"), ("b200", "blackwell"),
+    ("rtx 50", "blackwell"), ("rtx 40", "ada"), ("rtx 6000 ada", "ada"), ("l4", "ada"), ("l40", "ada"),
+    ("a100", "ampere"), ("a10", "ampere"), ("a40", "ampere"), ("rtx a", "ampere"), ("rtx 30", "ampere"),
+    ("rtx 20", "turing"), ("tesla t4", "turing"), ("tesla v100", "volta"), ("tesla p100", "pascal"),
+)
+
+
+def gpu_generation(name: str | None) -> str | None:
+    lowered = (name or "").lower()
+    return next((gen for prefix, gen in _GENERATIONS if lowered.startswith(prefix)), None)
+
+
+def cuda_context(setup: MemorySetup) -> tuple[int, int, int, str]:
+    """(point, low, high, in words) for the CUDA context of the run's GPU and CUDA release."""
+    generation = gpu_generation(setup.gpu)
+    major_minor = None
+    if setup.cuda_version:
+        from cfgfix.memory.transformers_versions import release
+
+        major_minor = release(setup.cuda_version)
+    eager = major_minor is not None and major_minor < (12, 2)
+    if generation == "hopper" and major_minor is not None and major_minor >= (13,):
+        key, words = "measured", "measured on an H200 with CUDA 13 and torch 2.11"
+    elif eager:
+        key, words = "eager", (f"CUDA {setup.cuda_version} loads kernels eagerly by default (lazy loading is the Linux "
+                               "default from 12.2): 765 MiB measured with lazy loading, up to 2 GiB reported without; not "
+                               "measured here")
+    else:
+        key = "lazy"
+        which = f"{setup.gpu} ({generation})" if generation else (setup.gpu or "an unknown card")
+        words = (f"765 MiB measured on an H200 with CUDA 13; {which}"
+                 f"{' with CUDA ' + setup.cuda_version if setup.cuda_version else ', CUDA release unknown'}: "
+                 "not measured, 450-1,024 MiB assumed")
+    low, high = CUDA_CONTEXT_RANGES[key]
+    return CUDA_CONTEXT_BYTES, low * MIB, high * MIB, words
+
+
 # cuBLAS workspaces: torch gives each (cuBLAS handle, stream) a workspace through its caching
 # allocator, so they are in `max_memory_allocated` (aten/src/ATen/cuda/CublasHandlePool.cpp,
 # `parseChosenWorkspaceSize`: 4096 KiB x 8 = 32 MiB on Hopper (sm90), ":4096:2:16:8" =
@@ -1136,11 +1185,17 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     if shape.other_parts:
         act = _with_other_parts(setup, shape, act, notes)
     buckets, bucket_formula = _buckets(setup, shape, states, notes)
+    ctx_low = ctx_high = 0
     if setup.device == "cuda":
-        ctx = CUDA_CONTEXT_BYTES
+        ctx, ctx_low, ctx_high, ctx_words = cuda_context(setup)
         workspaces = CUBLAS_WORKSPACE_BYTES * CUBLAS_HANDLES
-        notes.add(f"CUDA context, kernels and library handles: {ctx / MIB:.0f} MiB outside torch's allocator (measured on "
-                  "an H200 with CUDA 13 and torch 2.11; it varies with the card, driver and torch build)")
+        notes.add(f"CUDA context, kernels and library handles: {ctx / MIB:.0f} MiB outside torch's allocator ({ctx_words}; "
+                  "the band carries the range)")
+        notes.add("allocator: the band's top adds 5% for the caching allocator's rounding and cache with fixed-length "
+                  "batches; batches whose shapes vary from step to step (group_by_length, dynamic padding) were "
+                  "reported at 1.6-1.7x the predicted peak (qlora.py reports, issue 21): expect up to that much "
+                  "reserved memory there, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not verified on a GPU "
+                  "here)")
         notes.add(f"cuBLAS workspaces: {workspaces / MIB:.0f} MiB in torch's allocator (torch's default, 32 MiB per handle on "
                   "Hopper cards, 8.1 MiB on others; one handle for the forward, one for the autograd thread)")
     else:
@@ -1205,14 +1260,15 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         "master_weights": states.master_formula,
         "activations": act.formula,
         "temporaries": temp_formula,
-        "cuda_context": "measured on an H200 (CUDA 13, torch 2.11): outside torch's allocator" if ctx else "none (CPU)",
+        "cuda_context": (f"{ctx / MIB:.0f} MiB (range {ctx_low / MIB:,.0f}-{ctx_high / MIB:,.0f} MiB): outside torch's allocator"
+                         if ctx else "none (CPU)"),
     }
     components = tuple(Component(name, sizes[name], live[name], formulas[name]) for name in COMPONENTS)
     # the band: model states are exact; activations and temporaries carry the activation
     # model's relative error; the allocator's caching and fragmentation add up to 5% more
     variable = live["activations"] + live["temporaries"]
-    low = int(peak - variable * act.band[0])
-    high = int(peak + variable * act.band[1] + 0.05 * peak)
+    low = int(peak - variable * act.band[0] - (ctx - ctx_low))
+    high = int(peak + variable * act.band[1] + 0.05 * peak + (ctx_high - ctx))
     return Estimate(
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
         cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),

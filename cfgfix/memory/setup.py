@@ -70,6 +70,10 @@ class MemorySetup:
     # the torch release the run uses (a project's exact pin); None: unknown (torch >= 2.0's
     # defaults assumed: foreach optimizers on CUDA, zero_grad(set_to_none=True))
     torch_version: str | None = None
+    # the target GPU's catalog name and the CUDA release torch was built for ("12.1"): the CUDA
+    # context's range (estimator.cuda_context); None: unknown
+    gpu: str | None = None
+    cuda_version: str | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

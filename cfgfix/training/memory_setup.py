@@ -122,7 +122,9 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         transformers_version=getattr(training, "transformers_version", None),
         frozen_params=composite.frozen_params if composite is not None and shape is not None and params is None else 0,
         extras=deepspeed_extras(getattr(training, "files", {}).get("deepspeed"), project),
-        torch_version=_torch_version(training, project),
+        torch_version=(torch_version := _torch_version(training, project)),
+        gpu=_catalog_gpu(get("gpu")),
+        cuda_version=_cuda_of(torch_version),
     )
     return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
 
@@ -291,4 +293,22 @@ def _torch_version(training, project) -> str | None:
     except (OSError, ValueError):
         return None
     return exact_version(info.specifier) if info is not None else None
+
+
+def _cuda_of(torch_version: str | None) -> str | None:
+    """"2.1.2+cu121" -> "12.1": the CUDA release a torch wheel was built for (its local tag)."""
+    import re
+
+    match = re.search(r"\+cu(\d{2,3})$", torch_version or "")
+    if not match:
+        return None
+    digits = match.group(1)
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def _catalog_gpu(name) -> str | None:
+    from cfgfix.memory.gpus import find_gpu
+
+    found = find_gpu(name) if isinstance(name, str) else None
+    return found.name if found is not None else None
 
