@@ -315,7 +315,7 @@ def _model_states(setup: MemorySetup, shape: ModelShape, trainable: int, notes: 
         weights = psi * w_bytes
         wf = f"{psi / 1e9:.3g}B x {w_bytes} B ({setup.weights})"
         t_bytes = w_bytes
-        if setup.autocast:
+        if setup.autocast and not setup.fsdp:
             notes.add("autocast keeps the weights, gradients and optimizer states in fp32 and casts each op's inputs "
                       "(PyTorch AMP docs); it adds 16-bit weight copies")
     grads = trainable * t_bytes
