@@ -570,6 +570,11 @@ class Cleanup(TrainerCallback):
     ("from other.memory import MemoryManager", "memory = MemoryManager()", "memory.after_batch()"),  # another class
     ("from utils.memory import MemoryManager", "memory = make_manager()", "memory.after_batch()"),  # built elsewhere
     ("from utils.memory import clear_memory", "pass", "pass\n    clear_memory()"),  # after training
+    # a periodic sampling or evaluation branch of the other module's loop: a phase there
+    ("from utils.memory import MemoryManager", "memory = MemoryManager()",
+     "if step % 500 == 0:\n            memory.after_batch()"),
+    ("from utils.memory import clear_memory", "pass", ("try:\n            clear_memory()\n        except RuntimeError:\n"
+     "            pass")),
 ])
 def test_near_misses_of_the_helper_module_are_silent(tmp_path, imports, setup, call):
     other = MANAGER.replace("torch.cuda.empty_cache()", "pass")

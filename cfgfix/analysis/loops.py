@@ -329,7 +329,11 @@ class LoopAnalysis:
             else:
                 found = other._per_step(lambda site, of=other, name=local: of._instance_of(site, name),
                                         other.index.calls_to_method(function.name))
-            out.extend((parsed, site, loop, kind) for site, loop, kind in found)
+            # In another module only a call the step itself makes counts: under an `if` (a
+            # periodic sampling or evaluation branch) or in a `try` it may be a phase there.
+            out.extend((parsed, site, loop, kind) for site, loop, kind in found
+                       if not any(isinstance(node, (ast.If, ast.Try, ast.ExceptHandler))
+                                  for node in other.chain(site.context.stmt, loop or site.context.function)))
         return out
 
     def _per_step(self, matches, sites: list[CallSite]) -> list[tuple[CallSite, ast.stmt | None, object]]:
