@@ -1,9 +1,10 @@
-"""A model's `config.json` from the local Hugging Face cache, when the user's machine has
-downloaded it: never the network. The cache folder is the one huggingface_hub uses
-(`HF_HUB_CACHE`, else the older `HUGGINGFACE_HUB_CACHE`, else `HF_HOME/hub`, else
-`$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`); a model's files are under
+"""A model's files in the local Hugging Face cache, when the user's machine has downloaded
+them: never the network. The cache folders are those huggingface_hub uses (`HF_HUB_CACHE`,
+the older `HUGGINGFACE_HUB_CACHE`, `HF_HOME/hub`, `$XDG_CACHE_HOME/huggingface/hub`,
+`~/.cache/huggingface/hub`), each looked in; a model's files are under
 `models--{org}--{name}/snapshots/{commit}/`, and `refs/main` names the commit `main` was at
-when it was downloaded (huggingface_hub `constants.py` and `file_download.py`)."""
+when it was downloaded (huggingface_hub `constants.py` and `file_download.py`). One reader
+for CFX206's stored dtype and the estimate's model shapes (memory/shapes.py)."""
 
 from __future__ import annotations
 
@@ -14,41 +15,54 @@ from pathlib import Path
 _MAX_CONFIG_BYTES = 1_000_000
 
 
-def hub_cache_folder() -> Path:
+def hub_cache_folders() -> list[Path]:
     env = os.environ
-    for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(key):
-            return Path(env[key]).expanduser()
+    roots = [Path(env[key]).expanduser() for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE") if env.get(key)]
     if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
+        roots.append(Path(env["HF_HOME"]).expanduser() / "hub")
+    if env.get("XDG_CACHE_HOME"):
+        roots.append(Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub")
+    roots.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return list(dict.fromkeys(roots))
+
+
+def snapshot_with(model_id: str, files: tuple[str, ...] = ("config.json",)) -> Path | None:
+    """The cached snapshot folder of a hub model id (`org/name`) that holds one of `files`
+    (paths inside the snapshot): `refs/main`'s snapshot first, else the newest one."""
+    if not isinstance(model_id, str) or len(model_id) > 200:
+        return None
+    parts = model_id.strip().strip("/").split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        return None
+    for root in hub_cache_folders():
+        repo = root / f"models--{parts[0]}--{parts[1]}"
+        snapshots = repo / "snapshots"
+        try:
+            if not snapshots.is_dir():
+                continue
+            ref = repo / "refs" / "main"
+            main = ref.read_text(encoding="utf-8", errors="replace").strip() if ref.is_file() else None
+            candidates = ([snapshots / main] if main else []) + sorted(
+                (p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+            for folder in candidates:
+                if any((folder / name).is_file() for name in files):
+                    return folder
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def cached_config(model_id: str) -> dict | None:
-    """The cached `config.json` of a hub model id (`org/name`), or None when it is not in the
-    cache (or cannot be read). The snapshot `refs/main` names first, else the newest one."""
-    if not isinstance(model_id, str) or model_id.count("/") != 1 or len(model_id) > 200 or ".." in model_id:
+    """The cached `config.json` of a hub model id, or None when it is not in the cache (or
+    cannot be read)."""
+    folder = snapshot_with(model_id)
+    if folder is None:
         return None
-    org, name = model_id.split("/")
-    if not org or not name:
-        return None
-    repo = hub_cache_folder() / f"models--{org}--{name}"
-    snapshots = repo / "snapshots"
+    config = folder / "config.json"
     try:
-        if not snapshots.is_dir():
+        if config.stat().st_size > _MAX_CONFIG_BYTES:
             return None
-        candidates = []
-        ref = repo / "refs" / "main"
-        if ref.is_file():
-            candidates.append(snapshots / ref.read_text(encoding="utf-8", errors="replace").strip())
-        candidates += sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
-                             reverse=True)
-        for snapshot in candidates:
-            config = snapshot / "config.json"
-            if config.is_file() and config.stat().st_size <= _MAX_CONFIG_BYTES:
-                data = json.loads(config.read_text(encoding="utf-8", errors="replace"))
-                return data if isinstance(data, dict) else None
+        data = json.loads(config.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError, RecursionError):
         return None
-    return None
+    return data if isinstance(data, dict) else None

@@ -574,35 +574,12 @@ def _shape_from_name(model: str) -> ModelShape | None:
 
 
 def hf_cache_folder(model_id: str) -> Path | None:
-    """The snapshot folder of `model_id` ("org/name") in the user's local Hugging Face cache, if
-    it holds a config.json: $HF_HUB_CACHE, $HF_HOME/hub, then ~/.cache/huggingface/hub
-    (huggingface_hub constants.py), `models--org--name/snapshots/<revision>/`, the revision
-    refs/main names first. Only the file system is read; nothing is downloaded."""
-    parts = model_id.strip().strip("/").split("/")
-    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
-        return None
-    roots = []
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(variable):
-            roots.append(Path(os.environ[variable]))
-    if os.environ.get("HF_HOME"):
-        roots.append(Path(os.environ["HF_HOME"]) / "hub")
-    roots.append(Path(os.path.expanduser("~")) / ".cache" / "huggingface" / "hub")
-    for root in roots:
-        repo = root / f"models--{parts[0]}--{parts[1]}"
-        snapshots = repo / "snapshots"
-        try:
-            if not snapshots.is_dir():
-                continue
-            main = (repo / "refs" / "main").read_text("utf-8").strip() if (repo / "refs" / "main").is_file() else None
-            candidates = ([snapshots / main] if main else []) + sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime,
-                                                                        reverse=True)
-        except (OSError, ValueError):
-            continue
-        for folder in candidates:
-            if any((folder / sub / "config.json").is_file() for sub in ("", "unet", "transformer")):
-                return folder
-    return None
+    """The snapshot folder of `model_id` ("org/name") in the user's local Hugging Face cache
+    that holds a config.json (itself, or a diffusers pipeline's `unet/` or `transformer/`):
+    analysis/hub_cache.py, the one reader of that cache. Nothing is downloaded."""
+    from cfgfix.analysis.hub_cache import snapshot_with
+
+    return snapshot_with(model_id, ("config.json", "unet/config.json", "transformer/config.json"))
 
 
 def resolve_shape(model: str) -> ModelShape:
