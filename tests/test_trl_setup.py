@@ -195,3 +195,21 @@ def test_the_trl_cli_runs_its_own_script_with_the_command_config(tmp_path):
 def test_trl_commands_that_do_not_train_are_not_launches(tmp_path):
     setups = _cli_setups(tmp_path, "trl env\ntrl vllm-serve --model Qwen/Qwen2.5-0.5B\nctrl sft --x 1\n")
     assert setups == []
+
+
+@pytest.mark.parametrize("pins, name, impl", [
+    ("transformers==4.31.0\ntorch==2.1.0\n", "adamw_hf", None),
+    ("transformers==4.45.2\ntorch==2.9.0\n", "adamw_torch", None),
+    ("transformers==4.57.1\ntorch==2.9.0\n", "adamw_torch_fused", "fused"),
+    ("transformers==4.57.1\ntorch==2.4.0\n", "adamw_torch", None),
+])
+def test_the_hf_trainers_default_optimizer_per_release(tmp_path, pins, name, impl):
+    script = ("from transformers import Trainer, TrainingArguments\n"
+              "from transformers import AutoModelForCausalLM\n"
+              "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+              "Trainer(model=model, args=TrainingArguments(output_dir='o')).train()\n")
+    setup = _setup(_project(tmp_path, script, pins=pins))
+    assert _value(setup, "optimizer") == "adamw"
+    assert name in setup.values["optimizer"].origin
+    assert _value(setup, "optimizer_impl") == impl
+    assert _value(setup, "micro_batch") == 8  # one complete literal TrainingArguments: its defaults hold

@@ -25,7 +25,9 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "prompt_len": ("max_prompt_length",),
     "completion_len": ("max_completion_length",),
     "resolution": ("resolution",),
-    "gradient_checkpointing": ("gradient_checkpointing",),
+    # transformers 5.23.0 TrainingArguments: `activation_checkpointing`, with
+    # `gradient_checkpointing` its deprecated alias
+    "gradient_checkpointing": ("gradient_checkpointing", "activation_checkpointing"),
     "optimizer": ("optim", "optimizer"),
     "use_8bit_adam": ("use_8bit_adam",),
     "lora_rank": ("lora_r", "lora_rank"),
@@ -58,7 +60,9 @@ TRAINING_MARKERS = frozenset({
     "learning_rate", "num_train_epochs", "lora_rank", "optimizer",
 })
 
-# HF `TrainingArguments` defaults for the values CFX511 compares (transformers 4.x-5.x):
+# HF `TrainingArguments` defaults for the values CFX511 compares: the same in every wheel read,
+# transformers 4.20.1 to 5.23.0 (training/frameworks/hf_trainer.py lists them and holds the
+# defaults that changed):
 # a launch whose script parses TrainingArguments from the command line gets these for
 # every flag it does not pass.
 TRAINING_ARGUMENT_DEFAULTS: dict[str, object] = {

@@ -357,6 +357,35 @@ class _Resolver:
 
         return script_setup(self.project, module)
 
+    def _default_optimizer(self) -> None:
+        """The HF Trainer's `optim` default for the transformers (and torch) release the project
+        uses (training/frameworks/hf_trainer.py): AdamW in every release; its implementation
+        fused only where transformers >= 4.54 runs on torch >= 2.8."""
+        from cfgfix.training.frameworks import hf_trainer
+        from cfgfix.training.frameworks.trl import value_for
+
+        values = self.setup.values
+        try:
+            versions = self._versions()
+            transformers = versions.resolve("transformers")
+            torch = versions.resolve("torch")
+        except (OSError, ValueError):
+            values["optimizer"] = Value("optimizer", "adamw", "the HF Trainer's default (AdamW in every release)")
+            return
+        known, name = value_for(hf_trainer.DEFAULT_OPTIMIZER, transformers)
+        impl = None
+        if known and name == "adamw_torch_fused if torch>=2.8":
+            fused = torch.at_least(hf_trainer.FUSED_FROM_TORCH)
+            name = "adamw_torch_fused" if fused else "adamw_torch" if fused is False else "adamw_torch(_fused)"
+            impl = "fused" if fused else None
+            where = f"{transformers.describe()}, {torch.describe()}"
+        else:
+            where = transformers.describe()
+        origin = f"the HF Trainer's default optim {name if known else '(an AdamW)'} ({where})"
+        values["optimizer"] = Value("optimizer", "adamw", origin)
+        if impl is not None:
+            values.setdefault("optimizer_impl", Value("optimizer_impl", impl, origin))
+
     def _transformers_version(self) -> str | None:
         """The project's exact transformers pin for the training script, else the installed
         release (the versions module's order); a range gives None."""
@@ -924,11 +953,7 @@ class _Resolver:
         value = self._first("optimizer", ("deepspeed config",) + general)
         if value is None:
             if self.setup.trainer:
-                # transformers training_args.py: `default_optim = "adamw_torch_fused"` with torch >= 2.8
-                # (TrainingArguments().optim read back in transformers 5.17 on a GPU machine)
-                origin = "the HF Trainer's default (adamw_torch_fused with torch >= 2.8)"
-                self.setup.values["optimizer"] = Value("optimizer", "adamw", origin)
-                self.setup.values.setdefault("optimizer_impl", Value("optimizer_impl", "fused", origin))
+                self._default_optimizer()
             return
         if isinstance(value.value, str) and value.setting == "optimizer":
             lowered = value.value.lower()
