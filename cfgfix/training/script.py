@@ -200,6 +200,8 @@ def read_script(source, tree: ast.Module, path: Path, parsers: frozenset[str] = 
         if hf and _ARGUMENT_CLASSES.search(name):
             found.argument_calls.append(node)
             argument_names.add(last)
+            if not last.endswith("TrainingArguments"):
+                found.own_defaults = True  # SFTConfig(...) & co: TRL's defaults, not TrainingArguments
         elif hf and last.endswith("Trainer") and last[:1].isupper():
             found.trainer = True
         elif last in ("HfArgumentParser", "TrlParser", "H4ArgumentParser"):  # TRL's and alignment-handbook's subclasses

@@ -225,6 +225,13 @@ class TrainerDeepSpeedMismatch(ProjectRule):
           '  "train_micro_batch_size_per_gpu": {micro},\n  "zero_optimization": {{"stage": 2}}\n}}\n'
     _LAUNCH = "deepspeed --num_gpus 2 train.py --deepspeed ds.json --output_dir out {flags}\n"
     VALID = [
+        Example('{\n  "bf16": {"enabled": true},\n  "train_micro_batch_size_per_gpu": "auto"\n}\n',
+                "TRL's SFTConfig, whose bf16 defaults to on when fp16 is not set: not TrainingArguments' default",
+                path="ds.json",
+                files={"run.sh": "deepspeed train.py\n",
+                       "train.py": "from trl import SFTConfig, SFTTrainer\n"
+                                   "args = SFTConfig(output_dir='o', deepspeed='ds.json', per_device_train_batch_size=2)\n"
+                                   "SFTTrainer(model=m, args=args, train_dataset=d).train()\n"}),
         Example(_DS.format(fp16='"auto"', micro='"auto"'), "everything \"auto\"", path="ds.json",
                 files={"train.sh": _LAUNCH.format(flags="--bf16 True"), "train.py": HF_SCRIPT}),
         Example(_DS.format(fp16="false", micro=4), "values that agree with the flags", path="ds.json",
