@@ -25,6 +25,7 @@ RULES = (
     ('CFX309', 'continuation-cut-by-comment', 'cfgfix.rules.loops.cfx309_continuation_cut_by_comment', 'ContinuationCutByComment', ('shell',), ((b'\\\n', b'\\\r\n'), (b'#',)), False, True, 'file'),
     ('CFX310', 'launch-names-missing-file', 'cfgfix.rules.loops.cfx310_launch_names_missing_file', 'LaunchNamesMissingFile', ('shell', 'makefile'), (), False, True, 'project'),
     ('CFX311', 'invalid-exec-form', 'cfgfix.rules.loops.cfx311_invalid_exec_form', 'InvalidExecForm', ('dockerfile',), ((b'[',),), False, True, 'file'),
+    ('CFX312', 'backslash-before-trailing-space', 'cfgfix.rules.loops.cfx312_backslash_before_trailing_space', 'BackslashBeforeTrailingSpace', ('shell',), ((b'\\ ', b'\\\t'),), False, True, 'file'),
     ('CFX401', 'fp32-mixed-precision', 'cfgfix.rules.accelerate.cfx401_fp32_mixed_precision', 'Fp32MixedPrecision', ('yaml', 'json'), (), False, True, 'project'),
     ('CFX402', 'precision-conflict-with-deepspeed', 'cfgfix.rules.accelerate.cfx402_precision_conflict_with_deepspeed', 'PrecisionConflictWithDeepSpeed', ('yaml', 'json'), (), False, True, 'project'),
     ('CFX403', 'deepspeed-file-with-inline-keys', 'cfgfix.rules.accelerate.cfx403_deepspeed_file_with_inline_keys', 'DeepSpeedFileWithInlineKeys', ('yaml', 'json'), (), False, True, 'project'),
