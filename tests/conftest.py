@@ -40,6 +40,26 @@ def lint_project(root: Path, select=None, use_cache=False):
         os.chdir(cwd)
 
 
+def training_setups_of(root: Path) -> list:
+    """The resolved training setup of each launch of the project at `root` (`cfgfix
+    explain`'s data), after a real engine run over it."""
+    from cfgfix.training.resolve import training_setups
+
+    engine, _, _ = lint_project(root)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return training_setups(engine.project)
+    finally:
+        os.chdir(cwd)
+
+
+def setting_value(setup, setting: str):
+    """A resolved setting's value, None when unknown."""
+    value = setup.values.get(setting)
+    return value.value if value is not None else None
+
+
 @pytest.fixture(autouse=True)
 def no_installed_versions(request, monkeypatch):
     """Tests see only the versions their sample projects pin, never this machine's."""

@@ -4,10 +4,9 @@ load dtype, the process count the tool derives, the launch shapes each tool has 
 plan written into the tool's own keys, and no "fp32 training" finding where it trains 16-bit."""
 
 import json
-import os
 
 from click.testing import CliRunner
-from conftest import lint_project, write_project
+from conftest import lint_project, training_setups_of, write_project
 
 from cfgfix.commands import cli
 from cfgfix.training.frameworks.yaml_tools import pick_release
@@ -17,14 +16,7 @@ LF_LORA = ("### model\nmodel_name_or_path: meta-llama/Llama-3.1-8B\n\n### method
            "template: llama3\n\n### train\nper_device_train_batch_size: 2\ngradient_accumulation_steps: 4\nbf16: true\n")
 
 
-def _setups(root):
-    engine, _, _ = lint_project(root)
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return training_setups(engine.project)
-    finally:
-        os.chdir(cwd)
+_setups = training_setups_of
 
 
 def _one(root, files):

@@ -6,7 +6,7 @@ launcher reads it (CUDA_VISIBLE_DEVICES, PET_NPROC_PER_NODE), variables expanded
 import os
 
 import pytest
-from conftest import lint_project, write_project
+from conftest import lint_project, setting_value, training_setups_of, write_project
 
 from cfgfix.documents.launches import arithmetic, find_launches, visible_devices
 from cfgfix.documents.shell import parse_shell
@@ -45,13 +45,7 @@ DS_AUTO = ('{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_st
 
 def _setups(tmp_path, files):
     write_project(tmp_path, files)
-    engine, _, _ = lint_project(tmp_path)
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        return training_setups(engine.project)
-    finally:
-        os.chdir(cwd)
+    return training_setups_of(tmp_path)
 
 
 def _one(tmp_path, files):
@@ -60,9 +54,7 @@ def _one(tmp_path, files):
     return setups[0]
 
 
-def _value(setup, setting):
-    value = setup.values.get(setting)
-    return value.value if value is not None else None
+_value = setting_value
 
 
 def _origin(setup, setting):

@@ -3,28 +3,18 @@ Lightning starts devices x num_nodes processes itself under plain `python`, the 
 decides ZeRO / FSDP, `precision` decides autocast or converted weights; LightningCLI's
 `--config` files and `--trainer.X` flags in order."""
 
-import os
 
 import pytest
 
 from cfgfix.training.frameworks.lightning import device_count, unified_precision
-from cfgfix.training.resolve import training_setups
-from conftest import lint_project, write_project
+from conftest import setting_value, training_setups_of, write_project
 
 
 def _setup(root, script="train.py"):
-    engine, _, _ = lint_project(root)
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return next(s for s in training_setups(engine.project) if s.launch.script == script)
-    finally:
-        os.chdir(cwd)
+    return next(s for s in training_setups_of(root) if s.launch.script == script)
 
 
-def _value(setup, setting):
-    value = setup.values.get(setting)
-    return value.value if value is not None else None
+_value = setting_value
 
 
 def _trainer_script(arguments, header="import lightning as L\n", trainer="L.Trainer", before=""):

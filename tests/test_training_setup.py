@@ -3,32 +3,21 @@ configs at any depth, Python config modules, the script, accelerate and DeepSpee
 each with the file and line it came from, and "unknown" where nothing says."""
 
 import json
-import os
 
 from click.testing import CliRunner
 
 from cfgfix.commands import cli
-from cfgfix.training.resolve import training_setups
-from conftest import REPO, lint_project, write_project
+from conftest import REPO, lint_project, setting_value, training_setups_of, write_project
 
 
-def _setups(root):
-    engine, _, _ = lint_project(root)
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return training_setups(engine.project)
-    finally:
-        os.chdir(cwd)
+_setups = training_setups_of
 
 
 def _by_script(setups, script):
     return next(s for s in setups if s.launch.script == script)
 
 
-def _value(setup, setting):
-    value = setup.values.get(setting)
-    return value.value if value is not None else None
+_value = setting_value
 
 
 def _where(setup, setting):

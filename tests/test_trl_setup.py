@@ -2,30 +2,20 @@
 `TrainingArguments` defaults its config classes override, per trl release (pin, installed
 copy, else the current release), read from the released wheels (training/frameworks/trl.py)."""
 
-import os
 
 import pytest
 
 from cfgfix.analysis.versions import VersionInfo
 from cfgfix.training.frameworks import trl
 from cfgfix.training.memory_setup import memory_input
-from cfgfix.training.resolve import training_setups
-from conftest import lint_project, write_project
+from conftest import setting_value, training_setups_of, write_project
 
 
 def _setup(root, script="train.py"):
-    engine, _, _ = lint_project(root)
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return next(s for s in training_setups(engine.project) if s.launch.script == script)
-    finally:
-        os.chdir(cwd)
+    return next(s for s in training_setups_of(root) if s.launch.script == script)
 
 
-def _value(setup, setting):
-    value = setup.values.get(setting)
-    return value.value if value is not None else None
+_value = setting_value
 
 
 SFT = (
@@ -168,13 +158,7 @@ def test_value_for_reads_only_what_every_admitted_release_agrees_on():
 
 def _cli_setups(tmp_path, launch, extra=None):
     write_project(tmp_path, {"run.sh": launch, "requirements.txt": "trl==1.16.0\n", **(extra or {})})
-    engine, _, _ = lint_project(tmp_path)
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        return training_setups(engine.project)
-    finally:
-        os.chdir(cwd)
+    return training_setups_of(tmp_path)
 
 
 def test_the_trl_cli_runs_its_own_script_with_the_command_config(tmp_path):
