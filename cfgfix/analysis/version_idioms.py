@@ -69,11 +69,16 @@ def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -
             if package != library or idiom_kind != kind or keyword not in keywords:
                 continue
             op, version = (">=", bound[2:]) if bound.startswith(">=") else ("<", bound[1:])
-            old = found.setdefault(package, {}).get(op)
-            tighter = old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0]))
-            if tighter:
-                found[package][op] = (version, f"{why}; used on line {node.lineno}")
+            tighten(found.setdefault(package, {}), op, version, f"{why}; used on line {node.lineno}")
     return found
+
+
+def tighten(bounds: dict[str, tuple[str, str]], op: str, version: str, why: str) -> None:
+    """Keep (version, why) under `op` in one package's bounds when it is tighter than what is
+    there: the highest lower bound (">="), the lowest upper bound ("<")."""
+    old = bounds.get(op)
+    if old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0])):
+        bounds[op] = (version, why)
 
 
 def _keyword_lines(text: str) -> frozenset[int]:
@@ -188,11 +193,7 @@ def project_bounds(root) -> Bounds:
             for package, bounds in code_bounds(tree, text).items():
                 target = found.setdefault(package, {})
                 for op, (version, why) in bounds.items():
-                    old = target.get(op)
-                    tighter = old is None or (_release(old[0]) < _release(version) if op == ">="
-                                              else _release(version) < _release(old[0]))
-                    if tighter:
-                        target[op] = (version, f"{why.replace('used on line', f'used in {where} on line')}")
+                    tighten(target, op, version, why.replace("used on line", f"used in {where} on line"))
     return found
 
 

@@ -602,13 +602,13 @@ class Versions:
         return Versions(self._pins, self._unpinned, self._merged(bounds))
 
     def _merged(self, bounds) -> dict:
+        from cfgfix.analysis.version_idioms import tighten
+
         merged = {name: dict(found) for name, found in self._code.items()}
         for package, found in (bounds or {}).items():
             target = merged.setdefault(normalize(package), {})
             for op, (version, why) in found.items():
-                old = target.get(op)
-                if old is None or (_release(old[0]) < _release(version) if op == ">=" else _release(version) < _release(old[0])):
-                    target[op] = (version, why)
+                tighten(target, op, version, why)
         return merged
 
     def _code_info(self, name: str) -> VersionInfo | None:
