@@ -92,7 +92,7 @@ CUBLAS_HANDLES = 2
 # bitsandbytes NF4 / FP4: half a byte per weight plus one fp32 absmax per 64-weight block
 # (QLoRA paper, Dettmers et al. 2023, arXiv:2305.14314; no double quantisation: with it 0.516).
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
-INT8_BYTES_PER_PARAM = 1.0  # LLM.int8: one byte per weight (+ one fp32 scale per row, ignored)
+INT8_BYTES_PER_PARAM = 1.0  # LLM.int8: one byte per weight (row scales, tiles and outliers: memory/llm_int8.py)
 
 DEFAULT_SEQ = {"t5": 512, "bert": 512}  # others: 2048 (decoder LMs)
 DEFAULT_RESOLUTION = {"unet": 1024}
@@ -453,7 +453,7 @@ def _deepspeed_states(setup, shape, psi, n, largest, state_elements, notes, trai
         opt_total = state_elements * 4 if per is None else int(tr * per)
     else:
         opt_total = tr * adam_bytes
-    shard = lambda total, from_stage: total // n if stage >= from_stage else total  # noqa: E731
+    shard = lambda total, from_stage: total // n if stage >= from_stage else total
     weights16 = shard(psi * 2, 3)
     # ZeRO-3 reduce-scatters the 16-bit gradients straight into the fp32 partition: only the
     # layer being reduced holds them (inside DeepSpeed's 4L), hence 18 and not 20 bytes / G
@@ -503,6 +503,11 @@ def _act_dtypes(setup: MemorySetup) -> tuple[int, int]:
     (the embedding output is fp32 and fp32 + bf16 -> fp32); with 16-bit weights both are 16-bit."""
     if setup.deepspeed_half:
         return 2, 2
+    if setup.quantization and setup.lora_rank is not None and not setup.fsdp:
+        # peft's prepare_model_for_kbit_training (>= 0.3: prepare_model_for_int8_training) casts
+        # the embeddings and norms to fp32 (peft utils/other.py): the embedding output, and so
+        # the residual stream and every norm's output, are fp32 (fp32 + 16-bit -> fp32)
+        return (2 if setup.autocast else DTYPE_BYTES[setup.weights]), 4
     if setup.autocast and setup.fsdp:
         return 2, 2  # FSDP MixedPrecision: 16-bit weights in compute, so the residual stream is 16-bit too
     if setup.autocast:
@@ -1184,6 +1189,7 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     act = _activations(setup, shape, notes)
     if shape.other_parts:
         act = _with_other_parts(setup, shape, act, notes)
+    states, act, data_high = _llm_int8(setup, shape, states, act, notes)
     buckets, bucket_formula = _buckets(setup, shape, states, notes)
     ctx_low = ctx_high = 0
     if setup.device == "cuda":
@@ -1268,11 +1274,43 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     # model's relative error; the allocator's caching and fragmentation add up to 5% more
     variable = live["activations"] + live["temporaries"]
     low = int(peak - variable * act.band[0] - (ctx - ctx_low))
-    high = int(peak + variable * act.band[1] + 0.05 * peak + (ctx_high - ctx))
+    high = int(peak + variable * act.band[1] + 0.05 * peak + (ctx_high - ctx) + data_high)
     return Estimate(
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
         cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),
     )
+
+
+def _llm_int8(setup: MemorySetup, shape: ModelShape, states: _States, act: _Activations,
+              notes: _Notes) -> tuple[_States, _Activations, int]:
+    """A LoRA run on a bitsandbytes 8-bit base: the row scales and tile padding with the weights,
+    the int8 copies each Linear keeps for backward, its quantisation / dequantisation transients,
+    and the data-dependent outlier columns as the band's top (memory/llm_int8.py). Returns the
+    bytes the band's top adds."""
+    if setup.quantization != "8bit" or setup.lora_rank is None:
+        return states, act, 0
+    if not shape.blocks:
+        # no Linear shapes: the outlier top over the quantised share, the rest unknown
+        quantized = int(shape.params * 0.9)
+        notes.add("LLM.int8 outliers: input columns with a value of magnitude >= 6.0 keep their weight columns in fp16; "
+                  f"from none (counted) to every column (the band's top: +{2 * quantized / GIB:.2f} GiB over the assumed "
+                  "90% quantised share)")
+        return states, act, 2 * quantized
+    from cfgfix.memory.llm_int8 import int8_terms
+
+    linears = [(block.count, i, o) for block in shape.blocks for _, i, o in block.linears]
+    e, _ = _act_dtypes(setup)
+    tokens = max(setup.micro_batch, 1) * (setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048))
+    terms = int8_terms(linears, tokens, e, 2, gpu_generation(setup.gpu), shape.layers, setup.checkpointing)
+    for note in terms.notes:
+        notes.add(note)
+    saved = 0 if setup.checkpointing else shape.layers * terms.saved_per_layer
+    states = replace(states, weights=states.weights + terms.weights,
+                     weights_formula=f"{states.weights_formula} {terms.weights_formula}")
+    act = replace(act, saved=act.saved + saved, layer_full=act.layer_full + terms.saved_per_layer,
+                  layer_backward=act.layer_backward + terms.temporaries,
+                  formula=act.formula + (f" + int8 saved inputs {saved / GIB:.3g} GiB" if saved else ""))
+    return states, act, terms.outliers_high
 
 
 def _t5_head(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> ModelShape:
