@@ -449,19 +449,21 @@ def verify(command, **options) -> None:
 # -- estimate ---------------------------------------------------------------------------------
 # The flags that describe a run by hand; the project mode reads them from each launch instead.
 _RUN_FLAGS = ("num_gpus", "precision", "optimizer", "zero", "fsdp", "offload", "batch", "seq", "target_seq",
-              "resolution", "lora_rank", "quantize", "checkpointing", "device", "attention", "optimizer_impl",
-              "head", "grad_accum")
+              "resolution", "lora_rank", "lora_targets", "quantize", "checkpointing", "device", "attention",
+              "optimizer_impl", "head", "grad_accum", "task", "no_reference", "deepspeed_config", "torch_version",
+              "transformers_version")
 
 
-def _given_run_flags() -> list[str]:
-    """The run-describing flags given on the command line (not left at their defaults)."""
+def _given_run_flags(names: bool = False) -> list[str]:
+    """The run-describing flags given on the command line (not left at their defaults), as
+    spelled (`--lora-rank`) or, with `names`, as parameter names (`lora_rank`)."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
     given = []
     for param in ctx.command.params:
         if param.name in _RUN_FLAGS and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
-            given.append(max(param.opts, key=len))
+            given.append(param.name if names else max(param.opts, key=len))
     return given
 
 
@@ -484,6 +486,8 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--target-seq", type=click.IntRange(min=1, max=100_000_000), default=None, help="T5: target tokens.")
 @click.option("--resolution", type=click.IntRange(min=8, max=65_536), default=None, help="Image side in pixels (diffusion UNets).")
 @click.option("--lora-rank", type=click.IntRange(min=1, max=65_536), default=None, help="LoRA rank (frozen base); omit for a full fine-tune.")
+@click.option("--lora-targets", metavar="NAMES", default=None,
+              help="The Linear layers LoRA adapts, as PEFT's target_modules (q_proj,v_proj), roles (q,k,v,o,gate,up,down) or all-linear [default: all-linear].")
 @click.option("--quantize", type=click.Choice(("4bit", "8bit")), default=None, help="QLoRA: the frozen base's storage.")
 @click.option("--checkpointing/--no-checkpointing", default=False, show_default=True, help="Gradient checkpointing.")
 @click.option("--device", type=click.Choice(("cuda", "cpu")), default="cuda", show_default=True,
@@ -495,20 +499,27 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--head", type=click.Choice(("causal-lm", "masked-lm", "classification")), default=None,
               help="The head the script builds (AutoModelFor...): default causal-lm, BERT classification.")
 @click.option("--grad-accum", type=click.IntRange(min=1, max=1_000_000), default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--task", type=click.Choice(("sft", "dpo")), default="sft", show_default=True,
+              help="dpo: TRL's DPOTrainer (chosen and rejected in one batch of twice --batch, and a frozen reference model unless LoRA or --no-reference).")
+@click.option("--no-reference", is_flag=True, help="--task dpo with precompute_ref_log_probs: no reference model held during training.")
+@click.option("--deepspeed-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+              help="A DeepSpeed JSON: its stage, offload, precision, micro batch, buckets, overlap_comm and ZeRO-3 live/prefetched parameters (a flag given must agree).")
+@click.option("--torch-version", metavar="X.Y[.Z][+cuNNN]", default=None,
+              help="The torch release: its optimizer implementation and zero_grad defaults (per-parameter loop before 2.0), its CUDA release from +cuNNN.")
+@click.option("--transformers-version", metavar="X.Y.Z", default=None,
+              help="The transformers release: the family's default attention kernel, T5's tied head.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--simulate", is_flag=True, help="Also run two real training steps of the full-size model under FakeTensorMode on the CPU and report their peak (needs the verify extra).")
 @click.option("--list-models", is_flag=True, help="List the catalog's model ids and exit.")
 @click.option("--list-gpus", is_flag=True, help="List the catalog's GPUs and exit.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, offload, batch, seq, target_seq, resolution,
-             lora_rank, quantize, checkpointing, device, attention, optimizer_impl, head, grad_accum, output_format, simulate,
-             list_models, list_gpus, paths, config_file, isolated, no_cache) -> None:
+def estimate(output_format, simulate, list_models, list_gpus, paths, config_file, isolated, no_cache, **run) -> None:
     """Estimate the GPU memory of a training run: a breakdown per GPU, a bar chart against the
     GPU's memory, and whether it fits. Flags describe the run; without --model/--params every
     launch found in PATHS (default: the current folder) is estimated from its configs."""
     from cfgfix.memory import shapes
-    from cfgfix.memory.gpus import all_gpus, find_gpu
-    from cfgfix.memory.shapes import ShapeError, catalog_ids, params_only, resolve_shape
+    from cfgfix.memory.gpus import all_gpus
+    from cfgfix.memory.shapes import catalog_ids
 
     shapes.COMPLETE_FROM_TRANSFORMERS = True  # estimate may import transformers for a config's missing keys; check never
 
@@ -519,13 +530,14 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         for g in all_gpus():
             click.echo(f"{g.name:<16} {g.usable_bytes / 1024**3:7.2f} GiB usable  bf16={'yes' if g.bf16 else 'no'}  fp8={'yes' if g.fp8 else 'no'}")
         return
+    model, params, gpu = run["model"], run["params"], run["gpu"]
     if model is not None and not model.strip():
         _fail("--model: empty; give a catalog id (`cfgfix estimate --list-models`) or a local folder with config.json")
     if (model or params) and paths:
         _fail(f"{paths[0]}: PATHS are for the project mode; --model/--params estimate the flags alone")
-    if not (model or params):  # project mode: every launch of PATHS, from its resolved setup
-        from cfgfix.training import estimate_project
+    from cfgfix.training import estimate_project
 
+    if not (model or params):  # project mode: every launch of PATHS, from its resolved setup
         given = _given_run_flags()
         if given:
             _fail(f"{', '.join(given)}: describe a run for --model/--params; without them each launch of PATHS is "
@@ -538,79 +550,22 @@ def estimate(model, params, gpu, num_gpus, precision, optimizer, zero, fsdp, off
         raise SystemExit(estimate_project.exit_code(rows))
     if config_file is not None or isolated or no_cache:
         _fail("--config, --isolated and --no-cache are for the project mode (PATHS); --model/--params read no settings")
-    from cfgfix.memory.estimator import estimate as run_estimate
-    from cfgfix.memory.estimator import verdict as fit_verdict
-    from cfgfix.memory.render import render_json, render_text
-    from cfgfix.memory.setup import MemorySetup
+    # the flags' run: the same answer (training/memory_answer.py) as a launch of a project
+    from cfgfix.settings import SettingsError, check_gpu
+    from cfgfix.training.estimate_flags import FlagError, RunFlags, flags_answer
 
     try:
-        shape = resolve_shape(model) if model else params_only(int(params))
-    except ShapeError as exc:
+        if gpu is not None:
+            run["gpu"] = check_gpu(gpu, "--gpu")
+        found, warnings = flags_answer(RunFlags(**run, given=frozenset(_given_run_flags(names=True))))
+    except (FlagError, SettingsError) as exc:
         _fail(str(exc))
-    if target_seq is not None and shape.family != "t5":
-        what = f"{model!r} is a {shape.family} model" if model else "--params gives no architecture"
-        _fail(f"--target-seq: the decoder's length of an encoder-decoder model (T5); {what}, whose "
-              f"sequence is --seq alone")
-    target = None
-    if gpu is not None:
-        from cfgfix.settings import SettingsError, check_gpu
-
-        try:
-            target = find_gpu(check_gpu(gpu, "--gpu"))
-        except SettingsError as exc:
-            _fail(str(exc))
-    weights, autocast, ds_half = "fp32", None, None
-    if precision.startswith("amp-"):
-        autocast = precision[4:]
-    elif precision.startswith("ds-"):
-        ds_half, weights = precision[3:], precision[3:]
-    elif precision in ("bf16", "fp16"):
-        weights = precision
-    setup = MemorySetup(
-        params=int(params) if params and model else None, model=model, weights=weights, autocast=autocast,
-        deepspeed_half=ds_half, optimizer=optimizer, zero_stage=zero, fsdp=fsdp,
-        offload_optimizer=offload != "none", offload_params=offload == "optimizer+params", num_gpus=num_gpus,
-        micro_batch=batch, seq_len=seq, target_len=target_seq, resolution=resolution, checkpointing=checkpointing,
-        lora_rank=lora_rank, quantization=quantize, gradient_accumulation=grad_accum, device=device,
-        attention=attention, optimizer_impl=optimizer_impl, head=head, gpu=target.name if target else None,
-    )
-    problems = setup.impossible() + setup.conflicts()
-    if device == "cpu" and gpu:
-        problems.append("--device cpu estimates a CPU run (no GPU to fit); drop --gpu, or estimate --device cuda")
-    if problems:
-        _fail("; ".join(problems))
-    for warning in _estimate_warnings(setup, shape, target):
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    result = run_estimate(setup, shape)
-    decision = fit_verdict(result, target.usable_bytes, target.name) if target else None
     if output_format == "json":
-        text = render_json(result, target, decision)
-        if simulate:
-            from cfgfix.memory.simulate_report import simulate_json
-
-            data = json.loads(text)
-            data["simulation"] = simulate_json(setup, model)
-            text = json.dumps(data, indent=2) + "\n"
-        click.echo(text, nl=False)
+        entry = {"assumed": found.assumed, **estimate_project.answer_json(found, simulate)}
+        click.echo(json.dumps(entry, indent=2) + "\n", nl=False)
     else:
-        click.echo(render_text(result, target.name if target else None, target.usable_bytes if target else None, decision), nl=False)
-        if simulate:
-            from cfgfix.memory.simulate_report import simulate_text
-
-            click.echo("\n" + simulate_text(setup, model, result.peak, shape), nl=False)
-    # like a linter: 0 fits (the band's top included) or nothing to judge, 1 does not fit
-    raise SystemExit(0 if decision is None or (decision.fits and decision.certain) else 1)
-
-
-def _estimate_warnings(setup, shape, target) -> list[str]:
-    """Inputs that are possible but surely not what the user meant."""
-    found = []
-    positions = getattr(shape, "max_positions", None)
-    if setup.seq_len and positions and setup.seq_len > positions:
-        found.append(f"--seq {setup.seq_len:,} is beyond the model's {positions:,} positions "
-                     f"(max_position_embeddings): a learned position table has no row past it, and RoPE models need scaling for it")
-    wants_bf16 = "bf16" in (setup.weights, setup.autocast, setup.deepspeed_half)
-    if target is not None and wants_bf16 and not target.bf16:
-        found.append(f"{target.name} has no bf16 support: a bf16 run fails there or runs emulated; "
-                     f"use fp16 with loss scaling or a newer GPU")
-    return found
+        click.echo("\n".join(estimate_project.answer_lines(found, "from the flags")
+                             + [estimate_project.answer_body(found, simulate)]), nl=False)
+    raise SystemExit(estimate_project.exit_code([found]))

@@ -167,7 +167,7 @@ def test_estimate_device_cpu_has_no_context_and_takes_no_gpu():
                                  "--output-format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert next(c for c in data["components"] if c["name"] == "cuda_context")["bytes"] == 0
+    assert next(c for c in data["estimate"]["components"] if c["name"] == "cuda_context")["bytes"] == 0
     refused = runner.invoke(cli, ["estimate", "--model", "gpt2", "--device", "cpu", "--gpu", "A100-80GB"])
     assert refused.exit_code == 2 and "--device cpu estimates a CPU run" in refused.output
 

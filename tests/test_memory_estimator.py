@@ -131,7 +131,9 @@ def test_cli_estimate_text_and_json():
     out = runner.invoke(cli, ["estimate", "--params", "2.6e9", "--precision", "ds-bf16", "--zero", "2",
                               "--offload", "optimizer", "--output-format", "json"])
     data = json.loads(out.output)
-    assert round(data["cpu_bytes"] / GIB, 1) == 58.1
+    # the same entry as a launch of a project: the breakdown ("estimate") and the answer
+    assert round(data["estimate"]["cpu_bytes"] / GIB, 1) == 58.1
+    assert data["answer"]["verdict"] is None and data["answer"]["open"][0]["setting"] == "seq_len"
     missing = runner.invoke(cli, ["estimate", "some/project"])  # project mode: tests/test_fit.py
     assert missing.exit_code == 2 and "no such file or folder" in missing.output
     assert runner.invoke(cli, ["estimate", "--model", "no/such-model"]).exit_code == 2

@@ -28,46 +28,60 @@ def exit_code(rows) -> int:
 
 
 def render_text(rows, display, simulate: bool = False) -> str:
-    from cfgfix.memory.render import render_text as render_one
-    from cfgfix.memory.simulate_report import simulate_text
-
     out = []
     for found in rows:
-        setup, inputs, result, gpu = found.training, found.inputs, found.high, found.gpu
+        setup = found.training
         launch = setup.launch
         out.append(f"== {display(setup.launch_file)}:{launch.span.line}: {launch.launcher} {launch.script or launch.module or ''}".rstrip())
-        if result is None:
+        if found.high is None:
             out.append(f"   not estimated: {found.problem}\n")
             continue
-        if inputs.assumptions:
-            out.append("   from the files, assumed: " + "; ".join(inputs.assumptions))
-        for item in found.open:
-            out.append(f"   open: {item.words}")
-        if found.open:
-            out.append(f"   the figures below are at the most-memory end; at the least-memory end the peak is "
-                       f"{found.low.peak / 1024**3:.2f} GiB (range {found.range_text()})")
+        out.extend(answer_lines(found, "from the files"))
         if setup.trains is False:
             out.append("   note: the launched script shows no training step (backward(), a Trainer, "
                        "deepspeed.initialize); sized as if it trained")
-        out.append(render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, _shown(found)))
-        if simulate and getattr(setup, "composite", None) is not None:
-            from cfgfix.training.custom_model import meta_comparison
-
-            out.append(meta_comparison(setup.composite)[0])
-        elif simulate:
-            out.append(simulate_text(inputs.setup, inputs.setup.model, result.peak, inputs.shape))
+        out.append(answer_body(found, simulate))
     if not out:
         return "No training launch found.\n"
     return "\n".join(out)
 
 
-def render_json(rows, display, simulate: bool = False) -> str:
-    from cfgfix.memory.render import render_json as render_one
-    from cfgfix.memory.simulate_report import simulate_json
+def answer_lines(found, where: str) -> list[str]:
+    """The lines above one answer's breakdown: what was assumed (`where`: "from the files",
+    "from the flags") and the inputs left open, with the least-memory end."""
+    out = []
+    if found.inputs.assumptions:
+        out.append(f"   {where}, assumed: " + "; ".join(found.inputs.assumptions))
+    for item in found.open:
+        out.append(f"   open: {item.words}")
+    if found.open:
+        out.append(f"   the figures below are at the most-memory end; at the least-memory end the peak is "
+                   f"{found.low.peak / 1024**3:.2f} GiB (range {found.range_text()})")
+    return out
 
+
+def answer_body(found, simulate: bool = False) -> str:
+    """One answer's breakdown, bar and verdict (memory/render.py), then the simulator's step
+    or, for a model built from parts, the meta-device count."""
+    from cfgfix.memory.render import render_text as render_one
+    from cfgfix.memory.simulate_report import simulate_text
+
+    inputs, result, gpu = found.inputs, found.high, found.gpu
+    text = render_one(result, gpu.name if gpu else None, gpu.usable_bytes if gpu else None, _shown(found))
+    composite = getattr(found.training, "composite", None)
+    if simulate and composite is not None:
+        from cfgfix.training.custom_model import meta_comparison
+
+        text += "\n" + meta_comparison(composite)[0]
+    elif simulate:
+        text += "\n" + simulate_text(inputs.setup, inputs.setup.model, result.peak, inputs.shape)
+    return text
+
+
+def render_json(rows, display, simulate: bool = False) -> str:
     data = []
     for found in rows:
-        setup, inputs, result, gpu = found.training, found.inputs, found.high, found.gpu
+        setup = found.training
         entry = {
             "launch": {"path": display(setup.launch_file), "line": setup.launch.span.line,
                        "launcher": setup.launch.launcher, "script": setup.launch.script,
@@ -75,20 +89,31 @@ def render_json(rows, display, simulate: bool = False) -> str:
             "assumed": found.assumed,
             "script_trains": setup.trains,
         }
-        if result is None:
+        if found.high is None:
             entry["estimate"] = None
             entry["problem"] = found.problem
         else:
-            entry["estimate"] = json.loads(render_one(result, gpu, _shown(found)))
-            entry["answer"] = found.to_dict()
-            if simulate and getattr(setup, "composite", None) is not None:
-                from cfgfix.training.custom_model import meta_comparison
-
-                entry["meta_count"] = meta_comparison(setup.composite)[1]
-            elif simulate:
-                entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
+            entry.update(answer_json(found, simulate))
         data.append(entry)
     return json.dumps(data, indent=2) + "\n"
+
+
+def answer_json(found, simulate: bool = False) -> dict:
+    """One answer as JSON: the breakdown at the most-memory end ("estimate", memory/render.py),
+    the answer's verdict and ranges ("answer"), and the simulator's step or the meta count."""
+    from cfgfix.memory.render import render_json as render_one
+    from cfgfix.memory.simulate_report import simulate_json
+
+    inputs = found.inputs
+    entry = {"estimate": json.loads(render_one(found.high, found.gpu, _shown(found))), "answer": found.to_dict()}
+    composite = getattr(found.training, "composite", None)
+    if simulate and composite is not None:
+        from cfgfix.training.custom_model import meta_comparison
+
+        entry["meta_count"] = meta_comparison(composite)[1]
+    elif simulate:
+        entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
+    return entry
 
 
 def _shown(found):

@@ -125,29 +125,42 @@ def answer_for(project, setup) -> MemoryAnswer:
 
 
 def answer(training, project=None) -> MemoryAnswer:
-    from cfgfix.memory.estimator import estimate
+    """The answer of one launch of a project, from its resolved `TrainingSetup`."""
     from cfgfix.memory.gpus import find_gpu
     from cfgfix.training.memory_setup import memory_input
 
     gpu_value = training.get("gpu")
     gpu = find_gpu(gpu_value) if gpu_value else None
     inputs = memory_input(training, project)
+    simulate = project is not None and getattr(project, "simulate", False)
+    return answer_of(inputs, gpu, training, simulate=simulate)
+
+
+def answer_of(inputs, gpu, training=None, simulate: bool = False, unstated: dict | None = None) -> MemoryAnswer:
+    """The answer for `inputs` (a `MemoryInput`) on `gpu`: what a launch's files give
+    (`answer`), or what `cfgfix estimate --model/--params` flags state
+    (training/estimate_flags.py), through the same ranges and verdict. `training`: the
+    launch's `TrainingSetup`, None for flags (no fit plan: a plan edits the launch's files).
+    `unstated`: how an open input is said missing, by setting ("not given (--seq)")."""
+    from cfgfix.memory.estimator import estimate
+
     result = MemoryAnswer(training, gpu, inputs, problem=inputs.model_problem)
     if inputs.shape is None:
         return result
     result.notes = [n for n in inputs.shape.notes if "guessed from the name" in n]
     result.uncounted = tuple(inputs.uncounted)
-    low, high, opened = resolve_open(training, inputs)
+    low, high, opened = resolve_open(training, inputs, unstated)
     result.open = tuple(opened)
     result.low, result.high = estimate(low, inputs.shape), estimate(high, inputs.shape)
     if gpu is None:
         return result
-    if project is not None and getattr(project, "simulate", False):
-        result.simulated = _simulated(high, training.get("model"))  # the most-memory end's step
+    if simulate:
+        model = training.get("model") if training is not None else inputs.setup.model
+        result.simulated = _simulated(high, model)  # the most-memory end's step
     # the simulator's band bottom is the answer's only when nothing is open (it measured one end)
     result.verdict, result.condition, result.text = judge(low, high, opened, result.uncounted, inputs.shape, gpu,
                                                           None if opened else result.simulated)
-    if training.trains is not False:
+    if training is not None and training.trains is not False:
         from cfgfix.training.fit import plan
         from cfgfix.training.write_setup import is_torch_adamw
 
@@ -170,31 +183,33 @@ def answer(training, project=None) -> MemoryAnswer:
 
 # -- the open inputs --------------------------------------------------------------------------------
 
-def resolve_open(training, inputs):
-    """(least-memory MemorySetup, most-memory MemorySetup, [OpenInput]) of a launch."""
+def resolve_open(training, inputs, unstated: dict | None = None):
+    """(least-memory MemorySetup, most-memory MemorySetup, [OpenInput]) of a launch.
+    `training`: its `TrainingSetup`, None for `estimate`'s flags."""
     from cfgfix.memory.estimator import DEFAULT_RESOLUTION, DEFAULT_SEQ
     from cfgfix.memory.transformers_versions import release
 
     setup, shape, unknown = inputs.setup, inputs.shape, set(inputs.unknown)
+    missing = {"seq_len": "not found", "resolution": "not found", **(unstated or {})}
     opened: list[OpenInput] = []
     if shape.family == "unet":
         if setup.resolution is None:
             top = DEFAULT_RESOLUTION["unet"]
             opened.append(OpenInput("resolution", 8, top, True,
-                                    f"image resolution not found: from 8 px up to {top:,} px (SDXL's native size)"))
+                                    f"image resolution {missing['resolution']}: from 8 px up to {top:,} px (SDXL's native size)"))
     elif setup.seq_len is None and not shape.tokens:
         positions = shape.max_positions
         if positions:
             opened.append(OpenInput("seq_len", 1, positions, True,
-                                    f"sequence length not found: from 1 token up to the model's {positions:,} positions "
+                                    f"sequence length {missing['seq_len']}: from 1 token up to the model's {positions:,} positions "
                                     "(max_position_embeddings)"))
         else:
             point = DEFAULT_SEQ.get(shape.family, 2048)
             opened.append(OpenInput("seq_len", 1, point, False,
-                                    f"sequence length not found and the model states no position limit: figures at "
+                                    f"sequence length {missing['seq_len']} and the model states no position limit: figures at "
                                     f"{point:,} tokens, no upper bound"))
     if "weights" in unknown:
-        version = training.transformers_version
+        version = training.transformers_version if training is not None else setup.transformers_version
         parsed = release(version) if version else None
         if shape.family == "unet":
             # diffusers 0.31.0 models/model_loading_utils.py load_model_dict_into_meta:

@@ -719,51 +719,7 @@ class _Resolver:
                                                    "deepspeed_inline": Value("deepspeed_inline", True, bound.call, span)}
 
     def _deepspeed_values(self, doc, name: str) -> dict[str, Value]:
-        """The settings a DeepSpeed config document states (`name`: where, for the origins)."""
-        root = doc.root
-        found: dict[str, Value] = {}
-        for key, setting in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum"),
-                             ("train_batch_size", "train_batch_size")):
-            node = root.get(key)
-            if node is not None and node.kind == "scalar" and isinstance(node.value, int) and not isinstance(node.value, bool):
-                found[setting] = Value(setting, node.value, f"{key} in {name}", doc.span(node), key)
-        for block_name in ("bf16", "fp16"):
-            block = root.get(block_name)
-            enabled = block.get("enabled") if block is not None and block.kind == "mapping" else None
-            if enabled is not None:
-                truth = enabled.truthy()
-                value = truth if truth is not None else ("auto" if enabled.value == "auto" else None)
-                if value is not None:
-                    found[block_name] = Value(block_name, value, f"{block_name}.enabled in {name}", doc.span(enabled), "enabled")
-        zero = root.get("zero_optimization")
-        if zero is None:
-            found["zero_stage"] = Value("zero_stage", 0, f"no zero_optimization block in {name} (ZeRO off)", None)
-        elif zero.kind == "mapping":
-            stage = zero.get("stage")
-            if stage is not None and isinstance(stage.value, int) and not isinstance(stage.value, bool):
-                found["zero_stage"] = Value("zero_stage", stage.value, f"zero_optimization.stage in {name}", doc.span(stage), "stage")
-            elif stage is None:
-                found["zero_stage"] = Value("zero_stage", 0, f"zero_optimization without stage in {name}", doc.span(zero))
-            for key in ("offload_optimizer", "offload_param"):
-                # the block's device, or the deprecated cpu_offload / cpu_offload_param boolean
-                device, node = offload_device(zero, key)
-                if device is None or device == "auto":
-                    continue
-                written = zero_entry(zero, key)[0].value
-                if written == key:
-                    found[key] = Value(key, device in ("cpu", "nvme"), f"{key}.device {device} in {name}",
-                                       doc.span(node), "device")
-                else:
-                    found[key] = Value(key, device == "cpu", f"deprecated {written} (DeepSpeed: {key}.device "
-                                       f"{device}) in {name}", doc.span(node), str(written))
-        optimizer = root.get("optimizer")
-        kind = optimizer.get("type") if optimizer is not None and optimizer.kind == "mapping" else None
-        if kind is not None and isinstance(kind.value, str):
-            lowered = kind.value.lower()
-            mapped = "adamw" if "adam" in lowered else "adafactor" if "adafactor" in lowered else "sgd" if "sgd" in lowered else None
-            if mapped:
-                found["optimizer"] = Value("optimizer", mapped, f"optimizer.type in {name}", doc.span(kind), "type")
-        return found
+        return deepspeed_settings(doc, name)
 
     # -- combining ------------------------------------------------------------------------
     def _first(self, setting: str, order: tuple[str, ...]) -> Value | None:
@@ -965,3 +921,52 @@ class _Resolver:
             self.setup.values["optimizer"] = Value("optimizer", mapped, value.origin, value.span, value.name)
             if "fused" in lowered and mapped == "adamw":  # adamw_torch_fused: no foreach temporaries
                 self.setup.values["optimizer_impl"] = Value("optimizer_impl", "fused", value.origin, value.span, value.name)
+
+
+def deepspeed_settings(doc, name: str) -> dict[str, Value]:
+    """The settings a DeepSpeed config document states (`name`: where, for the origins); also
+    `estimate --deepspeed-config`'s reader (training/estimate_flags.py)."""
+    root = doc.root
+    found: dict[str, Value] = {}
+    for key, setting in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum"),
+                         ("train_batch_size", "train_batch_size")):
+        node = root.get(key)
+        if node is not None and node.kind == "scalar" and isinstance(node.value, int) and not isinstance(node.value, bool):
+            found[setting] = Value(setting, node.value, f"{key} in {name}", doc.span(node), key)
+    for block_name in ("bf16", "fp16"):
+        block = root.get(block_name)
+        enabled = block.get("enabled") if block is not None and block.kind == "mapping" else None
+        if enabled is not None:
+            truth = enabled.truthy()
+            value = truth if truth is not None else ("auto" if enabled.value == "auto" else None)
+            if value is not None:
+                found[block_name] = Value(block_name, value, f"{block_name}.enabled in {name}", doc.span(enabled), "enabled")
+    zero = root.get("zero_optimization")
+    if zero is None:
+        found["zero_stage"] = Value("zero_stage", 0, f"no zero_optimization block in {name} (ZeRO off)", None)
+    elif zero.kind == "mapping":
+        stage = zero.get("stage")
+        if stage is not None and isinstance(stage.value, int) and not isinstance(stage.value, bool):
+            found["zero_stage"] = Value("zero_stage", stage.value, f"zero_optimization.stage in {name}", doc.span(stage), "stage")
+        elif stage is None:
+            found["zero_stage"] = Value("zero_stage", 0, f"zero_optimization without stage in {name}", doc.span(zero))
+        for key in ("offload_optimizer", "offload_param"):
+            # the block's device, or the deprecated cpu_offload / cpu_offload_param boolean
+            device, node = offload_device(zero, key)
+            if device is None or device == "auto":
+                continue
+            written = zero_entry(zero, key)[0].value
+            if written == key:
+                found[key] = Value(key, device in ("cpu", "nvme"), f"{key}.device {device} in {name}",
+                                   doc.span(node), "device")
+            else:
+                found[key] = Value(key, device == "cpu", f"deprecated {written} (DeepSpeed: {key}.device "
+                                   f"{device}) in {name}", doc.span(node), str(written))
+    optimizer = root.get("optimizer")
+    kind = optimizer.get("type") if optimizer is not None and optimizer.kind == "mapping" else None
+    if kind is not None and isinstance(kind.value, str):
+        lowered = kind.value.lower()
+        mapped = "adamw" if "adam" in lowered else "adafactor" if "adafactor" in lowered else "sgd" if "sgd" in lowered else None
+        if mapped:
+            found["optimizer"] = Value("optimizer", mapped, f"optimizer.type in {name}", doc.span(kind), "type")
+    return found
