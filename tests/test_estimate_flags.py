@@ -239,3 +239,15 @@ def test_torch_version_sets_the_optimizer_defaults_of_that_release():
     assert old.inputs.setup.cuda_version == "11.7"
     assert any("before 2.0" in a for a in old.high.assumptions)
     assert not any("before 2.0" in a for a in new.high.assumptions)
+
+
+def test_a_diffusion_transformer_s_open_input_is_its_resolution_not_a_length():
+    """FLUX's tokens come from the image (latent patches + 512 text tokens): with --resolution
+    nothing is open; without it the resolution is, never a sequence length."""
+    stated, _ = flags_answer(RunFlags(model="black-forest-labs/FLUX.1-dev", precision="bf16", lora_rank=16,
+                                      resolution=512, gpu="A100 80GB"))
+    assert stated.open == () and stated.verdict == "fits", stated.text
+    unstated, _ = flags_answer(RunFlags(model="black-forest-labs/FLUX.1-dev", precision="bf16", lora_rank=16,
+                                        gpu="A100 80GB"))
+    assert [o.setting for o in unstated.open] == ["resolution"]
+    assert unstated.open[0].words.startswith("image resolution not given (--resolution)")

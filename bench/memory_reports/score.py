@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,12 +49,10 @@ def flags_for(row: dict) -> tuple[list[str], list[str]]:
     else:
         flags += ["--params", repr(float(ref["params"]))]
     flags += ["--precision", s["precision"], "--gpu", s["gpu"], "--num-gpus", str(s["num_gpus"])]
-    batch = int(s["micro_batch"])
+    flags += ["--batch", str(int(s["micro_batch"]))]
     if s.get("task") == "dpo":
-        # TRL's DPOTrainer runs chosen and rejected through the policy in one concatenated batch.
-        batch *= 2
-        approx.append("DPO: batch doubled for chosen+rejected; the frozen reference model is not expressible")
-    flags += ["--batch", str(batch)]
+        # --task dpo: chosen+rejected in one batch and TRL's frozen reference model (none with LoRA)
+        flags += ["--task", "dpo"]
     if s.get("grad_accum"):
         flags += ["--grad-accum", str(s["grad_accum"])]
     family = s["family"]
@@ -66,7 +65,14 @@ def flags_for(row: dict) -> tuple[list[str], list[str]]:
     if s["method"] != "full":
         flags += ["--lora-rank", str(s.get("lora_rank") or 8)]
         if s.get("lora_targets"):
-            approx.append(f"LoRA targets '{s['lora_targets']}' are not a flag")
+            targets = lora_targets(s["lora_targets"], "catalog" in ref)
+            if targets is None:
+                approx.append(f"LoRA targets '{s['lora_targets']}' are not expressible: all-linear taken")
+            else:
+                flags += ["--lora-targets", targets]
+    torch = re.search(r"\bpytorch (\d+\.\d+(?:\.\d+)?)", s.get("framework") or "")
+    if torch:
+        flags += ["--torch-version", torch.group(1)]
     if s.get("quantize"):
         flags += ["--quantize", s["quantize"]]
     if s.get("zero"):
@@ -98,6 +104,26 @@ def flags_for(row: dict) -> tuple[list[str], list[str]]:
     return flags, approx
 
 
+# The row's target spellings as `--lora-targets` values: lit-gpt's query/value are the q/v roles;
+# Qwen-1's finetune.py default c_attn,c_proj,w1,w2 adapts every Linear of a QWenBlock (c_attn,
+# attn.c_proj, mlp.w1, mlp.w2, mlp.c_proj: Qwen/Qwen-7B modeling_qwen.py), i.e. all-linear, which
+# is what a --params row (no layer names) can state.
+_TARGET_WORDS = {"query": "q", "key": "k", "value": "v", "all linear": "all-linear"}
+
+
+def lora_targets(text: str, named_model: bool) -> str | None:
+    """The `--lora-targets` value of a row's `lora_targets`, or None when flags cannot state it."""
+    bare = re.sub(r"\s*\(.*\)\s*$", "", text).strip()
+    if bare in _TARGET_WORDS:
+        return _TARGET_WORDS[bare]
+    if "block" in bare:  # one block only: flags name layers, not layer indices
+        return None
+    names = [_TARGET_WORDS.get(n.strip(), n.strip()) for n in bare.split(",")]
+    if names == ["c_attn", "c_proj", "w1", "w2"]:
+        return "all-linear"
+    return ",".join(names) if named_model else None
+
+
 def run_estimate(python: str, repo: Path, flags: list[str]) -> tuple[int, str, str]:
     env = dict(os.environ, PYTHONPATH=str(repo))
     with tempfile.TemporaryDirectory() as empty:
@@ -114,23 +140,33 @@ def first_line(text: str) -> str:
 
 
 def parse(stdout: str) -> dict | None:
-    """The estimate's figures, tolerant of a list (one entry per launch) or extra fields."""
+    """The estimate's figures, tolerant of a list (one entry per launch), of the launch entry
+    (`estimate` and `answer`, since the flags go through the one memory answer) or of the bare
+    estimate (older checkouts). The answer, when there is one, is kept under "answer"."""
     try:
         data = json.loads(stdout)
     except json.JSONDecodeError:
         return None
     if isinstance(data, list):
         data = data[0] if data else None
-        if isinstance(data, dict) and isinstance(data.get("estimate"), dict):
-            data = data["estimate"]
+    if isinstance(data, dict) and isinstance(data.get("estimate"), dict):
+        data = {**data["estimate"], "answer": data.get("answer")}
     if not isinstance(data, dict) or "peak_bytes" not in data:
         return None
     return data
 
 
+# the one memory answer's verdicts, in this report's words
+ANSWER_VERDICTS = {"fits": "fits", "does not fit": "over", "conditional": "borderline"}
+
+
 def verdict_of(est: dict) -> tuple[str, str]:
     """("fits" | "borderline" | "over", cfgfix's own words). "fits" is cfgfix's exit-0 verdict:
-    the top of its band fits; "borderline": only the bottom fits; "over": the estimate is over."""
+    the top of its band fits; "borderline": only the bottom fits (or, from the memory answer,
+    a conditional verdict); "over": the estimate is over."""
+    answer = est.get("answer") or {}
+    if answer.get("verdict") in ANSWER_VERDICTS:
+        return ANSWER_VERDICTS[answer["verdict"]], answer.get("text", "")
     v = est.get("verdict") or {}
     text = v.get("text", "")
     fits, certain = v.get("fits"), v.get("certain")
@@ -276,10 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", type=Path, default=HERE / "manifest.jsonl")
     ap.add_argument("--json", type=Path, help="write every row's flags and figures here")
     ap.add_argument("--markdown", type=Path, help="append the Markdown section here (default: print it)")
+    ap.add_argument("--commit", help="the commit to name when --repo is not a git checkout (an exported tree)")
     args = ap.parse_args(argv)
     rows = load_rows(args.manifest)
     results = score(rows, args.python, args.repo.resolve())
-    text = markdown(results, args.label, git_commit(args.repo))
+    text = markdown(results, args.label, args.commit or git_commit(args.repo))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     if args.markdown:

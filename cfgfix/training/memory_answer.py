@@ -186,17 +186,19 @@ def answer_of(inputs, gpu, training=None, simulate: bool = False, unstated: dict
 def resolve_open(training, inputs, unstated: dict | None = None):
     """(least-memory MemorySetup, most-memory MemorySetup, [OpenInput]) of a launch.
     `training`: its `TrainingSetup`, None for `estimate`'s flags."""
-    from cfgfix.memory.estimator import DEFAULT_RESOLUTION, DEFAULT_SEQ
+    from cfgfix.memory.estimator import DEFAULT_RESOLUTION, DEFAULT_SEQ, DIFFUSION_TRANSFORMER_TEXT_TOKENS
     from cfgfix.memory.transformers_versions import release
 
     setup, shape, unknown = inputs.setup, inputs.shape, set(inputs.unknown)
     missing = {"seq_len": "not found", "resolution": "not found", **(unstated or {})}
     opened: list[OpenInput] = []
-    if shape.family == "unet":
+    # a diffusion model's tokens come from the image (a UNet's latent; SD3/Flux: latent patches
+    # + text tokens, memory/estimator.py): its resolution is the open input, never a length
+    if shape.family == "unet" or shape.family in DIFFUSION_TRANSFORMER_TEXT_TOKENS:
         if setup.resolution is None:
             top = DEFAULT_RESOLUTION["unet"]
             opened.append(OpenInput("resolution", 8, top, True,
-                                    f"image resolution {missing['resolution']}: from 8 px up to {top:,} px (SDXL's native size)"))
+                                    f"image resolution {missing['resolution']}: from 8 px up to {top:,} px (the native size of SDXL, SD3 and FLUX)"))
     elif setup.seq_len is None and not shape.tokens:
         positions = shape.max_positions
         if positions:
