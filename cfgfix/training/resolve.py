@@ -944,6 +944,8 @@ def deepspeed_settings(doc, name: str) -> dict[str, Value]:
     zero = root.get("zero_optimization")
     if zero is None:
         found["zero_stage"] = Value("zero_stage", 0, f"no zero_optimization block in {name} (ZeRO off)", None)
+        for key in ("offload_optimizer", "offload_param"):
+            found[key] = Value(key, False, f"no zero_optimization block in {name} (no offload)", None)
     elif zero.kind == "mapping":
         stage = zero.get("stage")
         if stage is not None and isinstance(stage.value, int) and not isinstance(stage.value, bool):
@@ -953,6 +955,18 @@ def deepspeed_settings(doc, name: str) -> dict[str, Value]:
         for key in ("offload_optimizer", "offload_param"):
             # the block's device, or the deprecated cpu_offload / cpu_offload_param boolean
             device, node = offload_device(zero, key)
+            if device is None and node is None:
+                # DeepSpeed's DeepSpeedZeroConfig (runtime/zero/config.py, read at 0.16.5 and 0.19.8):
+                # `offload_optimizer` / `offload_param` default None, no offload
+                found[key] = Value(key, False, f"no zero_optimization.{key} in {name} (DeepSpeed's default: "
+                                   "no offload)", None)  # nothing written to point at
+                continue
+            if device is None and node.kind == "mapping" and node.get("device") is None:
+                # a block without `device`: DeepSpeedZeroOffload*Config.device defaults "none"
+                # (runtime/zero/offload_config.py, 0.19.8)
+                found[key] = Value(key, False, f"{key} without device in {name} (DeepSpeed's default "
+                                   "device: none)", doc.span(node), key)
+                continue
             if device is None or device == "auto":
                 continue
             written = zero_entry(zero, key)[0].value

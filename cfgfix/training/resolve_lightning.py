@@ -3,8 +3,12 @@ they make (training/frameworks/lightning.py): processes = devices x num_nodes (L
 starts them itself under plain `python`), ZeRO stage and offload from a DeepSpeed strategy,
 FSDP sharding, autocast or converted weights from `precision`, `accumulate_grad_batches`.
 
-Where the arguments come from, lowest first: `LightningCLI(trainer_defaults=...)`, the
-script's one literal `Trainer(...)` (its references resolved against the launch), then for a
+Where the arguments come from, lowest first: `LightningCLI(trainer_defaults=...)`, a Hydra
+config node the script instantiates (`instantiate(cfg.trainer)` with `_target_` Lightning's
+Trainer, composed for this launch's group choices and overrides: training/hydra_config.py) and
+that call's keywords, the `**mapping` the script's Trainer call spreads (a dict literal, its
+config file's mapping, its Hydra config's node), the script's one literal `Trainer(...)` or
+`Fabric(...)` (its references resolved against the launch), then for a
 LightningCLI script the launch's `--config` files (their `trainer:` block, or the file it
 names) and `--trainer.X` flags in the order written (jsonargparse applies them in order), and
 for `Trainer.from_argparse_args(args)` the launch's `--X` flags. An argument the launch may
@@ -25,17 +29,129 @@ def resolve_lightning(resolver, script) -> None:
     where = resolver.display(setup.script) if setup.script is not None else "the script"
     for name, argument in facts.cli_defaults.items():
         _take(resolver, script, arguments, unknown, argument, f"LightningCLI(trainer_defaults={{{name!r}: ...}}) in {where}")
+    built = _instantiated(resolver, script, arguments, unknown, where) if facts.instantiated else False
+    if facts.spread is not None:
+        _spread(resolver, script, arguments, unknown, facts.spread, where)
+    call = "Fabric" if facts.fabric else "Trainer"
     for name, argument in facts.arguments.items():
-        _take(resolver, script, arguments, unknown, argument, f"Trainer({name}=) in {where}")
+        _take(resolver, script, arguments, unknown, argument, f"{call}({name}=) in {where}")
     if facts.cli:
         _cli_arguments(resolver, arguments, unknown)
     elif facts.from_argparse and facts.call is None:
         _flag_arguments(resolver, arguments, unknown, prefix="--")
-    if not (facts.call is not None or facts.cli or facts.from_argparse) or "*" in unknown:
+    if not (facts.call is not None or facts.cli or facts.from_argparse or built) or "*" in unknown:
         return
+    if facts.fabric:
+        unknown.add("accumulate_grad_batches")  # the script's own loop accumulates
+        if not facts.launches:
+            unknown.add("devices")  # without .launch() Fabric starts no processes of its own
     found = _settings(arguments, unknown, "**" in unknown)
     setup.sources["lightning"] = found
     _deepspeed(setup, arguments, found)
+
+
+def _composed(resolver, script):
+    """The launch's composed Hydra config (memoised on the resolver), or None."""
+    cached = getattr(resolver, "_hydra_composed", False)
+    if cached is not False:
+        return cached
+    from cfgfix.training.hydra_config import compose
+
+    main = script.lightning.hydra
+    composed = None
+    if main is not None and main.config_path is not None and resolver.setup.script is not None:
+        folder = (resolver.setup.script.parent / main.config_path).resolve()
+        if folder.is_dir():
+            composed = compose(resolver.project.read, resolver.display, folder, main.config_name, resolver.launch.args)
+    resolver._hydra_composed = composed
+    return composed
+
+
+def _hydra_arguments(resolver, script, node, arguments, unknown, label: str) -> None:
+    """The Trainer arguments a composed config node holds (`strategy: {_target_:
+    ...DeepSpeedStrategy, stage: 3}` as a strategy object)."""
+    from cfgfix.training.hydra_config import UNKNOWN, Leaf, resolve_leaf
+
+    composed = _composed(resolver, script)
+    if not isinstance(node, dict) or "__unknown__" in node:
+        unknown.update(pl.ARGUMENTS)
+        return
+    for key in pl.ARGUMENTS:
+        if key not in node:
+            continue
+        item = node[key]
+        if isinstance(item, Leaf):
+            value, origin, span = resolve_leaf(composed, item), item.origin, item.span
+        elif isinstance(item, dict) and isinstance(item.get("_target_"), Leaf):
+            value = {"class": str(item["_target_"].value).rsplit(".", 1)[-1]}
+            for name, part in item.items():
+                if name != "_target_":
+                    value[name] = resolve_leaf(composed, part) if isinstance(part, Leaf) else UNKNOWN
+            if any(v is UNKNOWN for v in value.values()):
+                value = UNKNOWN
+            origin, span = f"{label}.{key} (_target_ {item['_target_'].value})", item["_target_"].span
+        else:
+            value, origin, span = UNKNOWN, label, None
+        if value is UNKNOWN or isinstance(value, str) and "${" in value:
+            unknown.add(key)
+            arguments.pop(key, None)
+            continue
+        arguments[key] = Value(key, value, f"{origin} (Hydra config)", span, key)
+        unknown.discard(key)
+
+
+def _instantiated(resolver, script, arguments, unknown, where: str) -> bool:
+    """`instantiate(cfg.trainer, ...)`: the call whose composed node targets Lightning's
+    Trainer; True when one does (or may: an unknown node leaves every argument unknown)."""
+    from cfgfix.training.hydra_config import UNKNOWN, Leaf, lookup, resolve_leaf
+
+    composed = _composed(resolver, script)
+    if composed is None:
+        return False
+    for path, kwargs, spread in script.lightning.instantiated:
+        node = lookup(composed, path.keys)
+        if node is UNKNOWN:
+            unknown.update(pl.ARGUMENTS)
+            return True
+        target = node.get("_target_") if isinstance(node, dict) else None
+        if not isinstance(target, Leaf) or str(resolve_leaf(composed, target)) not in pl.TRAINER_CLASSES:
+            continue
+        _hydra_arguments(resolver, script, node, arguments, unknown, ".".join(path.keys))
+        for name, argument in kwargs.items():
+            _take(resolver, script, arguments, unknown, argument, f"instantiate(..., {name}=) in {where}")
+        if spread:
+            unknown.add("**")
+        return True
+    return False
+
+
+def _spread(resolver, script, arguments, unknown, spread, where: str) -> None:
+    from cfgfix.training.hydra_config import UNKNOWN, HydraPath, lookup
+
+    if isinstance(spread, HydraPath):
+        composed = _composed(resolver, script)
+        node = lookup(composed, spread.keys) if composed is not None else UNKNOWN
+        _hydra_arguments(resolver, script, node, arguments, unknown, ".".join(spread.keys))
+        return
+    from cfgfix.training.resolve_refs import RefResolver
+
+    resolved = RefResolver(resolver.project, resolver.launch, resolver.launch_file, resolver.setup.script,
+                           script.refs).resolve(spread)
+    node = getattr(resolved, "value", None)
+    if node is None or not hasattr(node, "kind") or node.kind != "mapping":
+        unknown.add("**")
+        return
+    for key in pl.ARGUMENTS:
+        item = node.get(key)
+        if item is None:
+            continue
+        value = item.to_python()
+        if isinstance(value, str) and "$" in value:
+            unknown.add(key)
+            continue
+        span = resolved.doc.span(item) if resolved.doc is not None else None
+        arguments[key] = Value(key, value, f"{key} in {resolved.origin} (Trainer(**...) in {where})", span, key)
+        unknown.discard(key)
 
 
 def _take(resolver, script, arguments, unknown, argument, origin: str) -> None:
@@ -44,6 +160,24 @@ def _take(resolver, script, arguments, unknown, argument, origin: str) -> None:
     if argument.known:
         arguments[argument.name] = Value(argument.name, argument.value, origin, span, argument.name)
         unknown.discard(argument.name)
+        return
+    from cfgfix.training.hydra_config import HydraPath
+
+    if isinstance(argument.ref, HydraPath):  # Trainer(devices=cfg.trainer.devices)
+        from cfgfix.training.hydra_config import UNKNOWN, lookup
+
+        composed = _composed(resolver, script)
+        item = lookup(composed, argument.ref.keys) if composed is not None else UNKNOWN
+        node = {argument.name: item} if item is not None and item is not UNKNOWN else {"__unknown__": UNKNOWN}
+        if item is None:  # not in the composed config: the run fails on the missing key
+            unknown.add(argument.name)
+            arguments.pop(argument.name, None)
+            return
+        before = set(unknown)
+        _hydra_arguments(resolver, script, node, arguments, unknown, origin)
+        if "__unknown__" in node:
+            unknown.clear()
+            unknown.update(before | {argument.name})
         return
     from cfgfix.training.resolve_refs import UNKNOWN, RefResolver
 

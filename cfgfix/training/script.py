@@ -88,7 +88,8 @@ def script_setup(project, path: Path) -> ScriptSetup | None:
             cache[key].custom_model = find_custom_model(parsed[1], path, cache[key].config_modules, parse)
         if cache[key] is not None and "trl" in parsed[0].text:
             cache[key].trl = _trl_facts(project, parsed[0], parsed[1], cache[key])
-        if cache[key] is not None and "ightning" in parsed[0].text:
+        text = parsed[0].text if parsed is not None else ""
+        if cache[key] is not None and ("ightning" in text or "hydra" in text and "instantiate" in text):
             from cfgfix.training.lightning_script import read_lightning
 
             tree = parsed[1]

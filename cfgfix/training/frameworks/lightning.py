@@ -37,6 +37,16 @@ CLI_CLASSES = frozenset({
 })
 # the Trainer arguments that decide the setup
 ARGUMENTS = ("devices", "gpus", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
+# Fabric (lightning 2.5.0 fabric/fabric.py `Fabric.__init__`: accelerator="auto", strategy="auto",
+# devices="auto", num_nodes=1, precision=None -> "32-true"; the same strategy and precision
+# registries as the Trainer). No accumulation argument: the script's own loop accumulates. Under
+# plain `python` with more than one device it starts the processes in `.launch()` (without it,
+# `_validate_launched` raises "To use Fabric with more than one device, you must call `.launch()`").
+FABRIC_CLASSES = frozenset({
+    "lightning.Fabric", "lightning.fabric.Fabric", "lightning.fabric.fabric.Fabric", "lightning_fabric.Fabric",
+    "lightning_fabric.fabric.Fabric",
+})
+FABRIC_ARGUMENTS = ("devices", "num_nodes", "strategy", "precision")
 
 PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 DEFAULT_PRECISION = "32-true"
