@@ -4,6 +4,7 @@ each with the file and line it came from, and "unknown" where nothing says."""
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from cfgfix.commands import cli
@@ -101,6 +102,30 @@ def test_flags_beat_the_training_config_and_deepspeed_beats_flags(tmp_path):
     assert _value(setup, "micro_batch") == 1 and _where(setup, "micro_batch") == ("ds.json", 1)
     assert _value(setup, "grad_accum") == 3 and _where(setup, "grad_accum") == ("scripts/run.sh", 1)
     assert (_value(setup, "zero_stage"), _value(setup, "offload_param")) == (3, True)
+
+
+@pytest.mark.parametrize("zero, optimizer, params", [
+    ('{"stage": 3}', False, False),  # no offload blocks: DeepSpeed's default None, no offload
+    ('{"stage": 3, "offload_optimizer": {"pin_memory": true}}', False, False),  # block without device: "none"
+    ('{"stage": 3, "offload_optimizer": {"device": "cpu"}}', True, False),
+    ('{"stage": 2, "cpu_offload": true}', True, False),  # the deprecated boolean
+    ('{"stage": 3, "offload_param": {"device": "auto"}}', False, None),  # "auto": not DeepSpeed's to say
+])
+def test_absent_offload_blocks_are_deepspeeds_default(tmp_path, zero, optimizer, params):
+    write_project(tmp_path, {
+        "run.sh": "deepspeed --num_gpus 2 train.py --deepspeed configs/ds.json\n",
+        "train.py": "print('train')\n",
+        "configs/ds.json": '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": %s}\n' % zero,
+    })
+    setup = _setups(tmp_path)[0]
+    assert (_value(setup, "offload_optimizer"), _value(setup, "offload_param")) == (optimizer, params)
+
+
+def test_no_zero_block_offloads_nothing(tmp_path):
+    write_project(tmp_path, {"run.sh": "deepspeed train.py --deepspeed ds.json\n", "train.py": "print(1)\n",
+                             "ds.json": '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}}\n'})
+    setup = _setups(tmp_path)[0]
+    assert (_value(setup, "zero_stage"), _value(setup, "offload_optimizer")) == (0, False)
 
 
 def test_training_arguments_in_the_script_link_the_deepspeed_config(tmp_path):
