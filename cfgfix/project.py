@@ -442,6 +442,8 @@ class ProjectModel:
                     launch = replace(launch, world_size=hostfile_world_size(launch, sf.path, root))
                 if launch.module in TOOL_ENV_MODULES and not launch.deepspeed_config and launch.training_config:
                     launch = replace(launch, deepspeed_config=model._tool_deepspeed(launch, sf.path))
+                if launch.module == "llamafactory.train" and launch.world_size is None:
+                    launch = replace(launch, world_size=model._llamafactory_processes(launch, sf.path))
                 model.launches.append((launch, real))
                 if launch.script is None and launch.module is None:
                     continue
@@ -584,6 +586,25 @@ class ProjectModel:
             if display == shown:
                 return real
         return _real(Path(shown))
+
+    def _llamafactory_processes(self, launch: LaunchFacts, launch_file: Path) -> int | None:
+        """`llamafactory-cli train`'s processes (analysis/tool_processes.py), for the rules
+        that read a launch's count; one where the project pins a release before 0.8.0, which
+        starts no torchrun of its own (training/frameworks/llamafactory.py FACTS)."""
+        from cfgfix.analysis.tool_processes import llamafactory_processes
+        from cfgfix.analysis.versions import ProjectVersions
+
+        key = ("project-versions",)  # shared with training/frameworks/yaml_tools.py release_for
+        if key not in self._scripts:
+            self._scripts[key] = ProjectVersions(self.root)
+        try:
+            pins = self._scripts[key].for_file(launch_file)
+            old = any(pins.get(name).below("0.8.0") is True for name in ("llamafactory", "llmtuner"))
+        except (OSError, ValueError):
+            return None
+        if old:
+            return 1
+        return llamafactory_processes(dict(launch.tool_env), launch.cuda_devices)[0]
 
     def _tool_deepspeed(self, launch: LaunchFacts, launch_file: Path) -> str | None:
         """`deepspeed: ds.json` in the YAML a training tool runs (`llamafactory-cli train x.yaml`,

@@ -564,7 +564,7 @@ def _from_environment(found: _Found, env: Mapping[str, str]) -> int | None:
         return visible if pet in ("gpu", "auto") else None
     if found.processes is not None:
         return None
-    if found.launcher == "accelerate" and "accelerate" not in found.configs and not found.cpu:
+    if found.launcher in ("accelerate", "trl") and "accelerate" not in found.configs and not found.cpu:
         return visible
     if found.launcher == "deepspeed" and found.counting == "per_node" and not found.machines_stated:
         return visible
@@ -677,19 +677,64 @@ def _recognise(command: Command, copied: bool = False) -> _Found | None:
         return _Found(name, rest[0], rest[1:], TOOL_COMMANDS[name], counting="unknown",
                       configs={"config": config} if config is not None else {})
     if name == "trl":
-        if not rest or rest[0].text not in TRL_COMMANDS:
-            return None
-        at = next((i for i, w in enumerate(rest[1:-1], 1) if w.text == "--config"), None)
-        config = rest[at + 1] if at is not None else next(
-            (w for w in rest[1:] if w.text.startswith("--config=")), None)
-        return _Found(name, rest[0], rest[1:], f"trl.scripts.{rest[0].text}", counting="unknown",
-                      configs={"config": config} if config is not None and at is not None else {})
+        return _trl(rest)
     if _is_python(command.words[start]):
         found = _python(rest)
         if found is not None and copies and found.counting == "single":
             found.counting = "unknown"  # `srun python train.py`: one process per task
         return found
     return None
+
+
+# accelerate's options that `trl <command>` hands to `accelerate launch` (the words its own
+# parser does not take: trl 1.16.0 cli/commands/training.py), and `--accelerate_config` (a file,
+# else a config trl ships: cli/accelerate_config.py). Not the ones TrainingArguments shares
+# (`--gradient_accumulation_steps` is the training script's).
+_TRL_LAUNCH_OPTIONS = frozenset({"num_processes", "num_machines", "config_file", "accelerate_config", "mixed_precision",
+                                 "use_deepspeed", "deepspeed_config_file", "zero_stage", "use_fsdp", "multi_gpu", "cpu"})
+_TRL_LAUNCH_FLAGS = frozenset({"use_deepspeed", "use_fsdp", "multi_gpu", "cpu"})
+# trl/accelerate_configs/*.yaml (trl 1.16.0): every one says num_processes 8
+TRL_BUNDLED_ACCELERATE = {"zero1": 8, "zero2": 8, "zero3": 8, "fsdp1": 8, "fsdp2": 8, "multi_gpu": 8, "single_gpu": 8}
+
+
+def _trl(rest: tuple[Word, ...]) -> _Found | None:
+    """`trl sft --model_name_or_path m --num_processes 4 --config x.yaml`: trl's script under
+    `accelerate launch`, with accelerate's options taken from among the script's flags."""
+    if not rest or rest[0].text not in TRL_COMMANDS:
+        return None
+    args = rest[1:]
+    opts: dict[str, Word | None] = {}
+    config = None
+    i = 0
+    while i < len(args):
+        text = args[i].text
+        key, eq, _ = text.partition("=") if text.startswith("--") else ("", "", "")
+        key = _key(key)
+        if key == "config":
+            config = _after_equals(args[i]) if eq else args[i + 1] if i + 1 < len(args) else None
+        if key in _TRL_LAUNCH_OPTIONS:
+            if key in _TRL_LAUNCH_FLAGS and not eq:
+                opts[key] = None
+            elif eq:
+                opts[key] = _after_equals(args[i])
+            elif i + 1 < len(args):
+                opts[key] = args[i + 1]
+                i += 1
+        i += 1
+    configs: dict[str, Word] = {"config": config} if config is not None else {}
+    accelerate = opts.get("config_file") or opts.get("accelerate_config")
+    processes = opts.get("num_processes")
+    if accelerate is not None:
+        configs["accelerate"] = accelerate
+        bundled = TRL_BUNDLED_ACCELERATE.get(accelerate.text)
+        if processes is None and bundled is not None and "accelerate_config" in opts:
+            processes = Word(str(bundled), accelerate.raw, accelerate.span)  # the config trl ships
+    if opts.get("deepspeed_config_file") is not None:
+        configs["deepspeed"] = opts["deepspeed_config_file"]
+    return _Found("trl", rest[0], args, f"trl.scripts.{rest[0].text}", processes=processes,
+                  machines=opts.get("num_machines"), machines_stated="num_machines" in opts, counting="total",
+                  cpu="cpu" in opts, configs=configs,
+                  options={key: opts[key] for key in ACCELERATE_OVERRIDES if key in opts})
 
 
 def _module(opts: dict, target: Word, *keys: str) -> str | None:

@@ -28,6 +28,7 @@ from cfgfix.analysis.training_keys import (
     TRAINING_ARGUMENT_DEFAULTS,
     TRAINING_MARKERS,
 )
+from cfgfix.documents.launches import TOOL_COMMANDS
 from cfgfix.records import dataclass, field
 from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
@@ -809,6 +810,8 @@ class _Resolver:
         if lightning is not None and self.launch.launcher in ("python", None):
             # Lightning starts its processes itself: devices x num_nodes ("auto": the machine's GPUs)
             world = lightning.get("world_size")
+        elif (tool_world := self._first("world_size", ("framework",))) is not None and self.launch.launcher in TOOL_COMMANDS:
+            world = tool_world  # the tool's own count, with how it reads the environment (frameworks/)
         elif self.launch.world_size is not None:
             world = Value("world_size", self.launch.world_size, f"{self.launch.launcher} launch in {self.display(self.launch_file)}",
                           self.launch.span)

@@ -14,13 +14,10 @@ from cfgfix.training.frameworks.yaml_tools import (
     Fact,
     ToolRun,
     dotlist_overrides,
-    env_int,
-    env_true,
     fact,
     flag_overrides,
     release_for,
     top_level,
-    visible_gpus,
 )
 from cfgfix.training.values import Value
 
@@ -276,32 +273,11 @@ def _world_size(resolver, run: ToolRun, tag: str) -> Value | None:
     if fact(FACTS, "torchrun", run.release) is None:
         return Value("world_size", 1, f"{where}: {tag} runs one process (no torchrun of its own before 0.8.0)",
                      launch.span)
-    env = dict(launch.tool_env)
-    for name in ("USE_RAY", "USE_KT"):
-        if env_true(env, name) is not False:
-            return Value("world_size", None, f"{where}: {name} is set: the processes are {name[4:].lower()}'s, unknown here")
-    force = env_true(env, "FORCE_TORCHRUN") or env_true(env, "USE_MCA")
-    visible = visible_gpus(launch.cuda_devices)
-    nproc = env_int(env, "NPROC_PER_NODE")
-    nodes = env_int(env, "NNODES")
-    nodes = 1 if nodes is False else nodes
+    from cfgfix.analysis.tool_processes import llamafactory_processes
+
+    count, how = llamafactory_processes(dict(launch.tool_env), launch.cuda_devices)
     facts = fact(FACTS, "torchrun", run.release).where
-    if force is None or nproc is None or nodes is None or nodes == 0:
-        return Value("world_size", None, f"{where}: FORCE_TORCHRUN, NPROC_PER_NODE or NNODES is set to a value unknown here")
-    torchrun = force or (visible is not None and visible > 1)
-    if not torchrun and visible is not None:
-        return Value("world_size", 1, f"{where}: one visible GPU (CUDA_VISIBLE_DEVICES={launch.cuda_devices}), "
-                     f"no FORCE_TORCHRUN: one process ({facts})", launch.span)
-    per_node = nproc if nproc is not False else visible
-    if per_node is None:
-        return Value("world_size", None, f"{where}: one process where one GPU is visible, else torchrun on every "
-                     f"visible GPU ({facts}); how many is not stated (set CUDA_VISIBLE_DEVICES or NPROC_PER_NODE, "
-                     "or gpus in the cfgfix settings)")
-    if not torchrun:  # NPROC_PER_NODE alone: torchrun only when more than one GPU is visible
-        return Value("world_size", None, f"{where}: 1 process on a one-GPU machine, else NPROC_PER_NODE={nproc} "
-                     f"× NNODES={nodes} ({facts}); the GPU count is not stated")
-    how = f"NPROC_PER_NODE={nproc}" if nproc is not False else f"CUDA_VISIBLE_DEVICES={launch.cuda_devices}"
-    return Value("world_size", per_node * nodes, f"{where}: torchrun, {how} × NNODES={nodes} ({facts})", launch.span)
+    return Value("world_size", count, f"{where}: {how} ({facts})", launch.span if count is not None else None)
 
 
 # fix --fit: LLaMA-Factory's key for each setting it writes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from cfgfix.analysis.tool_processes import env_int, env_true, visible_gpus  # noqa: F401 (used by the tools)
 from cfgfix.records import dataclass, field, replace
 from cfgfix.training.values import Value, normalise
 
@@ -171,36 +172,3 @@ def _yaml_scalar(raw: str):
     if lowered in ("null", "none", "~"):
         return None
     return normalise("", text)
-
-
-def visible_gpus(cuda_devices: str | None) -> int | None:
-    """The GPUs `CUDA_VISIBLE_DEVICES` leaves visible: `0,1,3` -> 3; unknown for a variable."""
-    if cuda_devices is None:
-        return None
-    text = cuda_devices.strip().strip("'\"")
-    if "$" in text or "`" in text:
-        return None
-    if text == "" or text == "-1":
-        return 0
-    return len([part for part in text.split(",") if part.strip()])
-
-
-def env_true(env: dict[str, str], name: str, words: tuple[str, ...] = ("true", "1", "y")) -> bool | None:
-    """Whether the tool reads `name` as on (llamafactory extras/misc.py is_env_enabled); None
-    when the value is not known here."""
-    text = env.get(name)
-    if text is None:
-        return False
-    text = text.strip().strip("'\"")
-    if "$" in text:
-        return None
-    return text.lower() in words
-
-
-def env_int(env: dict[str, str], name: str) -> int | None | bool:
-    """An int variable of the launch; False when unset, None when set but unknown."""
-    text = env.get(name)
-    if text is None:
-        return False
-    text = text.strip().strip("'\"")
-    return int(text) if text.isdigit() and text.isascii() and len(text) <= 6 else None
