@@ -5,7 +5,8 @@ A reference counts as missing only when nothing says where else it may come from
 is literal (no `$VAR`, `~`, glob or URL), relative (an absolute path is a mount of the
 machine that runs it), resolved against every folder the launch may run from (the script's
 folder and those above it, the project root, and each literal `cd` before the launch: a
-`cd $DIR` makes the launch unreadable), and not mentioned before the launch in its script
+`cd $DIR`, a `cd` to an absolute folder (another machine's) or to a folder the project lacks
+makes the launch unreadable), and not mentioned before the launch in its script
 (a `cat > ds.json <<EOF`, `cp`, `wget` or generator may make it). README blocks, notebooks
 and Dockerfiles are left alone: their paths belong to another machine or to a reader who
 is told to make the file first.
@@ -102,15 +103,15 @@ def _text(path: Path) -> str | None:
 
 def _cd_folders(before: str, launch_file: Path, root) -> list[Path] | None:
     """The folders literal `cd`s before the launch lead to (from the script's folder or the
-    root); None when one of them goes somewhere computed or to a folder the project lacks."""
+    root); None when one of them goes somewhere computed, to an absolute folder or to a folder
+    the project lacks."""
     folders = []
     for match in _CD.finditer(before):
         target = match.group(1).strip("'\"")
         if target in ("-", "~") or any(c in target for c in "$`*~"):
             return None
         if os.path.isabs(target):
-            folders.append(Path(target))
-            continue
+            return None  # a folder of the machine that runs it (`cd /root/autodl-tmp`): its files are unknown here
         here = [base / target for base in (launch_file.parent, Path(root)) if os.path.isdir(base / target)]  # not Path.is_dir: a name over 255 bytes raises there
         if not here:
             return None  # a folder the project does not hold (data fetched later): paths there are unknown

@@ -509,3 +509,83 @@ def test_cfx302_text_look_finds_accumulated_call_results():
         b"cost": b"    avg_cost += cost  # c", b"1": b"    n+= 1"}
     assert _call_result_accumulated(code)
     assert not _call_result_accumulated(code.replace(b"cost = step(b)", b"cost = 2"))
+
+
+# A loop over data chunks whose body runs whole phases (a rollout, a model built by a
+# factory, the inner step loop, `del` of the model): `empty_cache` there runs once per
+# phase, not per step (heldout4's homzer/llama-rlhf shape), with the names varied.
+_PHASE_LOOP = (
+    "import gc\nimport torch\n"
+    "for epoch, datalist in IterationHandler(records, epochs, chunk_size):\n"
+    "    buffer = collect_rollouts(datalist)\n"
+    "    {bound} = {factory}(config_file, dtype=dtype)\n"
+    "    policy.train()\n"
+    "    trainer = PolicyTrainer(policy, optimizer)\n"
+    "    for data in buffer.get(batch_size):\n"
+    "        outputs = trainer.forward(data)\n"
+    "    trainer.save(save_dir)\n"
+    "    del policy\n"
+    "    torch.cuda.empty_cache()\n"
+    "    gc.collect()\n"
+)
+
+
+@pytest.mark.parametrize("factory, bound", [
+    ("get_parallel_model", "policy, tokenizer"),
+    ("build_model", "policy"),
+    ("self.create_policy_model", "policy"),
+    ("utils.load_reward_model", "policy, _"),
+    ("_init_actor_model", "policy"),
+])
+def test_cfx301_silent_in_a_loop_that_builds_and_drops_a_model_per_iteration(tmp_path, factory, bound):
+    code = _PHASE_LOOP.format(factory=factory, bound=bound)
+    if factory.startswith("self."):
+        code = "class Runner:\n    def run(self):\n" + "".join(
+            "        " + line + "\n" if line else "\n" for line in code.splitlines()[2:]) + "import torch\nimport gc\n"
+    _, _, findings = _check(tmp_path, code, ["CFX301"])
+    assert findings == []
+
+
+def test_cfx301_a_model_factory_is_not_a_forward_pass(tmp_path):
+    # No `del`: the loop is not a loop over models, but the factory call alone no longer
+    # makes the chunk loop an evaluation loop.
+    code = (
+        "import torch\n"
+        "for chunk_id, data_chunk in enumerate(chunks):\n"
+        "    model = get_parallel_model(cfg)\n"
+        "    for batch in loader_of(data_chunk):\n"
+        "        trainer.forward(batch)\n"
+        "    torch.cuda.empty_cache()\n"
+    )
+    _, _, findings = _check(tmp_path, code, ["CFX301"])
+    assert findings == []
+
+
+@pytest.mark.parametrize("accessor", ["get_model", "self.get_policy_model", "build_model"])
+def test_cfx301_still_flags_a_step_loop_that_fetches_its_model_every_step(tmp_path, accessor):
+    # A near miss: the factory (or accessor) runs every step but the model is never
+    # deleted, and the loop runs backward and the optimizer: it is a training step loop.
+    code = (
+        "import torch\n"
+        "for step, batch in enumerate(train_loader):\n"
+        f"    model = {accessor}()\n"
+        "    loss = model(**batch).loss\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    torch.cuda.empty_cache()\n"
+    )
+    _, _, findings = _check(tmp_path, code, ["CFX301"])
+    assert [(f.code, f.span.line) for f in findings] == [("CFX301", 7)]
+
+
+def test_cfx301_still_flags_an_evaluation_loop_over_batches(tmp_path):
+    # The forward pass is a model's, not a factory's: still a step loop.
+    code = (
+        "import torch\n"
+        "for batch in eval_loader:\n"
+        "    reward_model = reward_models[0]\n"
+        "    scores = reward_model(**batch)\n"
+        "    torch.cuda.empty_cache()\n"
+    )
+    _, _, findings = _check(tmp_path, code, ["CFX301"])
+    assert [(f.code, f.span.line) for f in findings] == [("CFX301", 5)]

@@ -46,6 +46,12 @@ _BATCH_WORDS = ("batch", "loader", "dataset", "data", "sample", "inputs", "examp
 # `range(int(bs / fbs))`, `range(0, n, mbs)`: batch sizes by their usual short names.
 _BATCH_SIZE_NAME = LazyRegex(r"^[a-z]?[a-z]?bs$|_bs$|^bsz$")
 _MODEL_WORDS = ("model", "ckpt", "checkpoint")
+# A function whose name says it makes a model (`get_parallel_model`, `self.build_model`,
+# `create_reward_model`): calling it builds one, it does not run one.
+_MODEL_BUILDER = LazyRegex(
+    r"^_*(?:get|load|build|create|make|init|initialize|setup|set_up|prepare|instantiate|construct|new)_",
+    re.IGNORECASE,
+)
 
 
 def loop_analysis(ctx) -> LoopAnalysis:
@@ -62,6 +68,12 @@ def last_part(name: str | None) -> str:
 def module_like(name: str | None) -> bool:
     """A dotted name whose last part is a conventional model name."""
     return bool(name) and bool(_MODULE_NAME.search(last_part(name)))
+
+
+def builds_model(name: str | None) -> bool:
+    """`get_parallel_model(...)`, `self.build_model(cfg)`: a call that makes a model-named
+    object (a factory), not a forward pass of one."""
+    return module_like(name) and bool(_MODEL_BUILDER.search(last_part(name)))
 
 
 def is_backward(site: CallSite) -> bool:
@@ -247,7 +259,7 @@ class LoopAnalysis:
             name = dotted(func)
         else:
             return False
-        if name is None:
+        if name is None or builds_model(name):
             return False
         return self.is_known_module(name) or module_like(name)
 
@@ -393,9 +405,13 @@ class LoopAnalysis:
         for site in self.direct_calls(loop):
             if site.method in MODEL_LOADS or site.name in _MODEL_LOAD_NAMES:
                 return True
+        built = set()  # names bound from a model factory in the loop (`policy, tok = get_parallel_model(...)`)
         for stmt in scope_statements(loop.body):
-            if isinstance(stmt, ast.Delete) and any(module_like(dotted(t)) for t in stmt.targets):
-                return True
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and builds_model(dotted(stmt.value.func)):
+                built.update(name for target in stmt.targets for name in identifiers(target))
+        for stmt in scope_statements(loop.body):
+            if isinstance(stmt, ast.Delete) and any(module_like(dotted(t)) or (dotted(t) or "").lower() in built for t in stmt.targets):
+                return True  # built and deleted every iteration: one model per iteration
         return False
 
     def is_step_loop(self, loop: ast.stmt) -> str | None:

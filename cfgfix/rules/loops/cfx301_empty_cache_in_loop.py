@@ -95,7 +95,9 @@ class EmptyCacheInLoop(Rule):
 
     Call it at phase boundaries, where another process or library needs memory that this
     one will not use again: after training, between two models, after evaluation. cfgfix
-    stays silent there: outside step loops, in loops over models or checkpoints, in an
+    stays silent there: outside step loops, in loops over models or checkpoints (one
+    loaded, or built by a factory such as `get_policy_model(...)` and deleted, every
+    iteration; a factory call is not a forward pass), in an
     `except` handler (out-of-memory recovery), in a helper with a pass over data of its own
     (a loader, a dataset, `range(n)`), in a branch that also evaluates or saves,
     in a branch that runs once (`if step == 0 and epoch == 0`), in epoch-end hooks and

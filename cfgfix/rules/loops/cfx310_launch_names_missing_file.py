@@ -41,7 +41,8 @@ class LaunchNamesMissingFile(ProjectRule):
     - Near misses, silent: a path with a variable (`$CONFIG_DIR/ds.json`), `~` or a glob; an
       absolute path (a mount of the machine that runs it); a file the script names before
       the launch (it may make, copy or download it); a launch after a `cd` to a computed
-      folder or to one the repository does not hold; README blocks, notebooks and
+      folder, to an absolute one (a folder of the machine that runs it) or to one the
+      repository does not hold; README blocks, notebooks and
       Dockerfiles.
     """
 
@@ -83,6 +84,12 @@ class LaunchNamesMissingFile(ProjectRule):
                 why="a module launch, and a --config that is a name, not a file"),
         Example("#!/bin/bash\ncd ./playground/data/eval/MME\npython convert_answer_to_mme.py\n", path="eval.sh",
                 why="after a cd into a folder the repository does not hold (data downloaded later)"),
+        Example("#!/bin/bash\ncd /root/autodl-tmp\nexport PATH=/opt/bin:$PATH\nCUDA_VISIBLE_DEVICES=0 python scripts/eval.py\n",
+                path="scripts/night.sh", files={"scripts_cloud/eval.py": _TRAIN},
+                why="after a cd to an absolute folder: the machine's copy there is unknown"),
+        Example("#!/bin/bash\ncd examples\npushd /mnt/work && deepspeed train.py --deepspeed ds.json\n",
+                path="run.sh", files={"examples/other.py": _TRAIN},
+                why="a pushd to an absolute folder after a literal cd, on the launch's own line"),
     ]
     INVALID = [
         Example("#!/bin/bash\ndeepspeed train.py \\\n    --deepspeed configs/ds_config_zero3.json\n", path="run.sh",
@@ -91,6 +98,9 @@ class LaunchNamesMissingFile(ProjectRule):
         Example("#!/bin/bash\ntorchrun --nproc_per_node 2 train.py --deepspeed ds_config.json\n", path="train.sh",
                 files={"train.py": _TRAIN, "ds_config.sh": '{"train_batch_size": 8}\n'},
                 line=2, why="committed under another suffix"),
+        Example("#!/bin/bash\ncd configs\ndeepspeed ../train.py --deepspeed ds_zero3.json\n", path="run.sh",
+                files={"train.py": _TRAIN, "configs/ds_zero2.json": '{"train_batch_size": 8}\n'},
+                line=3, why="after a literal cd into a folder the project holds, the config is not there"),
         Example("#!/bin/bash\naccelerate launch --config_file accelerate.yaml finetune.py\n", path="launch.sh",
                 files={"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"},
                 line=2, why="the training script is missing"),
