@@ -3,11 +3,9 @@ for them: CFX206 stays silent), and how a load's model id is read (issue 25)."""
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
-from cfgfix.analysis.checkpoint_dtypes import model_id_of, stored_dtype
+from cfgfix.analysis.checkpoint_dtypes import stored_dtype
 
 
 @pytest.mark.parametrize("model_id", [
@@ -63,11 +61,3 @@ def test_the_hub_cache_says_a_downloaded_checkpoints_dtype(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     _cache(tmp_path / "home" / "hub", "org/m", '{"torch_dtype": "float16"}')
     assert stored_dtype("org/m") == "float16"
-
-
-def test_model_id_from_the_call():
-    tree = ast.parse("NAME = 'gpt2'\nA.from_pretrained('roberta-base')\nA.from_pretrained(NAME)\n"
-                     "A.from_pretrained(pretrained_model_name_or_path='t5-small')\nA.from_pretrained(args.model)\n")
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    calls.sort(key=lambda c: c.lineno)
-    assert [model_id_of(c, tree) for c in calls] == ["roberta-base", "gpt2", "t5-small", None]

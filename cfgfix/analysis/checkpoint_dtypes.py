@@ -15,7 +15,6 @@ Everything else is unknown (None): most current checkpoints are bfloat16 or floa
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -65,18 +64,3 @@ def _local_config_dtype(path: Path) -> str | None:
         return None
     value = data.get("torch_dtype", data.get("dtype"))
     return value if isinstance(value, str) else None
-
-
-def model_id_of(call: ast.Call, tree: ast.Module | None = None) -> str | None:
-    """The model id a `from_pretrained` call loads, when the code spells it: a string
-    literal, or a module-level name assigned one string once."""
-    node = call.args[0] if call.args else next(
-        (k.value for k in call.keywords if k.arg == "pretrained_model_name_or_path"), None)
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.Name) and tree is not None:
-        values = [stmt.value for stmt in tree.body if isinstance(stmt, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets)]
-        if len(values) == 1 and isinstance(values[0], ast.Constant) and isinstance(values[0].value, str):
-            return values[0].value
-    return None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from cfgfix.analysis.checkpoint_dtypes import model_id_of, stored_dtype
+from cfgfix.analysis.checkpoint_dtypes import stored_dtype
 from cfgfix.analysis.model_calls import LOAD_TRIGGERS, dtype_source_text, may_load_model
+from cfgfix.analysis.model_ids import ModelIds
 from cfgfix.core import Applicability, Finding, Fix, Severity
 from cfgfix.documents import python_edits
 from cfgfix.rules.base import Conditioned, Example, Rule, register
@@ -98,7 +99,10 @@ class ImplicitCheckpointDtype(Rule):
     or `dtype=torch.bfloat16` when pure bfloat16 is the plan (then with a Kahan-summation
     optimizer).
 
-    Silent for checkpoints stored in float32, where `"auto"` is float32 as on 4.x: a local
+    Silent for checkpoints stored in float32, where `"auto"` is float32 as on 4.x, also
+    when the id reaches the load through a function's or constructor's parameter (every
+    call in the project passes one, `BERTfinetuning(model_name, ...)` in another module)
+    or a config object's default field (`ModelConfig().model_name`): a local
     checkpoint whose `config.json` says so, a hub checkpoint whose `config.json` in the
     user's Hugging Face cache says so (`HF_HUB_CACHE`, `HF_HOME`; never the network), and
     the published BERT, RoBERTa, DistilBERT,
@@ -369,11 +373,17 @@ class ImplicitCheckpointDtype(Rule):
         amp = None
         src = ctx.source
         folder = ctx.path.parent if getattr(ctx, "path", None) is not None else None
+        ids = None
         for load in candidates:
             if id(load.call) in cast_loads:
                 continue  # `.float()`, `.bfloat16()`: the script picks the dtype itself
-            if load.path is None and stored_dtype(model_id_of(load.call, ctx.document.tree) or "", folder) == "float32":
-                continue  # "auto" loads a float32 checkpoint in float32, as 4.x did
+            if load.path is None:
+                if ids is None:
+                    ids = ModelIds(ctx.document.tree, ctx.path, ctx.project)
+                loaded = ids.of(load.call)
+                ctx.functions.deps.update(ids.deps)  # the callers read: the cache's dependencies
+                if loaded and all(stored_dtype(model_id, folder) == "float32" for model_id in loaded):
+                    continue  # "auto" loads a float32 checkpoint in float32, as 4.x did
             from cfgfix.analysis.load_training import load_training
 
             training = load_training(ctx, load.call)
