@@ -30,6 +30,7 @@ from cfgfix.analysis.training_keys import (
 )
 from cfgfix.documents.launches import TOOL_COMMANDS
 from cfgfix.records import dataclass, field
+from cfgfix.training.placeholders import placeholder_constants
 from cfgfix.training.values import Value, from_args, from_config, from_python, normalise
 
 # The order `cfgfix explain` shows, and the settings the memory model reads.
@@ -192,6 +193,9 @@ class _Resolver:
                     continue
                 found = from_python(parsed[0], parsed[1], self.display(module))
                 if set(found) & TRAINING_MARKERS or "lora_rank" in found:
+                    # a builder's placeholder that the launch's code assigns again states nothing
+                    placeholders = placeholder_constants(parsed[1], module, [setup.script, *script.config_modules])
+                    found = {k: v for k, v in found.items() if v.name not in placeholders}
                     setup.files.setdefault("config module", module)
                     for setting, value in found.items():
                         sources.setdefault("config module", {}).setdefault(setting, value)
