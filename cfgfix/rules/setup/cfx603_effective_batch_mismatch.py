@@ -7,6 +7,15 @@ from cfgfix.rules.base import Example, ProjectRule, register
 from cfgfix.rules.setup.common import CONFIG_SOURCES, is_int
 
 
+def _script_missing(setup) -> bool:
+    """The launch runs a `.py` file the project does not hold (CFX310 reports it): its flags'
+    meaning is unknown here."""
+    launch = setup.launch
+    written = getattr(launch, "script", None)
+    return setup.script is None and bool(written) and not getattr(launch, "module", None) \
+        and written.endswith(".py") and "$" not in written and not written.startswith("/")
+
+
 def _model_parallel(project, setup):
     """The launch's model-parallel sizes (its flags and its training config; Megatron-style
     tensor / pipeline / context parallel): a group of those ranks shares one batch."""
@@ -33,6 +42,9 @@ class EffectiveBatchMismatch(ProjectRule):
     The training `DataLoader(batch_size=...)` of a script with its own loop counts as a
     per-GPU batch too, literal or read from the script's config (`tcfg["batch_size_per_gpu"]`)
     or flags.
+
+    Flags of a launch whose `.py` script the project does not hold are not compared (what
+    they mean is up to that script; CFX310 reports the missing file).
 
     Differences in gradient accumulation alone are CFX404's; a DeepSpeed value that the HF
     Trainer checks against TrainingArguments is CFX511's.
@@ -87,6 +99,9 @@ class EffectiveBatchMismatch(ProjectRule):
         effective = setup.values.get("effective_batch")
         if effective is None or micro.span is None or accum.span is None:
             return []  # a default in the product: the stated total may be what the author meant
+        flags = setup.sources.get("flags", {})
+        if _script_missing(setup) and any(flags.get(k) is v for k, v in (("micro_batch", micro), ("grad_accum", accum))):
+            return []  # what a flag means is up to a script the project does not hold
         parallel = _model_parallel(project, setup)
         if parallel.divisor is None:
             return []  # model-parallel sizes it cannot read: the data-parallel size is unknown
@@ -115,6 +130,8 @@ class EffectiveBatchMismatch(ProjectRule):
         if deepspeed is None or setup.trainer:
             return []  # with the HF Trainer a disagreement raises (CFX511)
         for source in ("flags",) + CONFIG_SOURCES + ("script",):
+            if source == "flags" and _script_missing(setup):
+                continue  # what a flag means is up to a script the project does not hold
             other = setup.sources.get(source, {}).get("micro_batch")
             if source == "script" and (other is None or other.name != "batch_size"):
                 continue  # of the script's own values, only its training DataLoader's batch_size
@@ -152,11 +169,27 @@ class EffectiveBatchMismatch(ProjectRule):
                 path="ds.json",
                 files={"train.sh": "deepspeed --num_gpus 2 train.py --config train.yaml --deepspeed_config ds.json\n",
                        "train.yaml": "training:\n  batch_size_per_gpu: 4\n", "train.py": _OWN_LOOP}),
+        Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2}\n}\n',
+                "the launched script is not in the project: what --per_device_train_batch_size means is unknown",
+                path="conf/ds.json",
+                files={"scripts/pretrain.sh": "deepspeed --num_gpus=8 finetune/finetune.py --deepspeed_config conf/ds.json "
+                                              "--per_device_train_batch_size 12 --gradient_accumulation_steps 2\n"}),
         Example(_YAML.format(accum=2) + "expert_model_parallel_size: 2\n",
                 "an expert-parallel size: its effect is not read, unknown", path="train.yaml",
                 files={"train.sh": "torchrun --nproc_per_node 8 train.py --config train.yaml\n"}),
     ]
     INVALID = [
+        Example('{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2}\n}\n',
+                "the same launch with its script in the project: the flag and the JSON disagree",
+                path="conf/ds.json", line=2,
+                files={"scripts/pretrain.sh": "deepspeed --num_gpus=8 finetune/finetune.py --deepspeed_config conf/ds.json "
+                                              "--per_device_train_batch_size 12 --gradient_accumulation_steps 2\n",
+                       "finetune/finetune.py": "import deepspeed\nimport argparse\n"
+                                               "p = argparse.ArgumentParser()\n"
+                                               "p.add_argument('--per_device_train_batch_size', type=int)\n"
+                                               "args = p.parse_args()\n"
+                                               "loader = DataLoader(ds, batch_size=args.per_device_train_batch_size)\n"
+                                               "engine, *_ = deepspeed.initialize(model=model, config=args.deepspeed_config)\n"}),
         Example('{\n  "train_micro_batch_size_per_gpu": 8,\n  "gradient_accumulation_steps": 1,\n'
                 '  "zero_optimization": {"stage": 2}\n}\n',
                 "the DeepSpeed micro batch vs the training DataLoader's, read from the script's own config",
