@@ -4,6 +4,8 @@ lower bounds, and each version-gated rule's policy when nothing says which versi
 import ast
 import re
 
+import pytest
+
 from cfgfix.analysis.version_idioms import code_bounds
 from cfgfix.analysis.versions import CURRENT, Versions
 from cfgfix.rules.base import all_rules, doc_sections
@@ -79,6 +81,35 @@ def test_resolve_assumes_the_current_release_only_without_evidence(tmp_path):
     assert versions.resolve("bitsandbytes").known is False  # no current release read: nothing assumed
     floored = versions.with_code_bounds({"transformers": {">=": ("4.56.0", "x")}}).resolve("transformers")
     assert floored.evidence == "assumed"  # a lower bound alone does not say which release
+
+
+@pytest.mark.parametrize("files, below", [
+    ({"requirements.txt": "torch==1.13.1\ntransformers==4.30.0\n"}, True),  # ymcui/Chinese-LLaMA-Alpaca
+    ({"requirements.txt": "torch>=1.10,<2\n"}, True),
+    ({"environment.yml": "dependencies:\n  - pytorch=1.12.1\n  - pip\n"}, True),  # conda's name for torch
+    ({"requirements.txt": "torch>=1.13\n"}, None),  # admits torch 2.x: the current deepspeed installs
+    ({"requirements.txt": "torch==2.1.0\n"}, None),
+    ({"requirements.txt": "transformers==4.30.0\n"}, None),  # no torch pin: nothing excludes the current release
+    ({"requirements.txt": "torch==1.13.1\ndeepspeed==0.19.8\n"}, False),  # the project's own deepspeed pin wins
+])
+def test_a_torch_pin_below_2_excludes_the_deepspeed_releases_that_need_torch_2(tmp_path, files, below):
+    write_project(tmp_path, files)
+    ds = Versions.from_project(tmp_path).resolve("deepspeed")
+    if below is None:
+        assert ds.evidence == "assumed" and ds.specifier == f">={CURRENT['deepspeed']}"
+    else:
+        assert ds.below("0.19.3") is below
+    if below:
+        assert "require torch>=2.0.0" in ds.describe()
+
+
+def test_cfx512_silent_where_the_torch_pin_dates_deepspeed(tmp_path):
+    ds = '{"fp16": {"enabled": "auto", "loss_scale": 0, "min_loss_scale": 1e-10}, "train_batch_size": "auto"}\n'
+    launch = "deepspeed train.py --deepspeed ds_zero2.json --fp16\n"
+    old = {"requirements.txt": "torch==1.13.1\ntransformers==4.30.0\n", "ds_zero2.json": ds, "run.sh": launch}
+    assert _codes(tmp_path / "old", old, "CFX512") == []
+    new = {**old, "requirements.txt": "torch>=2.1\ntransformers==4.30.0\n"}
+    assert [f.span.line for f in _codes(tmp_path / "new", new, "CFX512")] == [1]
 
 
 # ------------------------------------------------------------------------ the rules

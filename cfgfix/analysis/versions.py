@@ -46,6 +46,15 @@ CURRENT = {
 }
 _CONDA_NAMES = {"pytorch": "torch"}  # conda's name for torch
 
+# A release and every later one (up to CURRENT) that installs only beside another library's
+# release, read from each release's own requirements: (since, library, lowest version, where
+# read). A project whose pins exclude that lowest version cannot get those releases, so an
+# assumed current release gives way to "older than `since`".
+REQUIRES = {
+    # deepspeed 0.19.3, 0.19.6, 0.19.7 and 0.19.8 sdists, requirements/requirements.txt: torch>=2.0.0
+    "deepspeed": (("0.19.3", "torch", "2.0.0", "deepspeed 0.19.3-0.19.8 require torch>=2.0.0"),),
+}
+
 
 def normalize(name: str) -> str:
     """PEP 503 name: Flash_Attn, flash.attn and flash-attn are one package."""
@@ -637,6 +646,11 @@ class Versions:
             return info
         if info.evidence == "code" and "<" in self._code.get(name, {}):
             return info
+        for since, library, lowest, why in REQUIRES.get(name, ()):
+            other = self.get(library)
+            if other.evidence == "pin" and other.below(lowest) is True:
+                # torch==1.13.1 pinned: no deepspeed that needs torch>=2.0 installs beside it
+                return VersionInfo(name, f"<{since}", f"{library}{other.specifier} in {other.source}; {why}", "pin")
         where = self._unpinned.get(name)
         why = (f"the current release, which `{name}` unpinned in {where} installs" if where
                else f"the current release: no version of {name} is pinned or installed")

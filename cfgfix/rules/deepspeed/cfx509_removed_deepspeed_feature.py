@@ -45,7 +45,8 @@ class RemovedDeepSpeedFeature(DeepSpeedRule):
     release that refuses it; silent where the pin admits an older one (`deepspeed>=0.19`
     admits 0.19.0–0.19.6, which parse every one of these blocks; so do 0.14.4 and 0.16.9).
     Where the project pins nothing and no DeepSpeed is installed, it assumes the current
-    release (0.19.8, what an install without a pin gets) and says so in the message.
+    release (0.19.8, what an install without a pin gets) and says so in the message,
+    unless the project pins torch below 2.0 (0.19.3 and later require `torch>=2.0.0`).
 
     ## References
     - facts.md C12; `_reject_removed_config_keys` in `deepspeed/runtime/config.py` of the

@@ -43,7 +43,8 @@ class RejectedDeepSpeedValue(DeepSpeedRule):
     0.19.3, `gradient_allreduce_op` from 0.19.6 (older releases do not read it). Speaks when
     the project's pinned or installed DeepSpeed is at least that release; silent on a pin
     that admits an older one. With nothing pinned or installed, the current release
-    (0.19.8) is assumed and the message says so.
+    (0.19.8) is assumed and the message says so, unless the project pins torch below 2.0
+    (0.19.3 and later require `torch>=2.0.0`: then DeepSpeed is older than 0.19.3).
 
     ## References
     - DeepSpeed `runtime/precision_config.py` (`DeepSpeedFP16Config` validators, PRs #7889
