@@ -34,6 +34,7 @@ TEXT_SUFFIXES = {
 }
 TEXT_NAMES = {"Makefile", "makefile", "GNUmakefile", "Dockerfile", "Containerfile", ".env"}
 MAX_BYTES = 1_000_000
+MAX_BARE_BYTES = 100_000  # files without a suffix: configs and launch scripts are small
 MAX_NOTEBOOK_BYTES = 20_000_000  # a notebook's saved outputs can dwarf its code
 
 
@@ -63,8 +64,9 @@ def materialise(repo: str, commit: str, mirror: Path, cache: Path) -> Path:
     """The project at `commit`, extracted once into the cache (text files only)."""
     target = cache / repo.replace("/", "+") / commit[:12]
     # The marker names the extraction format: a cache made before notebooks were extracted
-    # (v1) lacks the .ipynb files and is extracted again.
-    done = target / ".cfgfix-recall-complete-v2"
+    # (v1) lacks the .ipynb files, one made before files without a suffix were (v2) lacks
+    # configs such as `config/accelerate_config/deepspeed`; both are extracted again.
+    done = target / ".cfgfix-recall-complete-v3"
     if done.exists():
         return target
     gd = git_dir(mirror, repo)
@@ -84,8 +86,9 @@ def materialise(repo: str, commit: str, mirror: Path, cache: Path) -> Path:
         limit = MAX_NOTEBOOK_BYTES if name.endswith(".ipynb") else MAX_BYTES
         if kind != "blob" or mode == "120000" or not size.isdigit() or int(size) > limit:
             continue
-        if name in TEXT_NAMES or os.path.splitext(name)[1].lower() in TEXT_SUFFIXES:
-            wanted.append((sha, path))
+        suffix = os.path.splitext(name)[1].lower()
+        if name in TEXT_NAMES or suffix in TEXT_SUFFIXES or (not suffix and int(size) <= MAX_BARE_BYTES):
+            wanted.append((sha, path))  # a file without a suffix may be a config (`--config_file config/deepspeed`)
     target.mkdir(parents=True, exist_ok=True)
     batch = subprocess.Popen(
         ["git", "--git-dir", str(gd), "cat-file", "--batch"],
@@ -103,6 +106,8 @@ def materialise(repo: str, commit: str, mirror: Path, cache: Path) -> Path:
         out = target / path
         if ".." in Path(path).parts:
             continue
+        if not os.path.splitext(path)[1] and path.rsplit("/", 1)[-1] not in TEXT_NAMES and b"\0" in data[:8192]:
+            continue  # a binary without a suffix
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     batch.stdin.close()
