@@ -215,6 +215,7 @@ def main() -> int:
 
     per_code: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     unscored: collections.Counter = collections.Counter()
+    unscored_list: list[tuple[str, str, str]] = []  # the version-gated findings not scored, for --details
     fps, fns, errors = [], [], []
     total_time = 0.0
     for (repo, commit), files in sorted(by_project.items()):
@@ -236,7 +237,11 @@ def main() -> int:
         for record in files:
             skip = set(record.get("unscored", []))
             got = [f for f in by_file.get(record["path"], []) if f["code"] not in skip]
-            unscored.update(f["code"] for f in by_file.get(record["path"], []) if f["code"] in skip)
+            for f in by_file.get(record["path"], []):
+                if f["code"] in skip:
+                    unscored[f["code"]] += 1
+                    unscored_list.append((f["code"], f"{repo}/{record['path']}:{position(f.get('cell'), f['location']['row'])}",
+                                          f["message"]))
             labels = [l for l in record["labels"] if l["code"] not in skip]
             pairs, missed, extra = match(labels, got, args.tolerance)
             for label, _ in pairs:
@@ -277,6 +282,10 @@ def main() -> int:
         print("\nFalse negatives:")
         for code, where, reason in sorted(fns):
             print(f"  FN {code} {where}  {reason[:160]}")
+        if unscored_list:
+            print("\nNot scored (version-gated codes in projects that do not pin the package):")
+            for code, where, message in sorted(unscored_list):
+                print(f"  NS {code} {where}  {message[:160]}")
     if args.section:
         write_section(args.results, args.section, out, fps, fns)
     return 0
