@@ -42,13 +42,32 @@ def test_idioms_date_transformers():
     assert _bounds(removed) == {"transformers": {"<": "4.51.0"}}
 
 
+def test_a_local_trainer_subclass_without_its_own_init_dates_like_the_trainer():
+    # ChatGLM3's finetune_hf.py: `class Seq2SeqTrainer(_Seq2SeqTrainer)` overrides only
+    # `prediction_step`, so `Seq2SeqTrainer(..., tokenizer=tokenizer)` reaches transformers'
+    # own __init__, which 5.0 no longer takes it in
+    code = ("from transformers import Seq2SeqTrainer as _Seq2SeqTrainer, TrainingArguments\n"
+            "class Seq2SeqTrainer(_Seq2SeqTrainer):\n    def prediction_step(self, model, inputs, *a, **k):\n"
+            "        return super().prediction_step(model, inputs, *a, **k)\n"
+            "trainer = Seq2SeqTrainer(model=m, args=args, tokenizer=tok)\n")
+    assert _bounds(code) == {"transformers": {"<": "5.0.0"}}
+    assert _bounds("import transformers\nclass T(transformers.Trainer):\n    x = 1\nT(model=m, tokenizer=tok)\n") == {
+        "transformers": {"<": "5.0.0"}}
+    args = ("from transformers import TrainingArguments\nclass Args(TrainingArguments):\n    pass\n"
+            "Args('out', evaluation_strategy='steps')\n")
+    assert _bounds(args) == {"transformers": {"<": "4.51.0"}}
+
+
 def test_idiom_near_misses_date_nothing():
     # diffusers' own loaders; a local class or Trainer subclass; an unimported name; the
     # keyword on another call; trl's SFTTrainer (its own `tokenizer=` history); a comment
     assert _bounds("from diffusers import UNet2DConditionModel\nu = UNet2DConditionModel.from_pretrained('m', dtype=x)\n") == {}
     assert _bounds("class M:\n    pass\nm = M.from_pretrained('m', dtype=x)\n") == {}
     assert _bounds("m = AutoModel.from_pretrained('m', dtype=x)\n") == {}
-    assert _bounds("from transformers import Trainer\nclass MyTrainer(Trainer):\n    pass\nMyTrainer(tokenizer=tok)\n") == {}
+    assert _bounds("from transformers import Trainer\nclass MyTrainer(Trainer):\n    def __init__(self, tokenizer=None, **kw):\n"
+                   "        super().__init__(processing_class=tokenizer, **kw)\nMyTrainer(tokenizer=tok)\n") == {}
+    assert _bounds("from trl import SFTTrainer\nclass MyTrainer(SFTTrainer):\n    pass\nMyTrainer(tokenizer=tok)\n") == {}
+    assert _bounds("class Trainer:\n    pass\nclass MyTrainer(Trainer):\n    pass\nMyTrainer(tokenizer=tok)\n") == {}
     assert _bounds("from transformers import AutoTokenizer\nf(processing_class=tok)  # dtype=\n") == {}
     assert _bounds("from trl import SFTTrainer\nSFTTrainer(model=m, tokenizer=tok)\n") == {}
 

@@ -6,8 +6,9 @@ An API removed in some release bounds the version from above: `Trainer(tokenizer
 only below transformers 5. Each idiom carries the release that added or removed it, checked
 against the library's own source of the release before and after (docs/versions.md,
 "Dating versions from the code"). Only keywords of calls on names imported from the
-library count: a `dtype=` passed to a diffusers loader, a local `Trainer` subclass or trl's
-`SFTTrainer(tokenizer=...)` dates nothing.
+library count, and a local subclass of them without an `__init__` of its own (its keywords
+reach the library's): a `dtype=` passed to a diffusers loader, a local `Trainer` subclass
+with its own `__init__` or trl's `SFTTrainer(tokenizer=...)` dates nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -
         if not keywords:
             continue  # the common case, before any name is resolved
         kind, library = _kind(node, imports)
+        if kind is None:
+            kind, library = _subclass_kind(node, tree, imports)
         if kind is None:
             continue
         for package, idiom_kind, keyword, bound, why in IDIOMS:
@@ -145,6 +148,25 @@ def _kind(call: ast.Call, imports: ImportMap) -> tuple[str | None, str | None]:
     if root not in imports.aliases:
         return None, None
     return kind, (imports.qualify(target) or "").split(".")[0]
+
+
+def _subclass_kind(call: ast.Call, tree: ast.Module, imports: ImportMap) -> tuple[str | None, str | None]:
+    """`_kind` for a class of this module that subclasses the library's Trainer (or
+    TrainingArguments) without an `__init__` of its own (`class Seq2SeqTrainer(_Seq2SeqTrainer):
+    def prediction_step(...)`): its keywords go to the library's own `__init__`, so they date
+    the library as a direct call does. A subclass with its own `__init__` may take
+    `tokenizer=` itself and dates nothing."""
+    if not isinstance(call.func, ast.Name):
+        return None, None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == call.func.id), None)
+    if cls is None or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init__"
+                          for n in cls.body):
+        return None, None
+    for base in cls.bases:
+        kind, library = _kind(ast.Call(func=base, args=[], keywords=[]), imports)
+        if kind in ("trainer", "training_args"):
+            return kind, library
+    return None, None
 
 
 # Folders a project scan never enters: environments, caches, builds, other tools' trees.
