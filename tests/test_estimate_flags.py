@@ -251,3 +251,62 @@ def test_a_diffusion_transformer_s_open_input_is_its_resolution_not_a_length():
                                         gpu="A100 80GB"))
     assert [o.setting for o in unstated.open] == ["resolution"]
     assert unstated.open[0].words.startswith("image resolution not given (--resolution)")
+
+
+# -- a project's LoRA targets: the same answer as --lora-targets ----------------------------------
+
+LORA_TRAIN = (
+    "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments\n\n"
+    "args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+    "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', torch_dtype=torch.bfloat16)\n"
+    "model = get_peft_model(model, LoraConfig({config}))\n"
+    "Trainer(model=model, args=args).train()\n"
+)
+
+
+@pytest.mark.parametrize("config, targets", [
+    ("r=16, target_modules=['q_proj', 'v_proj']", "q_proj,v_proj"),
+    ("r=16, target_modules=['self_attn.q_proj', 'k_proj', 'v_proj', 'o_proj']", "q,k,v,o"),
+    ("r=16, target_modules='all-linear'", "all-linear"),
+    # peft 0.13.2: no target_modules on a llama model type -> its default q_proj, v_proj
+    ("r=16", "q_proj,v_proj"),
+])
+def test_a_project_s_lora_targets_give_the_flags_answer(tmp_path, config, targets):
+    write_project(tmp_path, {
+        "train.py": LORA_TRAIN.format(config=config),
+        "run.sh": "python train.py --output_dir out --per_device_train_batch_size 2 --max_seq_length 2048\n",
+        "cfgfix.toml": 'gpu = "A100 40GB"\n'})
+    project = _project_answer(tmp_path)
+    flags, _ = flags_answer(_flags_of(project.inputs.setup))
+    stated, _ = flags_answer(RunFlags(model="meta-llama/Llama-2-7b-hf", precision="bf16", lora_rank=16, batch=2, seq=2048,
+                                      gpu="A100 40GB", lora_targets=targets,
+                                      optimizer_impl=project.inputs.setup.optimizer_impl,
+                                      transformers_version=project.inputs.setup.transformers_version))
+    assert project.inputs.setup.lora_targets == stated.inputs.setup.lora_targets
+    assert project.high.peak == flags.high.peak == stated.high.peak
+    assert project.text == stated.text
+    if config == "r=16":
+        assert any("q_proj, v_proj" in a for a in project.inputs.assumptions)
+
+
+def test_llamafactory_and_axolotl_targets_are_read_from_their_yaml(tmp_path):
+    write_project(tmp_path, {
+        "README.md": "```bash\nllamafactory-cli train lf/sft.yaml\n```\n",
+        "lf/sft.yaml": ("model_name_or_path: meta-llama/Llama-2-7b-hf\nfinetuning_type: lora\nlora_rank: 8\n"
+                        "lora_target: q_proj,v_proj\ncutoff_len: 1024\nper_device_train_batch_size: 1\nbf16: true\n"),
+        "train.sh": "axolotl train ax/lora.yml\n",
+        "ax/lora.yml": ("base_model: meta-llama/Llama-2-7b-hf\nadapter: lora\nlora_r: 32\nsequence_len: 1024\n"
+                        "micro_batch_size: 1\nlora_target_modules:\n  - q_proj\n  - k_proj\n"),
+    })
+    from cfgfix.training.memory_answer import answers
+
+    engine, _, _ = lint_project(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        found = {a.training.launch.launcher: a.inputs.setup.lora_targets for a in answers(engine.project)}
+    finally:
+        os.chdir(cwd)
+    assert found["llamafactory-cli"] == ("q_proj", "v_proj")
+    assert ("q_proj", "k_proj") in found.values()

@@ -31,6 +31,9 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "optimizer": ("optim", "optimizer"),
     "use_8bit_adam": ("use_8bit_adam",),
     "lora_rank": ("lora_r", "lora_rank"),
+    # the Linear layers LoRA adapts: LLaMA-Factory's lora_target ("q_proj,v_proj", "all"),
+    # axolotl's lora_target_modules (a list), PEFT's target_modules
+    "lora_targets": ("lora_target", "lora_target_modules", "target_modules"),
     # what is trained: "full", "lora", ... (LLaMA-Factory's finetuning_type: lora | freeze | full)
     "training_method": ("training_method", "finetuning_type", "finetune_type", "training_type"),
     "load_in_4bit": ("load_in_4bit",),

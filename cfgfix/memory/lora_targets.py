@@ -21,6 +21,37 @@ ROLES = {
 }
 
 
+# PEFT's targets for a LoraConfig without target_modules, by model type (peft 0.13.2
+# utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, applied by
+# tuners/lora/model.py `_prepare_adapter_config`), for the families the shapes model.
+PEFT_DEFAULT_TARGETS = {
+    "t5": "q,v", "gpt2": "c_attn", "gpt_neox": "query_key_value", "bert": "query,value", "llama": "q_proj,v_proj",
+    "mistral": "q_proj,v_proj", "mixtral": "q_proj,v_proj", "phi": "q_proj,v_proj,fc1,fc2", "gemma": "q_proj,v_proj",
+    "gemma2": "q_proj,v_proj", "qwen2": "q_proj,v_proj", "falcon": "query_key_value", "chatglm": "query_key_value",
+    "deberta-v2": "query_proj,value_proj",
+}
+
+
+def project_targets(spec, shape) -> tuple[tuple[str, ...] | None, str | None]:
+    """A project's stated targets (a comma list, "peft-default" for a LoraConfig without
+    target_modules), resolved as `resolve_targets`; a target the shape cannot match keeps
+    every Linear (the most-memory reading) and says so."""
+    if isinstance(spec, (list, tuple)):
+        spec = ",".join(str(s) for s in spec)
+    if not isinstance(spec, str) or not spec.strip() or not model_linears(shape):
+        return None, None  # no layers itemised (a UNet): the estimator's own adapter rule stands
+    if spec == "peft-default":
+        default = PEFT_DEFAULT_TARGETS.get(shape.family)
+        if default is None:
+            return None, (f"LoRA targets: peft's default for model type {shape.family!r} is not known here: "
+                          "every Linear in the blocks assumed")
+        spec = default
+    try:
+        return resolve_targets(spec, shape)
+    except TargetError as exc:
+        return None, f"{exc}: every Linear in the blocks assumed"
+
+
 class TargetError(ValueError):
     """A target list that names no Linear layer of the model."""
 

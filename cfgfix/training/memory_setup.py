@@ -94,6 +94,13 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
     seq = get("seq_len")
     resolution = get("resolution")
     zero = get("zero_stage")
+    lora_targets = None
+    if shape is not None and _positive(get("lora_rank")) and get("lora_targets") is not None:
+        from cfgfix.memory.lora_targets import project_targets
+
+        lora_targets, said = project_targets(get("lora_targets"), shape)
+        if said:
+            assumptions.append(said)
     setup = MemorySetup(
         params=shape.params if shape is not None else None,
         model=model if isinstance(model, str) else None,
@@ -111,6 +118,7 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         resolution=resolution if _positive(resolution) else None,
         checkpointing=get("gradient_checkpointing") is True or _composite_checkpointing(composite, assumptions),
         lora_rank=get("lora_rank") if _positive(get("lora_rank")) else None,
+        lora_targets=lora_targets,
         quantization=get("quantization") if get("quantization") in ("4bit", "8bit") else None,
         gradient_accumulation=accum if _positive(accum) else 1,
         target_len=get("target_len") if _positive(get("target_len")) else None,

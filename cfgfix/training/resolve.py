@@ -37,7 +37,7 @@ from cfgfix.training.values import Value, from_args, from_config, from_python, n
 SETTINGS = (
     "model", "weights", "mixed_precision", "precision", "micro_batch", "grad_accum", "world_size",
     "effective_batch", "seq_len", "target_len", "resolution", "gradient_checkpointing", "optimizer", "zero_stage",
-    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "quantization", "attention", "optimizer_impl", "head", "frozen_models", "gpu",
+    "offload_optimizer", "offload_param", "fsdp", "lora_rank", "lora_targets", "quantization", "attention", "optimizer_impl", "head", "frozen_models", "gpu",
 )
 LABELS = {
     "model": "model", "weights": "weights dtype", "mixed_precision": "autocast (mixed precision)",
@@ -45,7 +45,7 @@ LABELS = {
     "world_size": "processes (GPUs)", "effective_batch": "effective batch", "seq_len": "sequence length", "target_len": "target length",
     "resolution": "resolution", "gradient_checkpointing": "gradient checkpointing", "optimizer": "optimizer",
     "zero_stage": "ZeRO stage", "offload_optimizer": "optimizer offload", "offload_param": "parameter offload",
-    "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "quantization": "quantized base", "gpu": "target GPU",
+    "fsdp": "FSDP sharding", "lora_rank": "LoRA rank", "lora_targets": "LoRA targets", "quantization": "quantized base", "gpu": "target GPU",
     "attention": "attention kernel", "optimizer_impl": "optimizer implementation", "head": "model head", "frozen_models": "frozen models on the GPU",
 }
 # Training tools driven by one YAML (`llamafactory-cli train`, `axolotl train`,
@@ -738,7 +738,7 @@ class _Resolver:
         setup = self.setup
         values = setup.values
         general = ("lightning",) + _GENERAL  # a Lightning Trainer's own arguments decide first
-        for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank"):
+        for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank", "lora_targets"):
             value = self._first(setting, general)
             if value is not None:
                 values[setting] = value

@@ -407,7 +407,23 @@ def _call_values(node: ast.Call, name: str, last: str, source, consts, values: d
             # 0.4.0 tuners/lora.py: the same default)
             values.setdefault("lora_rank", Value("lora_rank", 8, f"LoraConfig default r=8 (peft) in {where}",
                                                  source.span_of_node(node.func), "r"))
+        if all(kw.arg not in ("target_modules", None) for kw in node.keywords):
+            # PEFT picks the targets by model type (memory/lora_targets.py PEFT_DEFAULT_TARGETS)
+            values.setdefault("lora_targets", Value("lora_targets", "peft-default",
+                                                    f"LoraConfig without target_modules (peft's default for the "
+                                                    f"model type) in {where}", source.span_of_node(node.func),
+                                                    "target_modules"))
         for kw in node.keywords:
+            if kw.arg == "target_modules":
+                try:
+                    targets = literal(kw.value, consts)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                if isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) for t in targets):
+                    targets = ",".join(targets)
+                if isinstance(targets, str) and targets:
+                    values.setdefault("lora_targets", Value("lora_targets", targets, f"LoraConfig(target_modules=) in "
+                                                            f"{where}", source.span_of_node(kw.value), "target_modules"))
             if kw.arg == "r":
                 try:
                     rank = literal(kw.value, consts)

@@ -85,6 +85,13 @@ def _from_config(doc, origin: str) -> dict[str, Value]:
             setting = NAME_TO_SETTING.get(name)
             if setting is None and name == "r" and parent in LORA_BLOCKS:
                 setting = "lora_rank"
+            if setting == "lora_targets" and value.kind == "sequence":
+                # axolotl's `lora_target_modules: [q_proj, v_proj]`: one comma list
+                names = [c.value for c in value.children if c.kind == "scalar" and isinstance(c.value, str)]
+                if names and len(names) == len(value.children):
+                    found.setdefault(setting, []).append(
+                        (depth, Value(setting, ",".join(names), f"{name} in {origin}", doc.span(value), name)))
+                continue
             if setting is None or value.kind != "scalar":
                 continue
             found.setdefault(setting, []).append(
