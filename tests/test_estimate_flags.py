@@ -14,6 +14,7 @@ from conftest import lint_project, write_project
 
 from cfgfix.commands import cli
 from cfgfix.memory.shapes import shape_from_catalog
+from cfgfix.records import replace
 from cfgfix.training.estimate_flags import FlagError, RunFlags, flags_answer, flags_input
 
 MODELS = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-2-7b-hf", "openai-community/gpt2", "mistralai/Mistral-7B-v0.1")
@@ -193,7 +194,7 @@ def test_dpo_doubles_the_batch_and_holds_a_reference_model_as_trl_prepares_it():
     sft, _, _ = flags_input(RunFlags(**base, zero=2))
     dpo, _, _ = flags_input(RunFlags(**base, zero=2, task="dpo"))
     params = shape_from_catalog("mistralai/Mistral-7B-v0.1").params
-    assert dpo.setup.micro_batch == 2 * sft.setup.micro_batch == 2
+    assert (dpo.setup.micro_batch, dpo.setup.sequences_per_sample) == (sft.setup.micro_batch, 2) == (1, 2)
     assert dpo.setup.frozen == (("DPO reference model", params, 2),)  # ZeRO-2: a whole bf16 copy per GPU
     zero3, _, _ = flags_input(RunFlags(**base, zero=3, task="dpo"))
     assert zero3.setup.frozen == (("DPO reference model", -(-params // 8), 2),)  # ZeRO-3 shards it
@@ -310,3 +311,29 @@ def test_llamafactory_and_axolotl_targets_are_read_from_their_yaml(tmp_path):
         os.chdir(cwd)
     assert found["llamafactory-cli"] == ("q_proj", "v_proj")
     assert ("q_proj", "k_proj") in found.values()
+
+
+# -- a project's DPO run: the same answer as --task dpo -------------------------------------------
+
+DPO_TRAIN = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\nfrom trl import DPOConfig, DPOTrainer\n\n"
+    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-1.5B', torch_dtype=torch.bfloat16)\n"
+    "args = DPOConfig(output_dir='out', per_device_train_batch_size=4, max_length=1024, bf16=False,"
+    " gradient_checkpointing=True{extra})\n"
+    "DPOTrainer(model=model, args=args, train_dataset=None).train()\n"
+)
+
+
+@pytest.mark.parametrize("extra, no_reference", [("", False), (", precompute_ref_log_probs=True", True)])
+def test_a_project_s_dpo_trainer_gives_the_task_dpo_answer(tmp_path, extra, no_reference):
+    write_project(tmp_path, {"train.py": DPO_TRAIN.format(extra=extra), "run.sh": "python train.py\n",
+                             "cfgfix.toml": 'gpu = "RTX 4090"\n', "requirements.txt": "trl==0.12.0\n"})
+    project = _project_answer(tmp_path)
+    setup = project.inputs.setup
+    assert project.training.task == "dpo" and setup.sequences_per_sample == 2 and setup.micro_batch == 4
+    assert bool(setup.frozen) is not no_reference
+    stated = replace(_flags_of(setup.with_(frozen=(), sequences_per_sample=1)), task="dpo", no_reference=no_reference)
+    flags, _ = flags_answer(stated)
+    assert flags.inputs.setup == setup
+    assert (flags.high.peak, flags.range, flags.verdict, flags.text) == (
+        project.high.peak, project.range, project.verdict, project.text)

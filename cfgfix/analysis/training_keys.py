@@ -34,6 +34,8 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     # the Linear layers LoRA adapts: LLaMA-Factory's lora_target ("q_proj,v_proj", "all"),
     # axolotl's lora_target_modules (a list), PEFT's target_modules
     "lora_targets": ("lora_target", "lora_target_modules", "target_modules"),
+    # TRL DPOConfig: the reference model's log-probs computed before training (none held)
+    "precompute_ref_log_probs": ("precompute_ref_log_probs",),
     # what is trained: "full", "lora", ... (LLaMA-Factory's finetuning_type: lora | freeze | full)
     "training_method": ("training_method", "finetuning_type", "finetune_type", "training_type"),
     "load_in_4bit": ("load_in_4bit",),

@@ -658,7 +658,7 @@ def _transformer_layer(shape: ModelShape, setup: MemorySetup, s: int, b: int, e:
 
 
 def _activations(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> _Activations:
-    b = max(setup.micro_batch, 1)
+    b = max(setup.micro_batch, 1) * setup.sequences_per_sample  # DPO: chosen + rejected
     e, r = _act_dtypes(setup)
     autocast = bool(setup.autocast) and not setup.deepspeed_half
     # FSDP MixedPrecision casts each gathered unit (counted with the gathered units), never the whole model
@@ -1300,7 +1300,7 @@ def _llm_int8(setup: MemorySetup, shape: ModelShape, states: _States, act: _Acti
 
     linears = [(block.count, i, o) for block in shape.blocks for _, i, o in block.linears]
     e, _ = _act_dtypes(setup)
-    tokens = max(setup.micro_batch, 1) * (setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048))
+    tokens = max(setup.micro_batch, 1) * setup.sequences_per_sample * (setup.seq_len or DEFAULT_SEQ.get(shape.family, 2048))
     terms = int8_terms(linears, tokens, e, 2, gpu_generation(setup.gpu), shape.layers, setup.checkpointing)
     for note in terms.notes:
         notes.add(note)

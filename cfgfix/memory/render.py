@@ -90,7 +90,8 @@ def _describe(setup) -> str:
     if setup.lora_rank is not None:
         parts.append(f"{'Q' if setup.quantization else ''}LoRA r={setup.lora_rank}" + (f" ({setup.quantization} base)" if setup.quantization else ""))
     parts.append(f"{setup.num_gpus} GPU{'s' if setup.num_gpus != 1 else ''}")
-    parts.append(f"micro batch {setup.micro_batch}" + (f" x {setup.seq_len} tokens" if setup.seq_len else ""))
+    parts.append(f"micro batch {setup.micro_batch}" + (f" x {setup.seq_len} tokens" if setup.seq_len else "")
+                 + (f" x {setup.sequences_per_sample} sequences (chosen and rejected)" if setup.sequences_per_sample > 1 else ""))
     if setup.checkpointing:
         parts.append("gradient checkpointing")
     return ", ".join(parts)

@@ -36,6 +36,9 @@ class MemorySetup:
     offload_params: bool = False
     num_gpus: int = 1  # data-parallel world size
     micro_batch: int = 1
+    # sequences the model runs per sample: 2 under DPO (TRL's concatenated_forward runs chosen
+    # and rejected as one batch of 2 x micro_batch); the activations follow the product
+    sequences_per_sample: int = 1
     seq_len: int | None = None  # tokens per sample (or latent pixels for a UNet)
     resolution: int | None = None  # image side for diffusion UNets
     checkpointing: bool = False

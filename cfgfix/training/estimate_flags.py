@@ -125,39 +125,10 @@ def flags_input(flags: RunFlags):
     if problems:
         raise FlagError("; ".join(problems))
     if flags.task == "dpo":
+        from cfgfix.training.memory_setup import dpo_setup
+
         setup = dpo_setup(setup, shape, flags.no_reference, assumptions)
     return MemoryInput(setup, shape, assumptions), gpu, estimate_warnings(setup, shape, gpu)
-
-
-def dpo_setup(setup, shape, no_reference: bool, assumptions: list[str]):
-    """TRL's DPOTrainer (trl 0.12.0 trainer/dpo_trainer.py): `concatenated_forward` runs chosen
-    and rejected through the policy as one batch of twice the micro batch; without
-    `ref_model` it builds the reference as `create_reference_model(model)` (a frozen copy in
-    the policy's dtype) unless the model is a PEFT model (the reference is the base with the
-    adapters disabled) or `precompute_ref_log_probs` (log-probs computed before training).
-    Under DeepSpeed, `_prepare_deepspeed` shards the copy only at ZeRO-3 ("Otherwise, we
-    assume the reference model fits in memory and is initialized on each device with ZeRO
-    disabled (stage 0)"); other runs prepare it with the accelerator (FSDP shards it)."""
-    from cfgfix.records import replace
-
-    setup = replace(setup, micro_batch=setup.micro_batch * 2)
-    assumptions.append(f"DPO: chosen and rejected in one batch of {setup.micro_batch} (twice the micro batch)")
-    if no_reference:
-        assumptions.append("DPO: no reference model held (--no-reference: precompute_ref_log_probs)")
-        return setup
-    if setup.lora_rank is not None:
-        assumptions.append("DPO with LoRA: the reference is the base with the adapters disabled (no copy)")
-        return setup
-    nbytes = 4 if (setup.deepspeed_half or setup.weights) == "fp32" else 2
-    params = shape.params
-    if setup.zero_stage == 3 or setup.fsdp == "full":
-        params = -(-params // setup.num_gpus)
-        how = f"sharded over {setup.num_gpus} GPUs ({'ZeRO-3' if setup.zero_stage == 3 else 'FSDP'})"
-    else:
-        how = "a whole copy on every GPU" + (" (DeepSpeed prepares it with ZeRO off below stage 3)"
-                                              if setup.zero_stage else "")
-    assumptions.append(f"DPO: a frozen reference model in the policy's dtype ({nbytes} B per weight), {how}")
-    return replace(setup, frozen=(*setup.frozen, ("DPO reference model", params, nbytes)))
 
 
 def _gpu(name: str | None):

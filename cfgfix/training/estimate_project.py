@@ -74,7 +74,9 @@ def answer_body(found, simulate: bool = False) -> str:
 
         text += "\n" + meta_comparison(composite)[0]
     elif simulate:
-        text += "\n" + simulate_text(inputs.setup, inputs.setup.model, result.peak, inputs.shape)
+        from cfgfix.training.memory_answer import as_simulated
+
+        text += "\n" + simulate_text(as_simulated(inputs.setup), inputs.setup.model, result.peak, inputs.shape)
     return text
 
 
@@ -112,7 +114,9 @@ def answer_json(found, simulate: bool = False) -> dict:
 
         entry["meta_count"] = meta_comparison(composite)[1]
     elif simulate:
-        entry["simulation"] = simulate_json(inputs.setup, inputs.setup.model)
+        from cfgfix.training.memory_answer import as_simulated
+
+        entry["simulation"] = simulate_json(as_simulated(inputs.setup), inputs.setup.model)
     return entry
 
 

@@ -365,11 +365,19 @@ def _simulated(memory, model: str | None):
     if config is None:
         return None
     try:
-        result = simulate(memory, config)
+        result = simulate(as_simulated(memory), config)
     except (SimulatorUnavailable, SimulationUnsupported):
         return None
     device = result.peak_bytes + result.cuda_context_bytes
     return device, int(result.peak_bytes * (1 + result.error_band[0])) + result.cuda_context_bytes
+
+
+def as_simulated(memory):
+    """The setup the simulator runs: DPO's chosen and rejected as one batch of 2 x micro batch
+    (what TRL's concatenated_forward feeds the model)."""
+    if memory.sequences_per_sample == 1:
+        return memory
+    return replace(memory, micro_batch=memory.micro_batch * memory.sequences_per_sample, sequences_per_sample=1)
 
 
 def related(training):

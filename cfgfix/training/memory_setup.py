@@ -134,7 +134,48 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         gpu=_catalog_gpu(get("gpu")),
         cuda_version=_cuda_of(torch_version),
     )
+    if getattr(training, "task", None) == "dpo" and shape is not None:
+        setup = dpo_setup(setup, shape, _precomputed_reference(training), assumptions)
     return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
+
+
+def _precomputed_reference(training) -> bool:
+    """DPOConfig(precompute_ref_log_probs=True), `--precompute_ref_log_probs true`, or the key
+    in a training config: no reference model is held during training."""
+    return training.get("precompute_ref_log_probs") is True
+
+
+def dpo_setup(setup, shape, no_reference: bool, assumptions: list[str]):
+    """TRL's DPOTrainer (trl 0.12.0 trainer/dpo_trainer.py): `concatenated_forward` runs chosen
+    and rejected through the policy as one batch of twice the micro batch; without
+    `ref_model` it builds the reference as `create_reference_model(model)` (a frozen copy in
+    the policy's dtype) unless the model is a PEFT model (the reference is the base with the
+    adapters disabled) or `precompute_ref_log_probs` (log-probs computed before training).
+    Under DeepSpeed, `_prepare_deepspeed` shards the copy only at ZeRO-3 ("Otherwise, we
+    assume the reference model fits in memory and is initialized on each device with ZeRO
+    disabled (stage 0)"); other runs prepare it with the accelerator (FSDP shards it)."""
+    from cfgfix.records import replace
+
+    setup = replace(setup, sequences_per_sample=2)
+    assumptions.append(f"DPO: chosen and rejected in one batch of {2 * setup.micro_batch} sequences "
+                       "(twice the micro batch)")
+    if no_reference:
+        assumptions.append("DPO: no reference model held (precompute_ref_log_probs)")
+        return setup
+    if setup.lora_rank is not None:
+        assumptions.append("DPO with LoRA: the reference is the base with the adapters disabled (no copy)")
+        return setup
+    nbytes = 4 if (setup.deepspeed_half or setup.weights) == "fp32" else 2
+    params = shape.params
+    if setup.zero_stage == 3 or setup.fsdp == "full":
+        params = -(-params // setup.num_gpus)
+        how = f"sharded over {setup.num_gpus} GPUs ({'ZeRO-3' if setup.zero_stage == 3 else 'FSDP'})"
+    else:
+        how = "a whole copy on every GPU" + (" (DeepSpeed prepares it with ZeRO off below stage 3)"
+                                              if setup.zero_stage else "")
+    assumptions.append(f"DPO: a frozen reference model in the policy's dtype ({nbytes} B per weight), {how}; "
+                       "none with precompute_ref_log_probs")
+    return replace(setup, frozen=(*setup.frozen, ("DPO reference model", params, nbytes)))
 
 
 # Frozen parts of diffusion pipelines, by class: parameters counted from the configs of

@@ -98,6 +98,9 @@ class TrainingSetup:
     framework: object = None
     # settings the files state that disagree, with which one wins and why (in words)
     conflicts: list[str] = field(default_factory=list)
+    # "dpo": a TRL DPOTrainer / DPOConfig run (chosen and rejected per sample, a reference
+    # model: memory_setup.dpo_setup); None: a plain training step
+    task: str | None = None
 
     def get(self, setting: str):
         value = self.values.get(setting)
@@ -255,6 +258,8 @@ class _Resolver:
             if imported is not None and imported.trl is not None and imported.trl.trainer is not None:
                 facts = imported.trl
                 break
+        if facts is not None and "DPOConfig" in (facts.config, trl.CONFIG_OF_TRAINER.get(facts.trainer or "")):
+            self.setup.task = "dpo"
         if facts is None or (facts.config is None and not facts.named_model):
             return
         try:
@@ -738,7 +743,8 @@ class _Resolver:
         setup = self.setup
         values = setup.values
         general = ("lightning",) + _GENERAL  # a Lightning Trainer's own arguments decide first
-        for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank", "lora_targets"):
+        for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank", "lora_targets",
+                        "precompute_ref_log_probs"):
             value = self._first(setting, general)
             if value is not None:
                 values[setting] = value

@@ -19,7 +19,8 @@ from cfgfix.analysis.training_keys import LORA_BLOCKS, NAME_TO_SETTING, SETTING_
 from cfgfix.core import LazyRegex, Span
 from cfgfix.records import dataclass
 
-BOOL_SETTINGS = frozenset({"bf16", "fp16", "gradient_checkpointing", "use_8bit_adam", "load_in_4bit", "load_in_8bit"})
+BOOL_SETTINGS = frozenset({"bf16", "fp16", "gradient_checkpointing", "use_8bit_adam", "load_in_4bit", "load_in_8bit",
+                           "precompute_ref_log_probs"})
 
 
 @dataclass(frozen=True)
