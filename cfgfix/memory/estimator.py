@@ -644,7 +644,7 @@ def _transformer_layer(shape: ModelShape, setup: MemorySetup, s: int, b: int, e:
         total = norm(3, fused_qkv)
         total += norm(2, fused_qkv or not shape.gated_mlp)
     total += _attention_saved(kernel, shape, setup, s, s, b, e)
-    if shape.family in ("gemma2", "glm4"):  # post-attention and post-feedforward norms: no output kept
+    if shape.family in ("gemma2", "gemma3_text", "glm4"):  # post-attention and post-feedforward norms: no output kept
         total += 2 * (norm(1, True) - r * sb * h)
     if shape.experts:
         from cfgfix.memory.family_activations import moe_mlp_saved
@@ -1165,6 +1165,8 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     elif setup.params and setup.params != shape.params:
         notes.add(f"parameter count from the setup ({setup.params / 1e9:.3g}B) replaces the shape's ({shape.params / 1e9:.3g}B)")
         shape = replace(shape, params=int(setup.params))
+    if shape.family == "params" and shape.params > 0 and not setup.impossible():
+        return _estimate_guessing_the_shape(setup, shape, notes)
     if setup.weights == "fp16" and setup.optimizer == "adamw" and not setup.deepspeed_half and setup.lora_rank is None:
         notes.add("pure fp16 weights with torch AdamW underflow at the default eps=1e-8 (it rounds to 0 in fp16): sized anyway")
     problems = setup.impossible()
@@ -1279,6 +1281,30 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
         cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),
     )
+
+
+def _estimate_guessing_the_shape(setup: MemorySetup, shape: ModelShape, notes: _Notes) -> Estimate:
+    """A bare parameter count: the estimate of a guessed decoder of that size (memory/shapes.py
+    `guessed_decoder_shapes`), its band from the guesses' ends: the bottom with a 32,000-entry
+    vocabulary, the top with a 262,144-entry one and eager attention (unless the run names its
+    attention), so the top carries the vocabulary and attention terms a bare count leaves open."""
+    from cfgfix.memory.shapes import guessed_decoder_shapes
+
+    plain = replace(setup, params=None)
+    top_setup = plain if setup.attention else replace(plain, attention="eager")
+    ends = {}
+    low_params, high_params = shape.params_range or (shape.params, shape.params)
+    counts = {"low": low_params, "point": shape.params, "high": high_params}
+    for end, guess in guessed_decoder_shapes(shape.params).items():
+        if counts[end] != shape.params:  # a count read from the name: each end at its own count
+            guess = guessed_decoder_shapes(counts[end])[end]
+        guess = replace(guess, largest_module_params=max(guess.largest_module_params, shape.largest_module_params),
+                        notes=guess.notes + shape.notes)
+        ends[end] = estimate(top_setup if end == "high" else plain, guess)
+    point = ends["point"]
+    assumptions = tuple(dict.fromkeys((*notes.items, *point.assumptions)))
+    return replace(point, shape=shape, low=min(e.low for e in ends.values()), high=max(e.high for e in ends.values()),
+                   assumptions=assumptions)
 
 
 def _llm_int8(setup: MemorySetup, shape: ModelShape, states: _States, act: _Activations,

@@ -67,6 +67,9 @@ class ModelShape:
     relative_span: int = 0  # DeBERTa: position buckets (the relative embeddings are 2 x span)
     image_size: int = 0  # a vision encoder's input side in pixels
     mel_bins: int = 0  # Whisper: input features per frame
+    # a parameter count read from the model's name ("-7B"): the (low, high) it may really be;
+    # the estimate's band runs over it (estimator._estimate_guessing_the_shape)
+    params_range: tuple[int, int] = ()
     source: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
 

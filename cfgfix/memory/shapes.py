@@ -49,6 +49,51 @@ def params_only(params: int, source: str = "--params") -> ModelShape:
     return ModelShape(family="params", params=int(params), source=source)
 
 
+# A bare parameter count (--params, an unknown model): the activation terms need a shape, so one
+# is guessed for a decoder LM of that size, three times. A layer holds ~12 h^2 weights (attention
+# 4 h^2, a SwiGLU MLP of 8/3 h: 8 h^2), so with c channels per layer h^3 ~ c x the non-embedding
+# weights / 12. The unknowns that move the peak, each at the end that costs more memory at the top:
+# - the vocabulary (fp32 logits): 32,000 (LLaMA-1/2, Mistral v0.1) at the bottom, 128,256
+#   (Llama-3) at the point, 262,144 (Gemma-3; BLOOM's 250,880 and Qwen's 151,936 below it) at the top;
+# - the depth: 128 channels per layer (Llama-2 7B 4096 / 32, Qwen2.5-7B 3584 / 28) at the bottom,
+#   96 at the point (Llama-2 70B 8192 / 80: 102, BLOOM-3B 2560 / 30: 85, Gemma-3-12B 3840 / 48: 80),
+#   56 at the top (Qwen2.5-1.5B 1536 / 28, the narrowest of the catalog's models of 1B and more):
+#   more layers keep more activations and more per-head attention scores;
+# - the head size: 128 (Llama) at the bottom and point, 64 at the top (more heads);
+# - attention: SDPA at the bottom and point, eager's per-head score tensors at the top (BLOOM's
+#   ALiBi, Gemma-2, remote-code models without SDPA), unless the run names its attention.
+GUESSED_DECODERS = {  # end -> (vocabulary, channels per layer, head size)
+    "low": (32_000, 128, 128),
+    "point": (128_256, 96, 128),
+    "high": (262_144, 56, 64),
+}
+
+
+def guessed_decoder_shapes(params: int) -> dict[str, ModelShape]:
+    """Three Llama-like decoder shapes of `params` parameters ("low", "point", "high"), each
+    with its assumption in words; their parameter count is `params` exactly."""
+    out = {}
+    for end, (vocab, per_layer, head_dim) in GUESSED_DECODERS.items():
+        h = max(int((params * per_layer / 12) ** (1 / 3)), 128)
+        for _ in range(4):  # the embedding and head take vocab x h each: solve again without them
+            body = max(params - 2 * vocab * h, params // 2)
+            h = max(int((body * per_layer / 12) ** (1 / 3)) // 128 * 128, 128)
+        layers = max(round(h / per_layer), 1)
+        inter = max(int(8 * h / 3) // 256 * 256, 256)
+        heads = max(h // head_dim, 1)
+        config = {"model_type": "llama", "hidden_size": h, "num_hidden_layers": layers, "vocab_size": vocab,
+                  "num_attention_heads": heads, "num_key_value_heads": heads, "intermediate_size": inter,
+                  "tie_word_embeddings": False}
+        shape = _llama_like(config, f"guessed from {params / 1e9:.3g}B parameters")
+        words = (f"no model shape: Llama-like decoders of {params / 1e9:.3g}B parameters guessed for the activations; "
+                 f"the point: hidden {h}, {layers} layers, {heads} heads, vocabulary {vocab:,}" if end == "point" else "")
+        out[end] = replace(shape, params=int(params), notes=(words,) if words else ())
+    band = ("the band runs from a 32,000-entry vocabulary and 128 channels per layer (bottom) to a 262,144-entry "
+            "vocabulary, 56 channels per layer, 64-wide heads and eager attention's score tensors (top)")
+    out["point"] = replace(out["point"], notes=(*out["point"].notes, band))
+    return out
+
+
 def shape_from_config_file(path: str | Path) -> ModelShape:
     """`config.json` of a model folder (or the folder itself; a diffusers pipeline folder
     is read through its `unet/config.json`)."""
@@ -455,7 +500,7 @@ def _clip_vision(config: dict, source: str) -> ModelShape:
 
 _BUILDERS = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
-    "gemma": _llama_like, "gemma2": _llama_like, "phi3": _llama_like,
+    "gemma": _llama_like, "gemma2": _llama_like, "gemma3_text": _llama_like, "phi3": _llama_like,
     "phi": _phi, "gpt_neox": _gpt_neox, "gpt2": _gpt2, "t5": _t5, "mt5": _t5, "bert": _bert,
 }
 # Families sized only as a part of a composite model (their activations are not modelled: a
@@ -573,6 +618,38 @@ def _shape_from_name(model: str) -> ModelShape | None:
     return None
 
 
+# A name that states a size ("Qwen-7B-Chat", "open_llama_3b_v2", "Mixtral-8x22B", "bloom-560m")
+# when nothing else knows the model: names round the count, mostly to the nearest size class.
+# In the catalog, named N billion is 0.96-1.22 N (Llama-2-7B 6.74B, Qwen-7B 7.72B, Gemma-7B
+# 8.54B); a mixture of experts named A x B shares its attention and embeddings across the A
+# experts: Mixtral-8x7B is 46.7B of 56 (0.83), Mixtral-8x22B 141B of 176 (0.80).
+NAMED_SIZE_RANGE = (0.9, 1.0, 1.25)  # (low, point, high) x the stated size
+NAMED_EXPERTS_RANGE = (0.75, 0.8, 1.0)  # x experts x expert size
+_SIZE = __import__("re").compile(r"(?<![\d.a-z])(?:(\d+)x)?(\d+(?:\.\d+)?)([bm])(?![a-z\d])")
+
+
+def size_from_name(model: str) -> ModelShape | None:
+    """A bare parameter count, with its range, from a size the name states; None when it
+    states none or more than one."""
+    name = model.strip().rstrip("/").split("/")[-1].lower()
+    sizes = set(_SIZE.findall(name))
+    if len(sizes) != 1 or _VISION_MARKERS.search(name):
+        return None  # a vision-language name: its tower and image tokens are not in a text decoder's guess
+    experts, size, unit = sizes.pop()
+    stated = float(size) * (1e9 if unit == "b" else 1e6)
+    factors = NAMED_EXPERTS_RANGE if experts else NAMED_SIZE_RANGE
+    total = stated * (int(experts) if experts else 1)
+    low, point, high = (int(total * f) for f in factors)
+    said = f"{experts + ' x ' if experts else ''}{size}{unit.upper()}"
+    words = (f"{model!r} is not a model cfgfix knows: its parameter count is read from the name ({said}) as "
+             f"{low / 1e9:.3g}-{high / 1e9:.3g}B ({point / 1e9:.3g}B at the point; "
+             + ("a mixture of experts shares attention and embeddings: 0.75-1.0 x experts x size"
+                if experts else "names round the count: 0.9-1.25 x the stated size")
+             + "); pass --params or a local config.json for its real size")
+    return ModelShape(family="params", params=point, params_range=(low, high), source=f"the name {model!r}",
+                      notes=(words,))
+
+
 def hf_cache_folder(model_id: str) -> Path | None:
     """The snapshot folder of `model_id` ("org/name") in the user's local Hugging Face cache
     that holds a config.json (itself, or a diffusers pipeline's `unet/` or `transformer/`):
@@ -598,6 +675,8 @@ def resolve_shape(model: str) -> ModelShape:
     shape = shape_from_catalog(model)
     if shape is None:
         shape = _shape_from_name(model)
+    if shape is None:
+        shape = size_from_name(model)
     if shape is None:
         raise ShapeError(f"unknown model {model!r}: pass a local folder with config.json, --params, "
                          f"or one of the catalog ids (`cfgfix estimate --list-models`)")

@@ -76,9 +76,9 @@ def flags_input(flags: RunFlags):
         shape = resolve_shape(flags.model) if flags.model else params_only(int(flags.params))
     except ShapeError as exc:
         raise FlagError(str(exc)) from None
-    if flags.target_seq is not None and shape.family != "t5":
+    if flags.target_seq is not None and shape.family not in ("t5", "whisper"):
         what = f"{flags.model!r} is a {shape.family} model" if flags.model else "--params gives no architecture"
-        raise FlagError(f"--target-seq: the decoder's length of an encoder-decoder model (T5); {what}, whose "
+        raise FlagError(f"--target-seq: the decoder's length of an encoder-decoder model (T5, Whisper); {what}, whose "
                         f"sequence is --seq alone")
     gpu = _gpu(flags.gpu)
     assumptions: list[str] = []
