@@ -170,12 +170,15 @@ def test_a_fine_tune_is_sized_by_its_base_model_named_in_its_id():
     assert guessed.params == resolve_shape("mistralai/Mistral-7B-v0.1").params
     assert "guessed from the name" in " ".join(guessed.notes)
     assert resolve_shape("./checkpoints/llama-7b-hf").params == resolve_shape("meta-llama/Llama-2-7b-hf").params
-    for unclear in ("x/llama-7b-13b-merge", "org/my-model", "Qwen/Qwen-7B", "mistral-22b"):
+    for unclear in ("x/llama-7b-13b-merge", "org/my-model"):
         try:
             resolve_shape(unclear)
         except ShapeError:
             continue
         raise AssertionError(f"{unclear} should stay unknown")
+    # never read as another model's shape: Qwen-1 has its own entry, a size without a family is a bare count
+    assert "Qwen-7B config.json" in resolve_shape("Qwen/Qwen-7B").source
+    assert resolve_shape("mistral-22b").family == "params"
 
 
 def test_check_simulate_measures_the_full_size_step(tmp_path, monkeypatch):
