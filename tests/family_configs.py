@@ -83,3 +83,20 @@ def setup_for(family: str, name: str, shape) -> MemorySetup | None:
     if family == "vit":
         setup = replace(setup, seq_len=None, micro_batch=16)
     return replace(setup, params=shape.params)
+
+# diffusers UNet2DConditionModel shapes (bench/memory_families.py, tests/test_unet_activations.py):
+# the catalog's SD 1.5 and SDXL UNets and held-out ones (other widths, depths, transformer depths,
+# cross-attention widths, one resnet per block)
+UNET_HELDOUT = {
+    "unet-narrow": {"_class_name": "UNet2DConditionModel", "block_out_channels": [128, 256, 384], "layers_per_block": 1,
+                    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+                    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+                    "cross_attention_dim": 512, "attention_head_dim": 8, "in_channels": 4, "out_channels": 4,
+                    "sample_size": 32},
+    "unet-deep": {"_class_name": "UNet2DConditionModel", "block_out_channels": [160, 320, 640], "layers_per_block": 2,
+                  "transformer_layers_per_block": [1, 2, 3],
+                  "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+                  "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+                  "cross_attention_dim": 768, "attention_head_dim": [5, 10, 20], "use_linear_projection": True,
+                  "in_channels": 4, "out_channels": 4, "sample_size": 32},
+}

@@ -98,6 +98,13 @@ DEFAULT_SEQ = {"t5": 512, "bert": 512}  # others: 2048 (decoder LMs)
 DEFAULT_RESOLUTION = {"unet": 1024}
 DIFFUSION_TRANSFORMER_TEXT_TOKENS = {"flux": 512, "sd3": 333}
 
+# Reserved memory against the predicted peak for batches whose shapes vary from step to step
+# (qlora.py runs with group_by_length, reported in issue 21: 1.6-1.7x): the caching allocator
+# rounds and keeps blocks cut for earlier batches, which later, differently-sized requests cannot
+# reuse. A reported range, not a derivation, and not verified on a GPU here: it widens the band's
+# top where the setup says its batches vary, and is stated otherwise.
+VARIABLE_LENGTH_RESERVED = (1.6, 1.7)
+
 COMPONENTS = ("weights", "gradients", "optimizer_states", "master_weights", "activations", "temporaries", "cuda_context")
 
 
@@ -115,7 +122,7 @@ class Estimate:
     shape: ModelShape
     components: tuple[Component, ...]  # per GPU; at_peak values add up to `peak`
     peak: int  # bytes per GPU at the largest moment of a step
-    peak_phase: str  # "backward start", "backward end", "optimizer step", "recompute"
+    peak_phase: str  # "backward start", "backward middle" (a UNet), "backward end", "optimizer step", "recompute"
     low: int  # the error band around `peak`
     high: int
     cpu: tuple[Component, ...] = ()  # host RAM per node when offloading
@@ -496,6 +503,9 @@ class _Activations:
     autocast_copies: int
     formula: str
     band: tuple[float, float]  # relative error of the activation terms (low, high)
+    # (saved bytes still waiting, share of the gradients made) as backward reaches each unit
+    # (a UNet: memory/unet_activations.py); empty: the two ends of backward are its largest moments
+    backward_profile: tuple[tuple[int, float], ...] = ()
 
 
 def _act_dtypes(setup: MemorySetup) -> tuple[int, int]:
@@ -1027,30 +1037,23 @@ def _lora_activation_delta(setup: MemorySetup, shape: ModelShape, s: int, b: int
 
 
 def _unet_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: int, e: int) -> _Activations:
-    """A coarse model of UNet2DConditionModel: per resolution level, each ResnetBlock2D keeps
-    ~8 feature maps (GroupNorm/SiLU/conv inputs) and each transformer layer ~24 token maps
-    (norms, q/k/v/out, GEGLU's 8C projection); up blocks run 3 resnets on concatenated skips.
-    Not validated against a measurement (diffusers is not installed here): wide band."""
+    """UNet2DConditionModel's saved tensors module by module (memory/unet_activations.py, read
+    from diffusers 0.42.1), checked against the FakeTensor simulator (bench/memory_families.md)."""
+    from cfgfix.memory.unet_activations import unet_activations
+
     res = setup.resolution or DEFAULT_RESOLUTION.get("unet", 1024)
     if setup.resolution is None:
         notes.add(f"image resolution unknown: assumed {res} px")
-    notes.add("UNet activations: coarse per-block model, not validated by a measurement (band -50%/+100%)")
     latent = res // 8
-    total, largest = 0, 0
-    for channels, factor, tlayers in shape.unet_levels:
-        pixels = (latent // factor) ** 2 * b
-        resnets = 2 + 3  # down blocks: layers_per_block, up blocks: +1 each
-        level = resnets * 8 * channels * pixels * e + (resnets * tlayers) * 24 * channels * pixels * e
-        total += level
-        largest = max(largest, 8 * channels * pixels * e + tlayers * 24 * channels * pixels * e)
-    if setup.checkpointing:
-        saved = sum(2 * 5 * c * ((latent // f) ** 2) * b * e for c, f, _ in shape.unet_levels)
-        formula = "checkpointing: block inputs per level (diffusers checkpoints each block)"
-    else:
-        saved = total
-        formula = "per level: resnets x 8 x C x HW + transformer layers x 24 x C x HW (coarse)"
+    # CUDA autocast's fp32 norms and per-op casts (memory/unet_activations.py); CPU autocast keeps the norms 16-bit
+    autocast = bool(setup.autocast) and not setup.deepspeed_half and setup.device == "cuda"
+    cross = next((i for name, i, _ in shape.blocks[0].linears if name == "to_k" and i != shape.hidden), 768) if shape.blocks else 768
+    saved, largest, transient, profile = unet_activations(shape, latent, b, e, setup.checkpointing,
+                                                          shape.unet_layers_per_block, autocast, cross)
+    formula = (f"{'checkpointing: unit inputs + norms and projections outside the checkpoints' if setup.checkpointing else 'resnets 3 cin + 3 cout, transformer blocks 30 C, wrappers 3 C per level'} "
+               f"at {latent} x {latent} latents (diffusers UnetBlocks)")
     copies = 2 * shape.block_linear_params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half and not setup.fsdp else 0
-    return _Activations(saved, largest, 0, largest // 2, copies, formula, (0.5, 1.0))
+    return _Activations(saved, largest, 0, transient, copies, formula, (0.15, 0.15), profile)
 
 
 def _with_other_parts(setup: MemorySetup, shape: ModelShape, act: _Activations, notes: _Notes) -> _Activations:
@@ -1199,11 +1202,20 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         workspaces = CUBLAS_WORKSPACE_BYTES * CUBLAS_HANDLES
         notes.add(f"CUDA context, kernels and library handles: {ctx / MIB:.0f} MiB outside torch's allocator ({ctx_words}; "
                   "the band carries the range)")
-        notes.add("allocator: the band's top adds 5% for the caching allocator's rounding and cache with fixed-length "
-                  "batches; batches whose shapes vary from step to step (group_by_length, dynamic padding) were "
-                  "reported at 1.6-1.7x the predicted peak (qlora.py reports, issue 21): expect up to that much "
-                  "reserved memory there, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not verified on a GPU "
-                  "here)")
+        if setup.variable_length:
+            notes.add(f"allocator: batches vary in shape from step to step, so the caching allocator keeps blocks cut for "
+                      f"earlier batches: reserved memory was reported at {VARIABLE_LENGTH_RESERVED[0]:g}-"
+                      f"{VARIABLE_LENGTH_RESERVED[1]:g}x the predicted peak (qlora.py with group_by_length, issue 21), so "
+                      f"the band's top is {VARIABLE_LENGTH_RESERVED[1]:g}x the peak; PYTORCH_CUDA_ALLOC_CONF="
+                      "expandable_segments:True lets the allocator grow segments instead (not verified on a GPU here)")
+        else:
+            notes.add("allocator: the band's top adds 5% for the caching allocator's rounding and cache with fixed-length "
+                      "batches" + (" (the run's batches are fixed-length)" if setup.variable_length is False else
+                                   "; batches whose shapes vary from step to step (group_by_length, dynamic padding) were "
+                                   f"reported at {VARIABLE_LENGTH_RESERVED[0]:g}-{VARIABLE_LENGTH_RESERVED[1]:g}x the "
+                                   "predicted peak (qlora.py reports, issue 21): expect up to that much reserved memory "
+                                   "there, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not verified on a GPU "
+                                   "here)"))
         notes.add(f"cuBLAS workspaces: {workspaces / MIB:.0f} MiB in torch's allocator (torch's default, 32 MiB per handle on "
                   "Hopper cards, 8.1 MiB on others; one handle for the forward, one for the autograd thread)")
     else:
@@ -1222,6 +1234,12 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     }
     if setup.checkpointing:
         phases["recompute"] = static + grads_fwd + act.saved + act.layer_full + act.layer_backward + states.gathered
+    middle_act = middle_grads = 0
+    if act.backward_profile:
+        middle_act, middle_grads = max(
+            ((waiting, states.grads if states.grads_persistent else int(share * states.grads))
+             for waiting, share in act.backward_profile), key=sum)
+        phases["backward middle"] = static + middle_act + middle_grads + act.layer_backward + states.gathered
     phase = max(phases, key=phases.get)
     peak = phases[phase]
 
@@ -1235,6 +1253,9 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
         live |= {"gradients": grads_fwd, "activations": act.saved, "temporaries": temps_start + buckets_and_workspaces}
     elif phase == "recompute":
         live |= {"gradients": grads_fwd, "activations": act.saved + act.layer_full,
+                 "temporaries": act.layer_backward + states.gathered + buckets_and_workspaces}
+    elif phase == "backward middle":
+        live |= {"gradients": middle_grads, "activations": middle_act,
                  "temporaries": act.layer_backward + states.gathered + buckets_and_workspaces}
     elif phase == "backward end":
         live |= {"gradients": states.grads, "activations": act.layer_full if setup.checkpointing else 0,
@@ -1275,8 +1296,12 @@ def estimate(setup: MemorySetup, shape: ModelShape | None = None) -> Estimate:
     # the band: model states are exact; activations and temporaries carry the activation
     # model's relative error; the allocator's caching and fragmentation add up to 5% more
     variable = live["activations"] + live["temporaries"]
+    if phase == "backward middle":  # which gradients exist by then is part of the modelled backward order
+        variable += middle_grads
     low = int(peak - variable * act.band[0] - (ctx - ctx_low))
     high = int(peak + variable * act.band[1] + 0.05 * peak + (ctx_high - ctx) + data_high)
+    if setup.variable_length and setup.device == "cuda":
+        high = max(high, int(VARIABLE_LENGTH_RESERVED[1] * (peak - ctx) + ctx_high))
     return Estimate(
         setup=setup, shape=shape, components=components, peak=peak, peak_phase=phase, low=low, high=high,
         cpu=states.cpu, assumptions=tuple(notes.items), trainable_params=trainable, phases=dict(phases),

@@ -77,6 +77,10 @@ class MemorySetup:
     # context's range (estimator.cuda_context); None: unknown
     gpu: str | None = None
     cuda_version: str | None = None
+    # batches whose shapes change from step to step (group_by_length, dynamic padding, bucketing):
+    # the caching allocator keeps blocks sized for earlier batches (estimator.VARIABLE_LENGTH_RESERVED);
+    # None: not known (fixed-length batches assumed, said in the assumptions)
+    variable_length: bool | None = None
     extras: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_(self, **changes) -> "MemorySetup":

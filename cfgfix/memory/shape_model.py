@@ -48,6 +48,7 @@ class ModelShape:
     largest_module_params: int = 0  # the largest single module (ZeRO-3's "largest layer", facts C14)
     blocks: tuple[BlockKind, ...] = ()
     unet_levels: tuple[tuple[int, int, int], ...] = ()  # UNet: (channels, downsampling factor, transformer layers)
+    unet_layers_per_block: int = 2  # UNet: resnets per down block (up blocks have one more)
     # a fixed number of tokens per sample (a ViT: patches + the class token); 0: the run's sequence length
     tokens: int = 0
     max_positions: int = 0  # max_position_embeddings (0: not stated); a longer --seq is warned about

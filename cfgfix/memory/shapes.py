@@ -473,7 +473,8 @@ def _unet(config: dict, source: str) -> ModelShape:
     return ModelShape(
         family="unet", params=params, hidden=c0, heads=0, vocab=0, gated_mlp=True, norm="group", attention="fused",
         largest_module_params=max(boc[-1] * boc[-1] * 9 * 2, max(i * o for _, i, o in linears) if linears else 0),
-        blocks=(BlockKind(1, block_linear, tuple(linears)),), unet_levels=tuple(levels), source=source,
+        blocks=(BlockKind(1, block_linear, tuple(linears)),), unet_levels=tuple(levels),
+        unet_layers_per_block=layers_per_block, source=source,
     )
 
 

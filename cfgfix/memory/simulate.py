@@ -126,6 +126,10 @@ def simulate(
     small models). `foreach=True` uses the multi-tensor optimizer step, torch's default
     on CUDA (a CPU run defaults to the per-parameter loop, which needs fewer temporaries).
     """
+    from cfgfix.memory.simulate_diffusers import is_unet_config, simulate_unet
+
+    if is_unet_config(config):  # a diffusers UNet: its own builder and batch (needs diffusers)
+        return simulate_unet(setup, config, steps=steps, fake=fake)
     if steps < 1:
         raise ValueError("steps must be at least 1")
     _refuse_unsupported(setup)
