@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from family_configs import UNET_HELDOUT
+from family_configs import DIT_SMALL, UNET_HELDOUT
 
 from cfgfix.memory.estimator import estimate
 from cfgfix.memory.setup import MemorySetup
@@ -27,6 +27,7 @@ MIB = 1 << 20
 BASE = MemorySetup(device="cpu", optimizer_impl="foreach", optimizer="sgd")
 SETUPS = {"fp32": BASE, "amp-bf16": replace(BASE, autocast="bf16"), "bf16": replace(BASE, weights="bf16"),
           "checkpointing": replace(BASE, checkpointing=True), "amp-fp16+ckpt": replace(BASE, autocast="fp16", checkpointing=True)}
+DIT_ROWS = [("flux-small", 2, 512), ("sd3-small", 2, 512)]
 ROWS = [  # (config, micro batch, resolution)
     ("sd15", 2, 512), ("sdxl", 2, 768), ("unet-narrow", 4, 512), ("unet-deep", 2, 768),
 ]
@@ -43,7 +44,7 @@ def coarse_before(setup: MemorySetup, shape) -> int:
 
 
 def config_of(name: str) -> dict:
-    return UNET_HELDOUT.get(name) or catalog_entry(name)["config"]
+    return UNET_HELDOUT.get(name) or DIT_SMALL.get(name) or catalog_entry(name)["config"]
 
 
 def main() -> None:
@@ -63,7 +64,8 @@ def main() -> None:
             after = estimate(setup, shape)
             # the replaced term had two moments of backward: its start (all activations) and its end
             saved = unet_activations(shape, px // 8, batch, 2 if setup.autocast or setup.weights != "fp32" else 4,
-                                     setup.checkpointing, shape.unet_layers_per_block, bool(setup.autocast) and setup.device == "cuda")[0]
+                                     setup.checkpointing, shape.unet_layers_per_block,
+                                     bool(setup.autocast) and setup.device == "cuda")[0]
             phases = after.phases
             before = max(phases["backward start"] - saved + coarse_before(setup, shape), phases["backward end"],
                          phases["optimizer step"])
@@ -78,5 +80,24 @@ def main() -> None:
           f"{sum(e[1] < 0.15 for e in errors)} of {n}.")
 
 
+def diffusion_transformers() -> None:
+    print("\n## Diffusion transformers (FLUX, SD3): the generic transformer-layer terms, first checked here\n")
+    print("| model | batch x px | setup | simulated | estimate | error | in band |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, batch, px in DIT_ROWS:
+        config = config_of(name)
+        shape = shape_from_config(config)
+        for label in ("fp32", "bf16", "checkpointing"):
+            setup = replace(SETUPS[label], micro_batch=batch, resolution=px)
+            simulated = simulate_unet(setup, config).peak_bytes
+            after = estimate(setup, shape)
+            band = "yes" if after.low <= simulated <= after.high else "no"
+            print(f"| {name} | {batch} x {px} | {label} | {simulated / MIB:,.0f} | {after.peak / MIB:,.0f} "
+                  f"| {(after.peak - simulated) / simulated:+.1%} | {band} |", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if "--dit" in sys.argv:
+        diffusion_transformers()
+    else:
+        main()

@@ -100,3 +100,13 @@ UNET_HELDOUT = {
                   "cross_attention_dim": 768, "attention_head_dim": [5, 10, 20], "use_linear_projection": True,
                   "in_channels": 4, "out_channels": 4, "sample_size": 32},
 }
+
+# diffusion transformers, small (their catalog dimensions scaled down; rope axes summing to the head size)
+DIT_SMALL = {
+    "flux-small": {"_class_name": "FluxTransformer2DModel", "num_layers": 2, "num_single_layers": 4,
+                   "num_attention_heads": 4, "attention_head_dim": 64, "in_channels": 64, "joint_attention_dim": 512,
+                   "pooled_projection_dim": 128, "guidance_embeds": True, "axes_dims_rope": [8, 28, 28]},
+    "sd3-small": {"_class_name": "SD3Transformer2DModel", "num_layers": 4, "num_attention_heads": 4, "attention_head_dim": 64,
+                  "patch_size": 2, "in_channels": 16, "joint_attention_dim": 512, "pooled_projection_dim": 256,
+                  "caption_projection_dim": 256, "pos_embed_max_size": 96, "sample_size": 64},
+}

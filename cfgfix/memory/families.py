@@ -452,7 +452,7 @@ def sd3(config: dict, source: str) -> ModelShape:
                       head_dim=config["attention_head_dim"], intermediate=ff, gated_mlp=False, norm="layer",
                       largest_module_params=dim * 6 * dim, blocks=(BlockKind(layers, block, linears),), source=source,
                       notes=(("diffusion transformer: parameters counted; activations by the generic transformer-layer "
-                             "terms at the latent's patch tokens, not validated against a simulator (diffusers not installed)"),))
+                             "terms at the latent's patch tokens, checked against the simulator on small configs only"),))
 
 
 def flux(config: dict, source: str) -> ModelShape:
@@ -481,5 +481,5 @@ def flux(config: dict, source: str) -> ModelShape:
                       intermediate=ff, gated_mlp=False, norm="layer", largest_module_params=(dim + ff) * dim,
                       blocks=(BlockKind(double, double_block, linears), BlockKind(single, single_block, linears)),
                       source=source, notes=(("diffusion transformer: parameters counted; activations by the generic "
-                                            "transformer-layer terms at the latent's patch tokens, not validated against "
-                                            "a simulator (diffusers not installed)"),))
+                                            "transformer-layer terms at the latent's patch tokens, checked against the "
+                                            "simulator on small configs only"),))

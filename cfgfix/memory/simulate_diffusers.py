@@ -22,8 +22,14 @@ DIFFUSERS_HINT = "pip install diffusers"
 TEXT_TOKENS = 77  # CLIP's max_position_embeddings: the encoder_hidden_states' length
 
 
+# diffusers models the simulator builds, by the config's `_class_name`
+CLASSES = ("UNet2DConditionModel", "FluxTransformer2DModel", "SD3Transformer2DModel")
+# text tokens of the diffusion transformers' prompts (FLUX: T5 at 512; SD3: 77 CLIP + 256 T5)
+DIT_TEXT_TOKENS = {"FluxTransformer2DModel": 512, "SD3Transformer2DModel": 333}
+
+
 def is_unet_config(config: dict) -> bool:
-    return config.get("_class_name") == "UNet2DConditionModel" or "down_block_types" in config
+    return config.get("_class_name") in CLASSES or "down_block_types" in config
 
 
 def simulate_unet(setup: MemorySetup, config: dict, *, steps: int = 2, fake: bool = True):
@@ -53,7 +59,8 @@ def simulate_unet(setup: MemorySetup, config: dict, *, steps: int = 2, fake: boo
             stack.enter_context(sim._module_moves_under(fake_mode))
         counter = stack.enter_context(LiveBytes())
         values = {k: v for k, v in config.items() if not k.startswith("_")}
-        model = diffusers.UNet2DConditionModel.from_config(values).to(sim._dtype(torch, setup.weights))
+        kind = config.get("_class_name") or "UNet2DConditionModel"
+        model = getattr(diffusers, kind).from_config(values).to(sim._dtype(torch, setup.weights))
         model.train()
         if setup.checkpointing:
             model.enable_gradient_checkpointing()
@@ -65,8 +72,8 @@ def simulate_unet(setup: MemorySetup, config: dict, *, steps: int = 2, fake: boo
         autocast = sim._autocast(torch, setup.autocast)
         for step in range(steps):
             for _ in range(micro_batches):
-                batch = _batch(torch, model.config, setup.micro_batch, resolution, dtype)
-                target = torch.zeros_like(batch["sample"])
+                batch = _batch(torch, model.config, setup.micro_batch, resolution, dtype, kind)
+                target = torch.zeros_like(batch["hidden_states" if "hidden_states" in batch else "sample"])
                 counter.reset_peak()
                 with autocast:
                     prediction = model(**batch).sample
@@ -97,11 +104,27 @@ def simulate_unet(setup: MemorySetup, config: dict, *, steps: int = 2, fake: boo
     )
 
 
-def _batch(torch, config, batch: int, resolution: int, dtype) -> dict:
+def _batch(torch, config, batch: int, resolution: int, dtype, kind: str = "UNet2DConditionModel") -> dict:
     """The UNet's inputs as the training scripts give them: noisy latents (the VAE's 8x
     down-sampling, `in_channels` channels), one timestep per sample, the text encoders' hidden
     states (77 tokens of `cross_attention_dim`), and SDXL's pooled text embeds and time ids."""
     side = resolution // 8
+    if kind == "FluxTransformer2DModel":
+        # the latents packed in 2 x 2 patches (pipeline_flux.py _pack_latents), T5 prompt tokens
+        tokens, text = (side // 2) ** 2, DIT_TEXT_TOKENS[kind]
+        out = {"hidden_states": torch.zeros(batch, tokens, config.in_channels, dtype=dtype),
+               "encoder_hidden_states": torch.zeros(batch, text, config.joint_attention_dim, dtype=dtype),
+               "pooled_projections": torch.zeros(batch, config.pooled_projection_dim, dtype=dtype),
+               "timestep": torch.zeros(batch, dtype=dtype), "img_ids": torch.zeros(tokens, 3, dtype=dtype),
+               "txt_ids": torch.zeros(text, 3, dtype=dtype)}
+        if config.guidance_embeds:
+            out["guidance"] = torch.zeros(batch, dtype=dtype)
+        return out
+    if kind == "SD3Transformer2DModel":
+        return {"hidden_states": torch.zeros(batch, config.in_channels, side, side, dtype=dtype),
+                "encoder_hidden_states": torch.zeros(batch, DIT_TEXT_TOKENS[kind], config.joint_attention_dim, dtype=dtype),
+                "pooled_projections": torch.zeros(batch, config.pooled_projection_dim, dtype=dtype),
+                "timestep": torch.zeros(batch, dtype=dtype)}
     cross = config.cross_attention_dim
     cross = cross[0] if isinstance(cross, (list, tuple)) else cross
     out = {
