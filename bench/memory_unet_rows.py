@@ -1,5 +1,5 @@
 """UNet2DConditionModel rows of bench/memory_families.md: the analytic UNet term against the
-FakeTensor simulator (cfgfix/memory/simulate_diffusers.py; needs diffusers).
+FakeTensor simulator (cfgfix/memory/simulate.py simulate_diffusers; needs diffusers).
 
     PYTHONPATH=.:<diffusers on the path> .venv/bin/python bench/memory_unet_rows.py >> bench/memory_families.md
 
@@ -19,7 +19,7 @@ from family_configs import DIT_SMALL, UNET_HELDOUT
 from cfgfix.memory.estimator import estimate
 from cfgfix.memory.setup import MemorySetup
 from cfgfix.memory.shapes import catalog_entry, shape_from_config
-from cfgfix.memory.simulate_diffusers import simulate_unet
+from cfgfix.memory.simulate import simulate_diffusers
 from cfgfix.memory.unet_activations import unet_activations
 from cfgfix.records import replace
 
@@ -60,7 +60,7 @@ def main() -> None:
         shape = shape_from_config(config)
         for label, base in SETUPS.items():
             setup = replace(base, micro_batch=batch, resolution=px)
-            simulated = simulate_unet(setup, config).peak_bytes
+            simulated = simulate_diffusers(setup, config).peak_bytes
             after = estimate(setup, shape)
             # the replaced term had two moments of backward: its start (all activations) and its end
             saved = unet_activations(shape, px // 8, batch, 2 if setup.autocast or setup.weights != "fp32" else 4,
@@ -89,7 +89,7 @@ def diffusion_transformers() -> None:
         shape = shape_from_config(config)
         for label in ("fp32", "bf16", "checkpointing"):
             setup = replace(SETUPS[label], micro_batch=batch, resolution=px)
-            simulated = simulate_unet(setup, config).peak_bytes
+            simulated = simulate_diffusers(setup, config).peak_bytes
             after = estimate(setup, shape)
             band = "yes" if after.low <= simulated <= after.high else "no"
             print(f"| {name} | {batch} x {px} | {label} | {simulated / MIB:,.0f} | {after.peak / MIB:,.0f} "

@@ -53,11 +53,11 @@ def test_the_peak_is_in_the_middle_of_backward():
 @pytest.mark.parametrize("name", ["sd15"])
 def test_against_the_simulator(name):
     pytest.importorskip("diffusers")
-    from cfgfix.memory.simulate_diffusers import simulate_unet
+    from cfgfix.memory.simulate import simulate_diffusers
 
     config = catalog_entry(name)["config"]
     setup = MemorySetup(micro_batch=2, resolution=256, device="cpu", optimizer="sgd", optimizer_impl="foreach")
-    simulated = simulate_unet(setup, config).peak_bytes
+    simulated = simulate_diffusers(setup, config).peak_bytes
     assert estimate(setup, shape_from_config(config)).peak == pytest.approx(simulated, rel=0.15)
 
 

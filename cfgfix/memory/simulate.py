@@ -14,7 +14,8 @@ device aborts the process on the CPU build, and meta-device models mis-measure a
 and crash with checkpointing, so neither is used. One transformers check that reads
 tensor values is answered as real data would answer it (`_unpacked_batches`).
 
-torch, transformers (and peft for LoRA) are imported inside `simulate`, never at import.
+torch, transformers (and peft for LoRA) are imported inside `simulate`, never at import; a
+diffusers config (UNet2DConditionModel, FLUX, SD3) runs `simulate_diffusers`, which imports diffusers.
 """
 
 from __future__ import annotations
@@ -126,10 +127,8 @@ def simulate(
     small models). `foreach=True` uses the multi-tensor optimizer step, torch's default
     on CUDA (a CPU run defaults to the per-parameter loop, which needs fewer temporaries).
     """
-    from cfgfix.memory.simulate_diffusers import is_unet_config, simulate_unet
-
-    if is_unet_config(config):  # a diffusers UNet: its own builder and batch (needs diffusers)
-        return simulate_unet(setup, config, steps=steps, fake=fake)
+    if is_diffusers_config(config):  # a diffusers UNet / FLUX / SD3: its own builder and batch (needs diffusers)
+        return simulate_diffusers(setup, config, steps=steps, fake=fake)
     if steps < 1:
         raise ValueError("steps must be at least 1")
     _refuse_unsupported(setup)
@@ -488,3 +487,127 @@ def _batch(torch, vocab: int, batch: int, seq_len: int, target_len: int | None, 
     # decoder ids given explicitly: a config may lack the decoder_start_token_id that
     # shifting the labels needs
     return {"input_ids": ids, "labels": targets, "decoder_input_ids": targets}
+
+
+# -- diffusers models ---------------------------------------------------------------------------------
+
+DIFFUSERS_HINT = "pip install diffusers"
+UNET_TEXT_TOKENS = 77  # CLIP's max_position_embeddings: the encoder_hidden_states' length
+# diffusers models the simulator builds, by the config's `_class_name`
+DIFFUSERS_CLASSES = ("UNet2DConditionModel", "FluxTransformer2DModel", "SD3Transformer2DModel")
+# text tokens of the diffusion transformers' prompts (FLUX: T5 at 512; SD3: 77 CLIP + 256 T5)
+DIT_TEXT_TOKENS = {"FluxTransformer2DModel": 512, "SD3Transformer2DModel": 333}
+
+
+def is_diffusers_config(config: dict) -> bool:
+    return config.get("_class_name") in DIFFUSERS_CLASSES or "down_block_types" in config
+
+
+def simulate_diffusers(setup: MemorySetup, config: dict, *, steps: int = 2, fake: bool = True):
+    """Run `steps` training steps of the diffusers model `config` describes (a UNet, FLUX or SD3
+    transformer: `DIFFUSERS_CLASSES`) and measure the peak of live tensor bytes. The training scripts'
+    shape (`examples/text_to_image/train_text_to_image*.py`, `examples/dreambooth/
+    train_dreambooth_flux.py`): the model predicts the noise of latents at resolution / 8 given
+    the timestep and the text encoders' outputs, and the loss is
+    `F.mse_loss(model_pred.float(), target.float())`; the text encoders and the VAE are not part
+    of the step (their outputs are inputs here). diffusers is imported here, never at import."""
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    _refuse_unsupported(setup)
+    torch, _ = _import_torch_stack()
+    try:
+        import diffusers
+    except ImportError as err:
+        raise SimulatorUnavailable(f"simulating a UNet needs diffusers: {DIFFUSERS_HINT}") from err
+    from cfgfix.memory.live_bytes import LiveBytes, model_state_bytes
+
+    assumptions: list[str] = []
+    resolution = setup.resolution or 1024
+    if setup.resolution is None:
+        assumptions.append("image resolution unknown: 1024 px assumed")
+    micro_batches = max(1, min(setup.gradient_accumulation, 2))
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        if fake:
+            fake_mode = stack.enter_context(_fake_mode())
+            stack.enter_context(_module_moves_under(fake_mode))
+        counter = stack.enter_context(LiveBytes())
+        values = {k: v for k, v in config.items() if not k.startswith("_")}
+        kind = config.get("_class_name") or "UNet2DConditionModel"
+        model = getattr(diffusers, kind).from_config(values).to(_dtype(torch, setup.weights))
+        model.train()
+        if setup.checkpointing:
+            model.enable_gradient_checkpointing()
+        optimizer = _build_optimizer(torch, model, setup.optimizer, setup.optimizer_impl or "foreach")
+        counter.track_existing(model, optimizer)
+        phases = {"model": counter.current}
+        build_peak = counter.peak
+        dtype = next(model.parameters()).dtype
+        autocast = _autocast(torch, setup.autocast)
+        for step in range(steps):
+            for _ in range(micro_batches):
+                batch = _diffusers_batch(torch, model.config, setup.micro_batch, resolution, dtype, kind)
+                target = torch.zeros_like(batch["hidden_states" if "hidden_states" in batch else "sample"])
+                counter.reset_peak()
+                with autocast:
+                    prediction = model(**batch).sample
+                loss = torch.nn.functional.mse_loss(prediction.float(), target.float())
+                del prediction
+                phases["forward"] = max(phases.get("forward", 0), counter.peak)
+                counter.reset_peak()
+                loss.backward()
+                del loss, batch, target
+                phases["backward"] = max(phases.get("backward", 0), counter.peak)
+                counter.reset_peak()
+            optimizer.step()
+            if step < steps - 1:
+                optimizer.zero_grad(set_to_none=True)
+            phases["optimizer"] = max(phases.get("optimizer", 0), counter.peak)
+            counter.reset_peak()
+        state = model_state_bytes(model, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        params = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        del model, optimizer
+    peak = max(build_peak, *phases.values())
+    return SimulationResult(
+        peak_bytes=peak, phases=phases, state=state, params=params, trainable_params=trainable,
+        cuda_context_bytes=CUDA_CONTEXT_BYTES, allocator_margin_bytes=round(peak * ALLOCATOR_MARGIN),
+        error_band=ERROR_BAND, steps=steps, micro_batches=micro_batches, wall_seconds=time.perf_counter() - started,
+        fake=fake, assumptions=assumptions,
+    )
+
+
+def _diffusers_batch(torch, config, batch: int, resolution: int, dtype, kind: str = "UNet2DConditionModel") -> dict:
+    """The UNet's inputs as the training scripts give them: noisy latents (the VAE's 8x
+    down-sampling, `in_channels` channels), one timestep per sample, the text encoders' hidden
+    states (77 tokens of `cross_attention_dim`), and SDXL's pooled text embeds and time ids."""
+    side = resolution // 8
+    if kind == "FluxTransformer2DModel":
+        # the latents packed in 2 x 2 patches (pipeline_flux.py _pack_latents), T5 prompt tokens
+        tokens, text = (side // 2) ** 2, DIT_TEXT_TOKENS[kind]
+        out = {"hidden_states": torch.zeros(batch, tokens, config.in_channels, dtype=dtype),
+               "encoder_hidden_states": torch.zeros(batch, text, config.joint_attention_dim, dtype=dtype),
+               "pooled_projections": torch.zeros(batch, config.pooled_projection_dim, dtype=dtype),
+               "timestep": torch.zeros(batch, dtype=dtype), "img_ids": torch.zeros(tokens, 3, dtype=dtype),
+               "txt_ids": torch.zeros(text, 3, dtype=dtype)}
+        if config.guidance_embeds:
+            out["guidance"] = torch.zeros(batch, dtype=dtype)
+        return out
+    if kind == "SD3Transformer2DModel":
+        return {"hidden_states": torch.zeros(batch, config.in_channels, side, side, dtype=dtype),
+                "encoder_hidden_states": torch.zeros(batch, DIT_TEXT_TOKENS[kind], config.joint_attention_dim, dtype=dtype),
+                "pooled_projections": torch.zeros(batch, config.pooled_projection_dim, dtype=dtype),
+                "timestep": torch.zeros(batch, dtype=dtype)}
+    cross = config.cross_attention_dim
+    cross = cross[0] if isinstance(cross, (list, tuple)) else cross
+    out = {
+        "sample": torch.zeros(batch, config.in_channels, side, side, dtype=dtype),
+        "timestep": torch.zeros(batch, dtype=torch.long),
+        "encoder_hidden_states": torch.zeros(batch, UNET_TEXT_TOKENS, cross, dtype=dtype),
+    }
+    if config.addition_embed_type == "text_time":
+        time_ids = config.projection_class_embeddings_input_dim - 6 * config.addition_time_embed_dim
+        out["added_cond_kwargs"] = {"text_embeds": torch.zeros(batch, time_ids, dtype=dtype),
+                                    "time_ids": torch.zeros(batch, 6, dtype=dtype)}
+    return out
