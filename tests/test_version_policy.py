@@ -58,6 +58,32 @@ def test_a_local_trainer_subclass_without_its_own_init_dates_like_the_trainer():
     assert _bounds(args) == {"transformers": {"<": "4.51.0"}}
 
 
+@pytest.mark.parametrize("files, dated", [
+    ({"trainers/__init__.py": "", "trainers/seq2seq.py": "from transformers import Seq2SeqTrainer as Base\n"
+      "class MyTrainer(Base):\n    def compute_loss(self, model, inputs, **kw):\n        return model(**inputs).loss\n",
+      "train.py": "from trainers.seq2seq import MyTrainer\nMyTrainer(model=m, args=a, tokenizer=tok).train()\n"}, True),
+    ({"pkg/__init__.py": "", "pkg/trainer.py": "import transformers\nclass T(transformers.Trainer):\n    pass\n",
+      "pkg/run.py": "from .trainer import T as Runner\nRunner(model=m, tokenizer=tok)\n"}, True),
+    # near misses: the subclass takes `tokenizer` in its own __init__; a trl base; a class of
+    # the same name the caller defines itself; an import from a library, not the project
+    ({"trainers.py": "from transformers import Trainer\nclass MyTrainer(Trainer):\n"
+      "    def __init__(self, tokenizer=None, **kw):\n        super().__init__(processing_class=tokenizer, **kw)\n",
+      "train.py": "from trainers import MyTrainer\nMyTrainer(model=m, tokenizer=tok)\n"}, False),
+    ({"trainers.py": "from trl import SFTTrainer\nclass MyTrainer(SFTTrainer):\n    pass\n",
+      "train.py": "from trainers import MyTrainer\nMyTrainer(model=m, tokenizer=tok)\n"}, False),
+    ({"trainers.py": "from transformers import Trainer\nclass MyTrainer(Trainer):\n    pass\n",
+      "train.py": "class MyTrainer:\n    def __init__(self, **kw):\n        pass\nMyTrainer(model=m, tokenizer=tok)\n"}, False),
+    ({"trainers.py": "from transformers import Trainer\nclass MyTrainer(Trainer):\n    pass\n",
+      "train.py": "from otherlib.trainers import MyTrainer\nMyTrainer(model=m, tokenizer=tok)\n"}, False),
+])
+def test_a_trainer_subclass_from_another_module_dates_the_project(tmp_path, files, dated):
+    from cfgfix.analysis.version_idioms import project_bounds
+
+    write_project(tmp_path, files)
+    bounds = project_bounds(tmp_path)
+    assert (bounds.get("transformers", {}).get("<", ("",))[0] == "5.0.0") is dated
+
+
 def test_idiom_near_misses_date_nothing():
     # diffusers' own loaders; a local class or Trainer subclass; an unimported name; the
     # keyword on another call; trl's SFTTrainer (its own `tokenizer=` history); a comment

@@ -14,8 +14,10 @@ with its own `__init__` or trl's `SFTTrainer(tokenizer=...)` dates nothing.
 from __future__ import annotations
 
 import ast
+import os
 
 from cfgfix.analysis.names import ImportMap, child_nodes, dotted
+from cfgfix.core import LazyRegex
 
 # (library, call kind, keyword, bound, evidence in words); a bound is ">=X" for an API added
 # in X, "<X" for one removed in X (code that uses it runs only below X).
@@ -47,9 +49,11 @@ def _release(text: str) -> tuple[int, ...]:
 Bounds = dict[str, dict[str, tuple[str, str]]]  # package -> {">=" | "<": (version, why)}
 
 
-def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -> Bounds:
+def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None,
+                imported: dict[str, tuple[str, str]] | None = None) -> Bounds:
     """package -> {">=": (highest lower bound, why), "<": (lowest upper bound, why)}; the
-    why names the line."""
+    why names the line. `imported`: local names of library subclasses defined in other
+    modules of the project (`project_bounds`), name -> (call kind, library)."""
     if not any(token in text for token in TOKENS):
         return {}
     lines = _keyword_lines(text)
@@ -66,6 +70,8 @@ def code_bounds(tree: ast.Module, text: str, imports: ImportMap | None = None) -
         kind, library = _kind(node, imports)
         if kind is None:
             kind, library = _subclass_kind(node, tree, imports)
+        if kind is None and imported and isinstance(node.func, ast.Name):
+            kind, library = imported.get(node.func.id, (None, None))
         if kind is None:
             continue
         for package, idiom_kind, keyword, bound, why in IDIOMS:
@@ -159,14 +165,75 @@ def _subclass_kind(call: ast.Call, tree: ast.Module, imports: ImportMap) -> tupl
     if not isinstance(call.func, ast.Name):
         return None, None
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == call.func.id), None)
-    if cls is None or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init__"
-                          for n in cls.body):
+    return _class_kind(cls, imports) if cls is not None else (None, None)
+
+
+def _class_kind(cls: ast.ClassDef, imports: ImportMap) -> tuple[str | None, str | None]:
+    """(call kind, library) when `cls` subclasses the library's Trainer or TrainingArguments
+    and has no `__init__` of its own, else (None, None)."""
+    if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init__" for n in cls.body):
         return None, None
     for base in cls.bases:
         kind, library = _kind(ast.Call(func=base, args=[], keywords=[]), imports)
         if kind in ("trainer", "training_args"):
             return kind, library
     return None, None
+
+
+# `class X(Trainer):`, `class X(Base):` after `import Seq2SeqTrainer as Base`: a file that
+# defines a class with a base and names a Trainer or TrainingArguments is worth parsing for
+# library subclasses that other modules call.
+_CLASS_WITH_BASE = LazyRegex(rb"\bclass\s+\w+\s*\(\s*\w")
+
+
+def _may_subclass(data: bytes) -> bool:
+    return (b"Trainer" in data or b"TrainingArguments" in data) and _CLASS_WITH_BASE.search(data) is not None
+
+
+def _project_subclasses(files: list[tuple[str, bytes]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(file, class name) -> (call kind, library) for the top-level library subclasses
+    without their own `__init__` in the project's files."""
+    found = {}
+    for path, data in files:
+        if not _may_subclass(data):
+            continue
+        try:
+            tree = ast.parse(data.decode("utf-8"))
+        except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        imports = ImportMap(tree)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                kind, library = _class_kind(node, imports)
+                if kind is not None:
+                    found[(os.path.normpath(path), node.name)] = (kind, library)
+    return found
+
+
+def _imported_subclasses(path: str, root: str, imports: ImportMap, subclasses) -> dict[str, tuple[str, str]]:
+    """This file's local names for the project's library subclasses it imports
+    (`from trainers.seq2seq import MyTrainer`, `from .trainer import T as X`)."""
+    if not subclasses:
+        return {}
+    here = os.path.dirname(path)
+    found = {}
+    wanted = [(local, level, module, name) for local, (level, module, name) in imports.relative.items()]
+    wanted += [(local, 0, *target.rpartition(".")[::2]) for local, target in imports.aliases.items() if "." in target]
+    for local, level, module, name in wanted:
+        parts = module.split(".") if module else []
+        if level:
+            base = here
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            bases = [base]
+        else:
+            bases = [root, here]
+        for base in bases:
+            for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
+                kind = subclasses.get((os.path.normpath(candidate), name))
+                if kind is not None:
+                    found[local] = kind
+    return found
 
 
 # Folders a project scan never enters: environments, caches, builds, other tools' trees.
@@ -181,21 +248,24 @@ def project_bounds(root) -> Bounds:
     """The code bounds of every Python file under `root` together: an idiom anywhere in the
     project dates the project (issue 25: a sibling module's `Trainer(tokenizer=...)` shows the
     project runs transformers 4.x). Only files whose text holds an idiom's `keyword=` are
-    parsed; a file that does not parse dates nothing. The tightest bound wins, and its why
-    names the file."""
-    import os
-
+    parsed (and, for the library subclasses other modules call, those whose text defines a
+    class on a Trainer or TrainingArguments base); a file that does not parse dates nothing.
+    The tightest bound wins, and its why names the file."""
     root = os.fspath(root)
     found: Bounds = {}
     seen = 0
+    keyworded: list[tuple[str, bytes]] = []  # files whose text holds an idiom's keyword
+    defining: list[tuple[str, bytes]] = []  # files that may define a library subclass
     for folder, folders, files in os.walk(root):
         folders[:] = sorted(f for f in folders if f not in _SKIPPED_FOLDERS and not f.startswith("."))
+        if seen > _SCAN_FILES:
+            break
         for name in sorted(files):
             if not name.endswith(".py"):
                 continue
             seen += 1
             if seen > _SCAN_FILES:
-                return found
+                break
             path = os.path.join(folder, name)
             try:
                 if os.path.islink(path) or os.path.getsize(path) > _SCAN_BYTES:
@@ -204,18 +274,26 @@ def project_bounds(root) -> Bounds:
                     data = handle.read()
             except OSError:
                 continue
-            if not any(token.encode() in data for token in TOKENS):
-                continue
-            try:
-                text = data.decode("utf-8")
-                tree = ast.parse(text)
-            except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
-                continue
-            where = os.path.relpath(path, root)
-            for package, bounds in code_bounds(tree, text).items():
-                target = found.setdefault(package, {})
-                for op, (version, why) in bounds.items():
-                    tighten(target, op, version, why.replace("used on line", f"used in {where} on line"))
+            if any(token.encode() in data for token in TOKENS):
+                keyworded.append((path, data))
+            elif _may_subclass(data):
+                defining.append((path, data))
+    # A library subclass defined in one module and called in another (`from trainers import
+    # MyTrainer`; `MyTrainer(..., tokenizer=tok)`) dates the project like a direct call.
+    subclasses = _project_subclasses(keyworded + defining) if keyworded else {}
+    for path, data in keyworded:
+        try:
+            text = data.decode("utf-8")
+            tree = ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        where = os.path.relpath(path, root)
+        imports = ImportMap(tree)
+        imported = _imported_subclasses(path, root, imports, subclasses)
+        for package, bounds in code_bounds(tree, text, imports, imported).items():
+            target = found.setdefault(package, {})
+            for op, (version, why) in bounds.items():
+                tighten(target, op, version, why.replace("used on line", f"used in {where} on line"))
     return found
 
 
