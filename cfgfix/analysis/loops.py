@@ -220,7 +220,35 @@ class LoopAnalysis:
             found = self.functions.lookup(func, None)  # a step function in another module
             if found is not None and found[0] is not self.functions:
                 return _runs_step(found[1])
+        return self.calls_helper_step(site)
+
+    def calls_helper_step(self, site: CallSite) -> bool:
+        """`trainer.train_dpo(batch)`: a method that runs one step itself, of an object built
+        from a project class (this module's or another's, a class it inherits the method
+        from, either class of a conditional alias `cls = A if unsup else B`), through a name
+        or `self.x` bound once."""
+        func = site.node.func
+        if self.functions is None or not isinstance(func, ast.Attribute) or site.receiver in (None, "self", "cls") \
+                or site.method in _LOOP_STEP_METHODS:
+            return False
+        built = self.values.origin(func.value, site.context.function, site.context.classdef)
+        if not isinstance(built, ast.Call):
+            return False
+        for cls in _class_choices(self.values, built.func, site.context):
+            found = self.functions.class_lookup(cls)
+            if found is not None and isinstance(found[1], ast.ClassDef) and \
+                    _method_runs_step(found[0], found[1], site.method):
+                return True
         return False
+
+    @property
+    def values(self):
+        """The module's `attributes.ValueIndex` (what built a name or `self.x`), made once."""
+        if self._values is None:
+            from cfgfix.analysis.attributes import ValueIndex
+
+            self._values = ValueIndex(self.index.tree)
+        return self._values
 
     def returns_graph(self, call: ast.Call) -> bool:
         """A call of the project's own function that returns a loss with its graph
@@ -375,11 +403,7 @@ class LoopAnalysis:
         name or `self.x` bound once."""
         if not isinstance(site.node.func, ast.Attribute) or site.receiver is None:
             return False
-        from cfgfix.analysis.attributes import ValueIndex
-
-        if self._values is None:
-            self._values = ValueIndex(self.index.tree)
-        built = self._values.origin(site.node.func.value, site.context.function, site.context.classdef)
+        built = self.values.origin(site.node.func.value, site.context.function, site.context.classdef)
         return isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id == cls
 
     def _class_of(self, function: ast.AST):
@@ -1049,6 +1073,54 @@ def _runs_step(func: ast.AST) -> bool:
                     method == "step" and _OPTIMIZER.search(receiver or "")):
                 return True
     return False
+
+
+# Methods `is_backward` / `is_optimizer_step` judge by themselves.
+_LOOP_STEP_METHODS = frozenset({"backward", "manual_backward", "step", "zero_grad"})
+
+
+def _class_choices(values, node: ast.expr, context: Context, depth: int = 0) -> list[ast.expr]:
+    """The class names a constructor call's target may be: `Trainer`, `mod.Trainer`, each
+    arm of a conditional alias (`cls = A if c else B`, `A or B`), a name bound once to them.
+    Only names spelt like classes (a capital first letter): a call of a function that
+    returns an object is not followed."""
+    if depth > 3:
+        return []
+    if isinstance(node, ast.IfExp):
+        return [*_class_choices(values, node.body, context, depth + 1),
+                *_class_choices(values, node.orelse, context, depth + 1)]
+    if isinstance(node, ast.BoolOp):
+        return [c for v in node.values for c in _class_choices(values, v, context, depth + 1)]
+    if isinstance(node, ast.Name):
+        bound = values.origin(node, context.function, context.classdef)
+        if bound is not node:
+            return _class_choices(values, bound, context, depth + 1)
+        return [node] if node.id[:1].isupper() else []
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr[:1].isupper():
+        return [node]
+    return []
+
+
+def _method_runs_step(table, cls: ast.ClassDef, name: str, depth: int = 0) -> bool:
+    """The class's method `name`, its own or inherited from the project's classes (in any
+    module), runs one step itself (`_runs_step`); memoised on the class."""
+    from cfgfix.analysis.model_functions import _method
+
+    notes = cls.__dict__.setdefault("_cfgfix_runs_step", {})
+    if name in notes:
+        return notes[name]
+    notes[name] = False  # recursion: no while computed
+    method = _method(cls, name)
+    if method is not None:
+        notes[name] = _runs_step(method)
+    elif depth < 4:
+        for base in cls.bases:
+            found = table.class_lookup(base)
+            if found is not None and isinstance(found[1], ast.ClassDef) and \
+                    _method_runs_step(found[0], found[1], name, depth + 1):
+                notes[name] = True
+                break
+    return notes[name]
 
 
 def _function_returns_graph(func: ast.AST, table) -> bool:

@@ -73,6 +73,8 @@ def _analyze_class(cls: ast.ClassDef, analysis, resolver, module_seeds, init_par
     }
     table = resolver.functions
     local_names = set(table.defs) | set(table.classes) if table is not None else set()
+    if survey is not None:  # a method that calls one of the class's loading methods
+        local_names |= {m.name for m in methods if m in survey.load_scopes}
     for method in methods:
         if method is init:
             for node in nested[id(method)]:  # nested functions inside __init__

@@ -100,6 +100,10 @@ class FunctionTable:
         # What a project module must mention to be worth parsing: a model load or wrapper,
         # or a training step (a step function, a returned loss).
         self.needs = (b"from_pretrained", b"get_peft_model", b"backward(", b"loss")
+        # The project pins a peft whose LoRA adapters take the base layer's dtype
+        # (model_wrappers.lora_takes_base_dtype): set from the file's versions, handed on
+        # to the tables of the modules it follows.
+        self.lora_in_base_dtype = False
 
     def _index(self) -> None:
         defs, classes = self._defs, self._classes
@@ -283,6 +287,7 @@ class FunctionTable:
                 if table is None:
                     table = FunctionTable(parsed.tree, ImportMap(parsed.tree), self.project, target,
                                           self.depth + 1, parsed)
+                    table.lora_in_base_dtype = self.lora_in_base_dtype
                     parsed.notes["function-table"] = table
                 self._tables[key] = table
         return self._tables[key]

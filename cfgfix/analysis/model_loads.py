@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from cfgfix.analysis.keyword_dicts import spread_keywords
 from cfgfix.analysis.model_branches import _contradicts, _facts, _if_sides
 from cfgfix.analysis.model_values import DeviceMap, ModelLoad
-from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, single_assignments
+from cfgfix.analysis.names import DTYPE_ALIASES, ImportMap, dotted, gpu_branch, single_assignments
 from cfgfix.core import LazyRegex
 from cfgfix.records import replace
 
@@ -69,8 +69,13 @@ class _Resolver:
         return node
 
     def dtype(self, node: ast.expr) -> str | None:
-        """Canonical dtype, "auto", or None when the expression is not a known dtype."""
+        """Canonical dtype, "auto", or None when the expression is not a known dtype. The
+        GPU side of `torch.bfloat16 if torch.cuda.is_available() else torch.float32`: the
+        rules judge GPU runs (the CPU side is a fallback for machines without one)."""
         node = self.deref(node)
+        if isinstance(node, ast.IfExp):
+            side = gpu_branch(node, self.imports)
+            return self.dtype(side) if side is not None else None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             value = node.value.removeprefix("torch.")
             return "auto" if value == "auto" else DTYPE_ALIASES.get(value)

@@ -29,6 +29,7 @@ _KEEPING_METHODS = {
     "get_output_embeddings", "num_parameters", "register_forward_hook",
     "register_forward_pre_hook", "register_full_backward_hook", "get_memory_footprint",
     "enable_xformers_memory_efficient_attention", "set_attention_slice", "apply",
+    "get_submodule", "get_parameter",
 }
 _RETURNS_SELF = {"train", "eval", "requires_grad_", "apply"}
 _TRAINER = LazyRegex(r"(^|\.)\w*Trainer$")
@@ -310,6 +311,12 @@ def with_adapters(state: ModelState) -> ModelState:
     """A model PEFT injected adapters into: its dtype is no longer one value (float32
     adapters by default); the base's state is kept for `merge_and_unload()`."""
     return ModelState(state.load, None, None, state.base or state)
+
+
+def with_base_dtype_adapters(state: ModelState) -> ModelState:
+    """A model PEFT injected adapters into that take the base layers' dtype (peft 0.7-0.11,
+    `autocast_adapter_dtype=False`): every weight keeps the model's dtype."""
+    return ModelState(state.load, state.dtype, state.cast_by, state.base or state)
 
 
 def without_adapters(state: ModelState) -> ModelState:

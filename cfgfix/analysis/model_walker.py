@@ -46,10 +46,19 @@ from cfgfix.analysis.model_values import (
     _unknown_dtype,
     instantiate,
     with_adapters,
+    with_base_dtype_adapters,
     without_adapters,
 )
-from cfgfix.analysis.model_wrappers import _BASE_MODEL_METHODS, _PREPARE_METHODS, _UNLOADS, _prepares, wrapper_kind
-from cfgfix.analysis.names import DTYPE_ALIASES, child_nodes, dotted
+from cfgfix.analysis.model_wrappers import (
+    _BASE_MODEL_METHODS,
+    _PREPARE_METHODS,
+    _UNLOADS,
+    _prepares,
+    keeps_base_dtype,
+    wrapper_kind,
+)
+from cfgfix.analysis.module_replacement import keeps_wrapped_dtype, new_module_class
+from cfgfix.analysis.names import DTYPE_ALIASES, child_nodes, dotted, walk
 from cfgfix.analysis.process_tests import single_process_side
 from cfgfix.records import replace
 
@@ -98,6 +107,18 @@ _SIMPLE_STATEMENTS = frozenset({
 _WORD = re.compile(r"\w+")
 
 
+def _replaces_part(stmt: ast.stmt) -> bool:
+    """`setattr(x, name, Module(...))` or `x.attr = Module(...)` (`x` not `self`): a
+    statement that may replace a part of a model whatever names it mentions."""
+    if isinstance(stmt, ast.Expr):
+        call = stmt.value
+        return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr" \
+            and len(call.args) == 3 and new_module_class(call.args[2]) is not None
+    return isinstance(stmt, ast.Assign) and new_module_class(stmt.value) is not None and any(
+        isinstance(t, (ast.Attribute, ast.Subscript)) and not (dotted(t) or "").startswith("self.")
+        for t in stmt.targets)
+
+
 class _Walker:
     """One forward pass over a statement list, updating `env` (key -> ModelState)."""
 
@@ -115,6 +136,9 @@ class _Walker:
         self.depth = 0  # `if`s (and `except` handlers) entered in the function walked
         self.device_tests: frozenset = frozenset()  # keys whose placement an enclosing `if` tests
         self.dtype_tests: frozenset = frozenset()  # keys whose dtype an enclosing `if` tests
+        # The targets of the enclosing loops over a tracked model's modules, to their
+        # iterable (`for name, module in model.named_modules():`): a part of it is replaced.
+        self.loop_targets: dict[str, ast.expr] = {}
         # Only a single-process run reaches the current statement (a branch on LOCAL_RANK /
         # WORLD_SIZE); tests are read only in modules that name those variables.
         self.single_process = False
@@ -154,11 +178,13 @@ class _Walker:
         less). Most statements of a large trainer's `__init__` hold no such word."""
         if self.returns is not None and isinstance(stmt, ast.Return):
             return False
+        if env and _replaces_part(stmt):
+            return False  # `setattr(parent, name, LoRALinear(...))`: `parent` may be a model's part
         text = self.resolver.functions.text_of(stmt)
         if text is None:
             return False
         mentioned = set(_WORD.findall(text))
-        if not words.isdisjoint(mentioned):
+        if not words.isdisjoint(mentioned) or not mentioned.isdisjoint(self.loop_targets):
             return False
         for key, value in env.items():
             if not mentioned.isdisjoint(key.split(".")):
@@ -176,6 +202,8 @@ class _Walker:
         if isinstance(stmt, ast.Assign):
             state = self.expr(stmt.value, env)
             for target in stmt.targets:
+                if isinstance(target, (ast.Attribute, ast.Subscript)) and new_module_class(stmt.value) is not None:
+                    self.replace_part(target.value, stmt.value, env)  # `block.q_proj = LoRALinear(...)`
                 self.bind(target, state, env)
             return env
         if isinstance(stmt, ast.Return):
@@ -237,7 +265,12 @@ class _Walker:
             loop_env = {k: v for k, v in env.items() if k not in bound}
             for key in bound:
                 _forget_facts(loop_env, key)
+            saved_targets = self.loop_targets
+            if not isinstance(stmt, ast.While) and self.models_under(stmt.iter, env):
+                self.loop_targets = {**saved_targets, **{n.id: stmt.iter for n in walk(stmt.target)
+                                                         if isinstance(n, ast.Name)}}
             after = self.block(stmt.body, dict(loop_env))
+            self.loop_targets = saved_targets
             merged = _merge(loop_env, after)
             return _merge(merged, self.block(stmt.orelse, dict(merged)))
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
@@ -249,12 +282,14 @@ class _Walker:
         if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
             # What follows sees the body (and `else`) completed, or a handler that does
             # not re-raise having run after part of the body: a fallback load in `except`
-            # and the load it replaces are both possible. A handler starts from `safe`.
+            # and the load it replaces are both possible. The body starts from what holds
+            # before the `try` (`try: model.half() ...` casts the load); a handler starts
+            # from `safe`, without what the body may have rebound or cast.
             bound = _bound_in(stmt) if env else ()
             safe = {k: v for k, v in env.items() if k not in bound}
             imports = self.resolver.imports
             paths = []
-            completed = self.block(stmt.body, dict(safe))
+            completed = self.block(stmt.body, dict(env))
             if not _ends(stmt.body, imports):
                 completed = self.block(stmt.orelse, completed)
                 if not _ends(stmt.orelse, imports):
@@ -428,6 +463,10 @@ class _Walker:
         else:
             self.expr(func, env)
         name = self.resolver.imports.qualify(func) or ""
+        if name == "setattr" and len(call.args) == 3 and new_module_class(call.args[2]) is not None:
+            self.args(call, env, escape=False)
+            self.replace_part(call.args[0], call.args[2], env)  # `setattr(parent, name, LoRALinear(...))`
+            return None
         kind = wrapper_kind(name)
         if kind is not None:
             return self.wrap(call, env, kind, name)
@@ -435,6 +474,35 @@ class _Walker:
             return self.local_call(call, env)
         self.args(call, env, escape=name not in _HARMLESS_CALLS)
         return None
+
+    def models_under(self, node: ast.expr, env: dict, depth: int = 0) -> list[str]:
+        """The tracked keys whose modules `node` may be: the model itself, `model.encoder`,
+        `model.get_submodule(path)`, a name bound once to one of those, the target of a loop
+        over its `named_modules()`."""
+        if depth > 3:
+            return []
+        keys = []
+        for part in walk(self.resolver.deref(node)):
+            key = dotted(part) if isinstance(part, (ast.Name, ast.Attribute)) else None
+            if key is None:
+                continue
+            if isinstance(env.get(key), (ModelState, Choice)):
+                keys.append(key)
+            elif isinstance(part, ast.Name) and part.id in self.loop_targets:
+                keys.extend(self.models_under(self.loop_targets[part.id], env, depth + 1))
+            elif isinstance(part, ast.Name) and part is not node and part.id in self.resolver.consts:
+                keys.extend(self.models_under(part, env, depth + 1))
+        return keys
+
+    def replace_part(self, holder: ast.expr, value: ast.expr, env: dict) -> None:
+        """A submodule of the models `holder` may belong to replaced by `value`: their dtype
+        is unknown unless the new module's class gives its Parameters the dtype of the layer
+        it wraps (module_replacement.py)."""
+        keys = self.models_under(holder, env)
+        if not keys or keeps_wrapped_dtype(self.resolver.functions, new_module_class(value)):
+            return
+        for key in keys:
+            env[key] = _map_states(env[key], _unknown_dtype)
 
     def wrap(self, call: ast.Call, env: dict, kind: str, name: str):
         """A wrapper keeps the model it is given: the same load, with what the wrapper
@@ -445,8 +513,12 @@ class _Walker:
         if not isinstance(model_arg, (ModelState, Choice)):
             self.escape(call, env)
             return None
-        state = model_arg if kind == "keep" else _map_states(
-            model_arg, with_adapters if kind == "adapters" else _unknown_dtype)
+        change = with_adapters if kind == "adapters" else _unknown_dtype
+        functions = self.resolver.functions
+        if kind == "adapters" and name.endswith("get_peft_model") and keeps_base_dtype(
+                call, self.resolver, functions is not None and functions.lora_in_base_dtype):
+            change = with_base_dtype_adapters  # peft 0.7-0.11, or `autocast_adapter_dtype=False`
+        state = model_arg if kind == "keep" else _map_states(model_arg, change)
         key = dotted(node) if node is not None else None
         if kind != "keep" and key is not None and key in env:
             env[key] = state  # adapters are injected in place: the old name sees them too
@@ -487,6 +559,8 @@ class _Walker:
                 return None
         if found is None:
             if method is not None:
+                if self.returns is None:  # it binds nothing then
+                    self._record(table, method, positional, named, method=True)
                 self.escape(call, env, method)
             elif isinstance(func, ast.Attribute) and (dotted(func.value) == "self" or func.attr != "__init__" and (
                     isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")):
@@ -496,8 +570,10 @@ class _Walker:
                 self.escape(call, env)
             return None
         owner, node, is_method = found
-        if owner is table and not is_method:
-            self._record(table, node, positional, named)
+        # A method of this class too (`self._export(model, out)`), from the walks of its
+        # callers only: a summary's walk passes parameters, not models.
+        if owner is table and (not is_method or self.returns is None):
+            self._record(table, node, positional, named, method=is_method)
         keep = _read_only_arguments(call, node) if not is_method else frozenset()
         self.escape(call, env, node if is_method else None, keep=keep)
         if isinstance(node, ast.ClassDef):
@@ -506,10 +582,10 @@ class _Walker:
         return _stamp(instantiate(summary, positional, named, foreign=owner is not table), self.depth)
 
     @staticmethod
-    def _record(table, node, positional: list, named: dict) -> None:
+    def _record(table, node, positional: list, named: dict, method: bool = False) -> None:
         target = _method(node, "__init__") if isinstance(node, ast.ClassDef) else node
         if target is not None:
-            params = _positional_params(target, method=isinstance(node, ast.ClassDef))
+            params = _positional_params(target, method=method or isinstance(node, ast.ClassDef))
             bound = {name: positional[i] for i, name in enumerate(params) if i < len(positional)}
             bound.update({k: v for k, v in named.items() if k in params})
             table.bindings.record(node, bound)

@@ -154,6 +154,9 @@ def analyze_models(
             done[id(func)] = {}
     # Functions and classes that receive a model from their call sites in this module:
     # `train(model, loader)`, `Trainer(model=model)`. Each round may bind the next callee.
+    # A method its class's other methods pass a model to (`self._export(model, out)`) is
+    # walked in its class, with what those calls pass and the module's seeds only.
+    owners: dict[int, ast.ClassDef] | None = None
     for _ in range(MAX_ROUNDS):
         pending = []
         for node, params in bindings.consistent().items():
@@ -165,8 +168,11 @@ def analyze_models(
         for node, params in pending:
             if isinstance(node, ast.ClassDef):
                 _analyze_class(node, analysis, resolver, module_seeds, init_params=params, survey=survey)
-            else:
-                _analyze_function(node, analysis, resolver, module_seeds, params=params)
+                continue
+            if owners is None:
+                owners = _method_owners(tree)
+            owner = owners.get(id(node))
+            _analyze_function(node, analysis, resolver, module_seeds, owner, params=params)
     analysis.deps = sorted(functions.deps)
     return analysis
 
@@ -252,6 +258,12 @@ class _Survey:
         if not names:
             return False
         return any(isinstance(n, ast.Name) and n.id in names for n in walk(scope))
+
+
+def _method_owners(tree: ast.Module) -> dict[int, ast.ClassDef]:
+    """id(method) -> its class, for every class of the module."""
+    return {id(node): cls for cls in iter_statements(tree.body) if isinstance(cls, ast.ClassDef)
+            for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _functions_outside_classes(tree: ast.Module, seeds: dict):

@@ -213,15 +213,18 @@ class _Builder:
                 continue
             if other.name in SAME_PARAMETERS or keeps_dtype(other.name, other.node) or not _mentions(other.node, key):
                 continue
-            if _recast_after_wrap(other, source, self.sites):
+            if _recast_after_wrap(other, source, self.sites) or _adapters_in_base_dtype(other, source):
                 continue
             callee = (_last_name(other.name) or "").lower()
             local = self._local_functions(other)
-            project = self._project_function(other) if not local and not _OWNER.search(callee) else None
-            if _OWNER.search(callee) or (local and _calls_owner(self.index, local)) \
-                    or (project is not None and _walk_calls_owner(project)):
+            # A function of this module or of the project is judged by what it calls, not by
+            # its name (`save_lora_weights(model, path)` saves); anything else by its name.
+            project = self._project_function(other) if not local else None
+            if (local and _calls_owner(self.index, local)) or (project is not None and _walk_calls_owner(project)) \
+                    or (not local and project is None and _OWNER.search(callee)):
                 return f"the model is handed to `{other.name}` on line {other.node.lineno}"
-            if key in _assigned_keys(other.context.stmt):
+            # rebound to what a function of the project returns: the flow followed it
+            if not local and project is None and key in _assigned_keys(other.context.stmt):
                 return f"`{key}` is rebound to the result of `{other.name}` on line {other.node.lineno}"
         for node in ast.walk(self._scope_node(site, key)):
             loops = isinstance(node, (ast.For, ast.AsyncFor)) and _iterates_parameters_of(node.iter, key)
@@ -275,6 +278,15 @@ def _recast_after_wrap(wrap_site, source: ParamSource, sites: dict) -> bool:
         and cast_site.context.function is wrap_site.context.function
         and _after(cast, wrap_site.node)
     )
+
+
+def _adapters_in_base_dtype(wrap_site, source: ParamSource) -> bool:
+    """`get_peft_model` on a peft whose LoRA adapters take the base's dtype (the model flow
+    kept the dtype through the wrap: `model_wrappers.keeps_base_dtype`): every trained
+    weight is half precision, the wrap owns nothing."""
+    state = source.state
+    return (wrapper_kind(wrap_site.name) == "adapters" and (wrap_site.name or "").endswith("get_peft_model")
+            and state.base is not None and state.dtype in ("float16", "bfloat16"))
 
 
 def _binds_locally(func: ast.AST, name: str) -> bool:

@@ -40,8 +40,11 @@ class PythonContext:
         """This module's functions and those it imports from the project, with summaries
         (shared by the model and loop analyses; `deps` lists the other files read)."""
         from cfgfix.analysis.model_functions import FunctionTable
+        from cfgfix.analysis.model_wrappers import lora_takes_base_dtype
 
-        return FunctionTable(self.document.tree, self.imports, self.project, self.path)
+        table = FunctionTable(self.document.tree, self.imports, self.project, self.path)
+        table.lora_in_base_dtype = lora_takes_base_dtype(self.versions)
+        return table
 
     @cached_property
     def models(self):

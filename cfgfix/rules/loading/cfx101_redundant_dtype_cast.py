@@ -39,7 +39,9 @@ class RedundantDtypeCast(Rule):
     flagged: where the model already has that dtype, it never runs. The model may come from
     another module of the project: a loader it imports, or the construction of this
     module's class there (`CompleteOptimizedTrainer(model, tokenizer)` in `train.py` for a
-    cast in the trainer's `__init__`).
+    cast in the trainer's `__init__`), or another method of the class that returns it and
+    hands it on (`model, tok = self.load(path)`, then `self.export_all(model)` and there
+    `self._export(model, fmt)`, whose `.half()` is judged on the model every call passes).
 
     ## Why is this bad?
     It does nothing to the weights. `nn.Module.to()` converts parameters in place and

@@ -57,7 +57,11 @@ class EmptyCacheInLoop(Rule):
     `prediction_step` and a callback's `on_prediction_step`, a Lightning module's
     `validation_step`/`test_step`/`predict_step`, and the `on_validation_batch_end`,
     `on_test_batch_end`, `on_predict_batch_end` hooks (and their `_start` twins) of a
-    Lightning module or callback.
+    Lightning module or callback. A loop's step may be a method of a helper object the
+    code builds from a project class (`trainer = DPOTrainer(engine, args)`, either class of
+    `cls = A if unsup else B`, `self.trainer = ...`; the class in this module or another,
+    the method its own or inherited from a project base) that runs the backward pass or the
+    optimizer step itself: `for batch in loader: trainer.train_dpo(batch)`.
     And in a helper that a step loop or a per-step hook calls every iteration, also inside a
     loop of the helper's own over a collection the code spells out (`for key in ("chosen",
     "rejected"):`, the `.items()` of a dict literal): that loop runs a few times per step.

@@ -20,7 +20,10 @@ class GradScalerWithFp16Params(Rule):
     `.parameters()` the optimizer was built from, with an enabled GradScaler, or stepped
     after `accelerator.prepare` by an `Accelerator(mixed_precision="fp16")` (which steps and
     unscales it with its own GradScaler); and a transformers/trl `Trainer` given such a model
-    and `TrainingArguments(..., fp16=True)` (the Trainer's GradScaler). The model, the
+    and `TrainingArguments(..., fp16=True)` (the Trainer's GradScaler; reported on those
+    arguments). A PEFT model counts when the project pins a peft whose LoRA adapters take
+    the base layer's dtype (0.7.0 to 0.11.x; 0.12 and newer upcast them to float32 unless
+    `autocast_adapter_dtype=False`): its trained adapters are float16 too. The model, the
     optimizer and the scaler are followed through a trainer class's methods (`self.x` set in
     `__init__` or in one other method), a loader in another module of the project, and
     wrappers that keep the Parameters (DDP, `torch.compile`).
@@ -34,7 +37,7 @@ class GradScalerWithFp16Params(Rule):
 
     cfgfix stays silent when the cast happens only under a condition, when the model is
     handed to other code between the cast and the optimizer (PEFT's
-    `prepare_model_for_kbit_training` and `get_peft_model` create or up-cast float32
+    `prepare_model_for_kbit_training` and, on other peft releases, `get_peft_model` create or up-cast float32
     parameters), when the optimizer gets something other than the model's own parameters
     (an fp32 master copy) or only a part the cast did not touch (`model.decoder.parameters()`
     after `model.encoder.half()`), when the cast is to bfloat16 (bfloat16 gradients do not
@@ -512,7 +515,7 @@ class GradScalerWithFp16Params(Rule):
             "model = load('google/flan-t5-base')\n"
             "build_trainer(model, ds).train()\n",
             why="a library Trainer with `fp16=True` over a float16 model handed to the helper that builds it",
-            line=7,
+            line=6,
         ),
     ]
 
@@ -571,16 +574,18 @@ class GradScalerWithFp16Params(Rule):
         where = load.where if there is not src else f"line {cast.lineno}"
         what = (f"part of which (`{short(src, cast.func.value, 40)}`) is float16"
                 if held.state.dtype == _half_part() else "which are float16")
+        # Reported on the `TrainingArguments(..., fp16=True)` that makes the Trainer's
+        # GradScaler (as `GradScaler(...)` is), with the Trainer that trains beside it.
         return self.finding(
-            src.span_of_node(use.call),
-            f"`{short(src, use.call, 50)}`: training raises `ValueError: Attempting to unscale FP16 "
-            f"gradients.` at the first step: `fp16=True` (line {args.lineno}) makes the Trainer scale the "
+            src.span_of_node(args),
+            f"`{short(src, use.call, 50)}` (line {use.call.lineno}): training raises `ValueError: Attempting "
+            f"to unscale FP16 gradients.` at the first step: `fp16=True` makes the Trainer scale the "
             f"loss with a GradScaler, and it trains the parameters of `{held.key}`, {what} "
             f"(`{short(there, cast, 60)}`, {where}). Load the model in float32 (the Trainer autocasts "
             "the forward to float16), or use `bf16=True` on hardware that has it.",
             related=[
                 Related(there.span_of_node(cast), "the parameters become float16 here"),
-                Related(src.span_of_node(args), "fp16=True: the Trainer's GradScaler"),
+                Related(src.span_of_node(use.call), "the Trainer that trains them"),
             ],
         )
 

@@ -14,7 +14,15 @@ class Bf16WeightsPlainAdamw(Rule):
     """## What it does
     Flags a plain torch `AdamW` (or `Adam`) built over bfloat16 weights
     (`from_pretrained(..., torch_dtype=torch.bfloat16)`, `.bfloat16()`,
-    `.to(torch.bfloat16)`) when nothing keeps float32 master weights.
+    `.to(torch.bfloat16)`) when nothing keeps float32 master weights. The weights may be
+    loaded in another module of the project (`model = setup_lora_model(name)`; the GPU side
+    of `torch.bfloat16 if torch.cuda.is_available() else torch.float32`), and the trained
+    ones may be made by the project's own module class in the dtype of the layer it wraps
+    (a LoRA layer written by hand that casts its adapters `.to(original.weight.dtype)` and
+    replaces the base's layers with `setattr(parent, name, LoRALinear(module))`): an
+    optimizer over `[p for p in model.parameters() if p.requires_grad]` then steps
+    bfloat16 adapters. A replacement by any other module (torch's float32 layers, a class
+    cfgfix cannot read) makes the dtype unknown.
 
     ## Why is this bad?
     bfloat16 has float32's range but only 8 significant bits: an update smaller than about
@@ -62,7 +70,7 @@ class Bf16WeightsPlainAdamw(Rule):
     name = "bf16-weights-plain-adamw"
     severity = Severity.WARNING
     fix_availability = "none"
-    triggers = ((b"Adam",), (b"parameters(",), (b"bfloat16",))
+    triggers = ((b"Adam",), (b"parameters(",), (b"bfloat16", b"import"))
     trigger_check = staticmethod(builds_torch_adam)
 
     VALID = [
