@@ -440,3 +440,102 @@ def test_a_bfloat16_trainer_model_on_that_peft_is_not_cfx204(tmp_path):
     files = {"requirements.txt": "peft==0.8.2\ntransformers==4.41.0\ntorch==2.1.0\n",
              "train.py": PEFT_TRAINER.format(dtype="bfloat16", extra="")}
     assert _found(tmp_path, files, {"CFX204"}) == []
+
+
+# -- CFX201: a conditional autocast alias -----------------------------------------------------
+ALIAS_LOOP = """\
+import contextlib
+from contextlib import nullcontext
+import torch
+
+
+def train(model, loader, optimizer, args):
+    {alias}
+    for batch in loader:
+        with autocast():
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("alias", [
+    "autocast = torch.cuda.amp.autocast if args.amp else contextlib.suppress",
+    "autocast = contextlib.nullcontext if not args.amp else torch.cuda.amp.autocast",
+    "autocast = (args.amp and torch.cuda.amp.autocast) or nullcontext",
+])
+def test_a_conditional_autocast_alias_is_an_autocast_when_on(tmp_path, alias):
+    assert _found(tmp_path, {"train.py": ALIAS_LOOP.format(alias=alias)}, {"CFX201"}) == [("CFX201", "train.py", 9)]
+
+
+@pytest.mark.parametrize("alias,why", [
+    ("autocast = torch.cuda.amp.autocast if args.amp else torch.cpu.amp.autocast", "no no-op side"),
+    ("autocast = my_autocast if args.amp else contextlib.suppress", "not torch's autocast"),
+    ("autocast = torch.autocast if args.amp else contextlib.suppress", "`torch.autocast()` needs a device"),
+])
+def test_near_misses_of_the_autocast_alias_stay_silent(tmp_path, alias, why):
+    assert _found(tmp_path, {"train.py": ALIAS_LOOP.format(alias=alias)}, {"CFX201"}) == [], why
+
+
+def test_a_scaler_beside_the_alias_stays_silent(tmp_path):
+    code = ALIAS_LOOP.format(alias="autocast = torch.cuda.amp.autocast if args.amp else contextlib.suppress")
+    code = code.replace("        loss.backward()\n        optimizer.step()\n",
+                        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n")
+    code = code.replace("    for batch", "    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)\n    for batch")
+    assert _found(tmp_path, {"train.py": code}, {"CFX201"}) == []
+
+
+# -- dtype-tied branches: a load per side of a conditional dtype (CFX101, CFX102) ------------
+TIED = """\
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def main(args):
+    {dtype}
+    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype)
+    {test}
+        model = model.{cast}
+    return model
+"""
+
+
+@pytest.mark.parametrize("dtype,test,cast,expected", [
+    ("dtype = torch.float16 if args.fp16 else None", "if args.fp16:", "half()", "CFX101"),
+    ("dtype = torch.float16 if args.fp16 else (torch.bfloat16 if args.bf16 else None)", "if args.fp16:",
+     "half()", "CFX101"),
+    ("dtype = torch.float16 if args.fp16 else (torch.bfloat16 if args.bf16 else None)", "elif_bf16",
+     "to(torch.bfloat16)", "CFX101"),
+    ("dtype = torch.bfloat16 if args.bf16 else None", "if not args.bf16:", "half()", "CFX102"),
+    ("dtype = None if not args.bf16 else torch.bfloat16", "if args.bf16:", "bfloat16()", "CFX101"),
+])
+def test_a_cast_in_a_branch_tied_to_the_load_dtype(tmp_path, dtype, test, cast, expected):
+    if test == "elif_bf16":
+        test = "if args.fp16:\n        pass\n    elif args.bf16:"
+    code = TIED.format(dtype=dtype, test=test, cast=cast)
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if f"model.{cast}" in text)
+    files = {"requirements.txt": "transformers==4.44.0\n", "main.py": code}
+    assert _found(tmp_path, files, {"CFX101", "CFX102"}) == [(expected, "main.py", line)]
+
+
+@pytest.mark.parametrize("dtype,test,cast,why", [
+    ("dtype = torch.bfloat16 if args.bf16 else None", "if args.fp16:", "half()",
+     "another flag: how it relates to the dtype's is not known"),
+    ("dtype = torch.float16 if args.fp16 else None", "if args.fp16 or args.cast:", "half()",
+     "the branch also runs where the load is float32 (a cast that matters there)"),
+    ("dtype = torch.float16 if args.fp16 else args.dtype", "if not args.fp16:", "half()",
+     "the other side's dtype is not known"),
+])
+def test_a_cast_the_dtype_does_not_decide_stays_silent(tmp_path, dtype, test, cast, why):
+    code = TIED.format(dtype=dtype, test=test, cast=cast)
+    files = {"requirements.txt": "transformers==4.44.0\n", "main.py": code}
+    assert _found(tmp_path, files, {"CFX101", "CFX102"}) == [], why
+
+
+def test_the_cast_after_a_conditional_dtype_load_has_no_fix(tmp_path):
+    code = TIED.format(dtype="dtype = torch.bfloat16 if args.bf16 else None", test="if not args.bf16:",
+                       cast="half()")
+    write_project(tmp_path, {"requirements.txt": "transformers==4.44.0\n", "main.py": textwrap.dedent(code)})
+    _, _, result = lint_project(tmp_path)
+    found = [f for f in result.findings if f.code == "CFX102"]
+    assert len(found) == 1 and found[0].fix is None  # `dtype` also serves the bfloat16 side

@@ -13,7 +13,7 @@ import ast
 import re
 from typing import Iterator, NamedTuple
 
-from cfgfix.analysis.names import DTYPE_ALIASES, dotted, gpu_branch, single_assignments
+from cfgfix.analysis.names import DTYPE_ALIASES, dotted, gpu_branch, iter_statements, single_assignments
 from cfgfix.analysis.optimizer_sites import OPTIMIZER  # noqa: F401 - CFX201 reads it here
 
 # -------------------------------------------------------------------------- vocabulary
@@ -243,6 +243,13 @@ class AmpFacts:
                 autocast_of(ctx, site.node, site.name, site.context.function)
                 for site in ctx.index.calls_named(*AUTOCAST_NAMES)
             ]
+            # `autocast = torch.cuda.amp.autocast if args.amp else contextlib.suppress`, then
+            # `with autocast():`: an autocast wherever the condition holds (`enabled=args.amp`)
+            for alias, api in conditional_aliases(ctx):
+                for site in ctx.index.calls_named(alias):
+                    if isinstance(site.node.func, ast.Name):
+                        region = autocast_of(ctx, site.node, api, site.context.function)
+                        autocasts.append(region._replace(enabled=None if region.enabled is not False else False))
             scalers = []
             for site in ctx.index.calls_named(*SCALER_NAMES):
                 resolver = scope_resolver(ctx, site.context.function)
@@ -256,6 +263,48 @@ class AmpFacts:
                 scalers.append(Scaler(site.node, site.name, enabled, key, stmt, site.context.function))
             ctx.notes["amp"] = cls(autocasts, scalers, _framework(ctx))
         return ctx.notes["amp"]
+
+
+# Context managers that do nothing: the "off" side of a conditional autocast alias.
+_NO_OP_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "nullcontext", "suppress"})
+_ALIAS_LINE = re.compile(r"^[ \t]*(\w+)[ \t]*=(?=.*\bautocast\b)(?=.*\b(?:if|or)\b)", re.MULTILINE)
+
+
+def conditional_aliases(ctx) -> list[tuple[str, str]]:
+    """(local name, autocast API) for a name bound to an autocast API on one side of a
+    condition and a no-op context manager on the other: `autocast = torch.cuda.amp.autocast
+    if args.amp else contextlib.suppress`, `ctx = (use_amp and torch.autocast) or
+    nullcontext`. Found from the lines that say so (most files have none)."""
+    text = ctx.source.text
+    if "autocast" not in text:
+        return []
+    lines = {text.count("\n", 0, m.start()) + 1: m.group(1) for m in _ALIAS_LINE.finditer(text)}
+    if not lines:
+        return []
+    imports = ctx.imports
+    found = []
+    for stmt in iter_statements(ctx.document.tree.body):
+        if stmt.lineno not in lines or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 \
+                or not isinstance(stmt.targets[0], ast.Name):
+            continue
+        arms = _arms(stmt.value)
+        apis = [imports.qualify(arm) for arm in arms]
+        autocast = [api for api in apis if api in AUTOCAST_NAMES]
+        if len(autocast) == 1 and len(arms) == 2 and all(
+                api in AUTOCAST_NAMES or api in _NO_OP_CONTEXTS for api in apis):
+            found.append((stmt.targets[0].id, autocast[0]))
+    return found
+
+
+def _arms(node: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression may take: `A if c else B`, `(c and A) or B`."""
+    if isinstance(node, ast.IfExp):
+        return [node.body, node.orelse]
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
+        first = node.values[0]
+        if isinstance(first, ast.BoolOp) and isinstance(first.op, ast.And) and len(first.values) == 2:
+            return [first.values[1], node.values[1]]
+    return [node]
 
 
 def _framework(ctx) -> str | None:

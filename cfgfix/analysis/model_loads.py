@@ -198,6 +198,16 @@ class _Resolver:
                   else self.device_map(expr, offload)}, when)
                 for expr, when in _if_sides(device_map)
             ])
+        dtype_kw = next((k for k in self.call_keywords(call) if k.arg in ("dtype", "torch_dtype")), None)
+        dtype_value = self.deref(dtype_kw.value) if dtype_kw is not None else None
+        if isinstance(dtype_value, ast.IfExp) and load.dtype == "?":
+            # `torch_dtype=torch.bfloat16 if args.bf16 else None`: one load per side, so a
+            # cast under `if args.bf16:` sees the bfloat16 load only (a dtype-tied branch)
+            sides = [(None if isinstance(expr, ast.Constant) and expr.value is None else self.dtype(expr) or "?", when)
+                     for expr, when in _if_sides(dtype_value)]
+            if all(dtype is None or dtype in DTYPE_ALIASES.values() for dtype, _ in sides) \
+                    and any(when for _, when in sides):
+                axes.append([({"dtype": dtype, "dtype_side": True}, when) for dtype, when in sides])
         if not axes:
             return []
         variants: list[tuple[dict, frozenset]] = [({}, frozenset())]

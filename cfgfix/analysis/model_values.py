@@ -76,6 +76,9 @@ class ModelLoad:
     # ddp:` after `ddp = world_size != 1`; analysis/process_tests.py). A multi-process
     # launch never runs it.
     single_process: bool = field(default=False, compare=False)
+    # One side of a conditional dtype (`torch_dtype=torch.bfloat16 if args.bf16 else None`):
+    # the keyword also serves the other side, so a fix must not rewrite it.
+    dtype_side: bool = False
 
     @property
     def line(self) -> int:
@@ -246,6 +249,8 @@ def _merge_states(a: ModelState, b: ModelState) -> ModelState | None:
     if a.load == b.load:
         same = a.dtype == b.dtype
         return ModelState(a.load, a.dtype if same else None, a.cast_by if same and a.cast_by == b.cast_by else None)
+    if getattr(a.load, "call", None) is getattr(b.load, "call", False) and a.load.dtype != b.load.dtype:
+        return None  # one load per side of `torch_dtype=X if c else Y`: a later `if c:` tells them apart
     if _alike(a.load, b.load):
         # Two loads, one per branch (`if "qwen" in name: ... else: ...`), that agree on all a
         # rule asks of a load: the first stands for both; the dtype only where both agree.

@@ -410,9 +410,11 @@ class _Walker:
             default = "default" if not (load.remote_code or self.resolver.default_dtype_changed()) else None
             dtype = load.dtype if load.dtype in DTYPE_ALIASES.values() else (default if load.dtype is None else None)
             variants = self.resolver.load_variants(call, load)
-            if variants:  # `load_in_8bit=flag`, `device_map="auto" if multi else None`
-                return _stamp(_choice([Option(ModelState(variant, dtype), when) for variant, when in variants]),
-                              self.depth)
+            if variants:  # `load_in_8bit=flag`, `device_map="auto" if multi else None`, a dtype per side
+                return _stamp(_choice([
+                    Option(ModelState(variant, variant.dtype if variant.dtype in DTYPE_ALIASES.values()
+                                      else default if variant.dtype is None else None), when)
+                    for variant, when in variants]), self.depth)
             return ModelState(load, dtype)
         if isinstance(func, ast.Attribute):
             receiver = self.expr(func.value, env)

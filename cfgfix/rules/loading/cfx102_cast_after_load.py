@@ -269,6 +269,8 @@ class CastAfterLoad(Rule):
         src, load = ctx.source, mc.state.load
         if load.source is not None:
             return None  # the load is in another module: one fix edits one file
+        if load.dtype_side:
+            return None  # `torch_dtype=X if c else None`: the keyword also serves the other side
         dtype_text = dtype_source_text(ctx.models, mc.target_dtype)
         if load.dtype_keyword is not None and load.dtype_keyword not in load.call.keywords:
             return None  # the dtype sits in a keyword dict (`kw["torch_dtype"] = ...`) other calls may share

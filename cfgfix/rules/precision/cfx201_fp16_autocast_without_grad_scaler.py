@@ -20,7 +20,7 @@ from cfgfix.analysis.amp import (
     scope_resolver,
     short,
 )
-from cfgfix.analysis.names import single_assignments
+from cfgfix.analysis.names import dotted, single_assignments
 from cfgfix.core import Finding, Related, Severity
 from cfgfix.rules.base import Conditioned, Example, Rule, register
 from cfgfix.rules.launch_flags import flag_qualifiers
@@ -81,7 +81,9 @@ class Fp16AutocastWithoutGradScaler(Rule):
     `backward` on the other side) is reported only when some launch of the script leaves
     `--deepspeed` off, or no launch in the project runs it.
     An `enabled=args.fp16` switch is flagged: whenever it is on, nothing scales the loss, and
-    so is a region on one side of an `if` whose `else` runs the forward without autocast.
+    so is a region on one side of an `if` whose `else` runs the forward without autocast,
+    and a conditional alias (`autocast = torch.cuda.amp.autocast if args.amp else
+    contextlib.suppress`, then `with autocast():`).
     `device_type="cuda" if torch.cuda.is_available() else "cpu"` is CUDA: the training runs
     take that side.
 
@@ -468,7 +470,8 @@ class Fp16AutocastWithoutGradScaler(Rule):
     @staticmethod
     def _regions(ctx, region: Autocast) -> list[ast.stmt]:
         """`with` statements the call opens: directly, or through a name bound once."""
-        for site in ctx.index.calls_named(region.api):
+        spelled = dotted(region.call.func)  # a conditional alias's own name (`autocast()`)
+        for site in ctx.index.calls_named(*{region.api, spelled or region.api}):
             if site.node is region.call:
                 stmt = site.context.stmt
                 break
