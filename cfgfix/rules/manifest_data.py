@@ -11,7 +11,7 @@ RULES = (
     ('CFX202', 'grad-scaler-with-bf16', 'cfgfix.rules.precision.cfx202_grad_scaler_with_bf16', 'GradScalerWithBf16', ('python',), ((b'GradScaler',), (b'autocast',), (b'bfloat16',)), True, True, 'file'),
     ('CFX203', 'half-precision-adam', 'cfgfix.rules.precision.cfx203_half_precision_adam', 'HalfPrecisionAdam', ('python',), ((b'Adam',), (b'parameters(',), (b'float16', b'.half(', b"'half'", b'"half"')), True, True, 'file'),
     ('CFX204', 'grad-scaler-with-fp16-params', 'cfgfix.rules.precision.cfx204_grad_scaler_with_fp16_params', 'GradScalerWithFp16Params', ('python',), ((b'GradScaler', b'mixed_precision', b'fp16'),), True, True, 'file'),
-    ('CFX205', 'bf16-weights-plain-adamw', 'cfgfix.rules.precision.cfx205_bf16_weights_plain_adamw', 'Bf16WeightsPlainAdamw', ('python',), ((b'Adam',), (b'parameters(',), (b'bfloat16', b'import')), True, True, 'file'),
+    ('CFX205', 'bf16-weights-plain-adamw', 'cfgfix.rules.precision.cfx205_bf16_weights_plain_adamw', 'Bf16WeightsPlainAdamw', ('python',), ((b'Adam',), (b'parameters(',)), True, True, 'file'),
     ('CFX206', 'implicit-checkpoint-dtype', 'cfgfix.rules.precision.cfx206_implicit_checkpoint_dtype', 'ImplicitCheckpointDtype', ('python',), ((b'from_pretrained',), (b'.backward(', b'Trainer(', b'deepspeed.initialize')), True, True, 'file'),
     ('CFX207', 'deprecated-cuda-amp-api', 'cfgfix.rules.precision.cfx207_deprecated_cuda_amp_api', 'DeprecatedCudaAmpApi', ('python',), ((b'cuda.amp', b'cuda import amp'), (b'autocast', b'GradScaler')), False, True, 'file'),
     ('CFX301', 'empty-cache-in-loop', 'cfgfix.rules.loops.cfx301_empty_cache_in_loop', 'EmptyCacheInLoop', ('python',), ((b'empty_cache',),), True, True, 'file'),

@@ -36,7 +36,9 @@ class RedundantDtypeCast(Rule):
     `load_in_4bit=False` and `quantization_config=None` (literally, or through a name bound
     once to that value) load plain weights, and are judged like a load without them. A cast
     under a test of the model's own dtype (`if self.model.dtype != torch.bfloat16:`) is not
-    flagged: where the model already has that dtype, it never runs. The model may come from
+    flagged: where the model already has that dtype, it never runs. A cast under the test
+    that picks a conditional dtype (`torch_dtype=torch.float16 if args.fp16 else None`,
+    then `if args.fp16: model.half()`) is judged on that side's dtype. The model may come from
     another module of the project: a loader it imports, or the construction of this
     module's class there (`CompleteOptimizedTrainer(model, tokenizer)` in `train.py` for a
     cast in the trainer's `__init__`), or another method of the class that returns it and

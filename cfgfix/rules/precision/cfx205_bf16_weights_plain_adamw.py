@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from cfgfix.core import Finding, Severity
 from cfgfix.rules.base import Example, Rule, register
-from cfgfix.rules.precision.common import V5, builds_torch_adam, dtype_origin, optimizer_name
+from cfgfix.rules.precision.common import V5, builds_torch_adam, dtype_origin, may_hold_bf16_weights, optimizer_name
 
 
 @register
@@ -70,8 +70,8 @@ class Bf16WeightsPlainAdamw(Rule):
     name = "bf16-weights-plain-adamw"
     severity = Severity.WARNING
     fix_availability = "none"
-    triggers = ((b"Adam",), (b"parameters(",), (b"bfloat16", b"import"))
-    trigger_check = staticmethod(builds_torch_adam)
+    triggers = ((b"Adam",), (b"parameters(",))
+    trigger_check = staticmethod(lambda data: builds_torch_adam(data) and may_hold_bf16_weights(data))
 
     VALID = [
         Example(

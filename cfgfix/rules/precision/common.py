@@ -21,6 +21,23 @@ def builds_torch_adam(data: bytes) -> bool:
     return False
 
 
+# `self.model = model`: a trainer class keeps a model its callers hand it (they may load it
+# in bfloat16 in another module).
+_MODEL_HANDED_IN = re.compile(
+    rb"(?m)^[ \t]*self\.(?!d_model\b)\w*(?:model|net)(?:_?\d+)?[ \t]*=[ \t]*\w+[ \t]*(?:#.*)?$")
+
+
+def may_hold_bf16_weights(data: bytes) -> bool:
+    """CFX205's text gate after the Adam build: the file says `bfloat16`, or its model may
+    come from elsewhere: a model-like name bound to a loader's result (`model =
+    setup_lora_model(name)`, `policy = tools.build_policy()`), or a model a class is handed."""
+    if b"bfloat16" in data:
+        return True
+    from cfgfix.analysis.project_modules import model_assignment_callees
+
+    return bool(model_assignment_callees(data)) or _MODEL_HANDED_IN.search(data) is not None
+
+
 V5 = {"requirements.txt": "transformers>=5.0\n"}
 
 
