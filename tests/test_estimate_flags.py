@@ -337,3 +337,16 @@ def test_a_project_s_dpo_trainer_gives_the_task_dpo_answer(tmp_path, extra, no_r
     assert flags.inputs.setup == setup
     assert (flags.high.peak, flags.range, flags.verdict, flags.text) == (
         project.high.peak, project.range, project.verdict, project.text)
+
+
+@pytest.mark.parametrize("extra, reference", [("finetuning_type: full\n", True), ("finetuning_type: lora\nlora_rank: 8\n", False),
+                                              ("finetuning_type: full\npref_loss: simpo\n", False)])
+def test_a_llamafactory_dpo_stage_holds_the_reference_llamafactory_builds(tmp_path, extra, reference):
+    write_project(tmp_path, {
+        "README.md": "```bash\nllamafactory-cli train dpo.yaml\n```\n",
+        "dpo.yaml": ("model_name_or_path: Qwen/Qwen2.5-1.5B\nstage: dpo\n" + extra
+                     + "cutoff_len: 1024\nper_device_train_batch_size: 2\nbf16: true\n"),
+        "cfgfix.toml": 'gpu = "A100 80GB"\n'})
+    setup = _project_answer(tmp_path).inputs.setup
+    assert (setup.sequences_per_sample, setup.micro_batch) == (2, 2)
+    assert bool(setup.frozen) is reference

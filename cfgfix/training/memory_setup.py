@@ -134,15 +134,27 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         gpu=_catalog_gpu(get("gpu")),
         cuda_version=_cuda_of(torch_version),
     )
-    if getattr(training, "task", None) == "dpo" and shape is not None:
-        setup = dpo_setup(setup, shape, _precomputed_reference(training), assumptions)
+    dpo = _dpo(training)
+    if dpo is not None and shape is not None:
+        setup = dpo_setup(setup, shape, dpo, assumptions)
     return MemoryInput(setup, shape, assumptions, problem, unknown, uncounted, load_dtype)
 
 
-def _precomputed_reference(training) -> bool:
-    """DPOConfig(precompute_ref_log_probs=True), `--precompute_ref_log_probs true`, or the key
-    in a training config: no reference model is held during training."""
-    return training.get("precompute_ref_log_probs") is True
+def _dpo(training) -> bool | None:
+    """None for a run that is not DPO; else whether it holds no reference model.
+
+    TRL: a DPOTrainer / DPOConfig launch (TrainingSetup.task), without a reference under
+    `precompute_ref_log_probs` (a setting). LLaMA-Factory (v0.9.3): `stage: dpo` runs
+    CustomDPOTrainer, a subclass of TRL's DPOTrainer (train/dpo/trainer.py) whose reference
+    is prepared by TRL's `_prepare_deepspeed`; `use_ref_model = stage == "dpo" and pref_loss
+    not in ["orpo", "simpo"]` (hparams/finetuning_args.py), and `create_ref_model` builds
+    none for `finetuning_type: lora` (train/trainer_utils.py: the adapters are disabled)."""
+    framework = getattr(training, "framework", None)
+    if getattr(framework, "tool", None) == "llamafactory" and framework.facts.get("stage") == "dpo":
+        return framework.get("pref_loss") in ("orpo", "simpo")
+    if getattr(training, "task", None) == "dpo":
+        return training.get("precompute_ref_log_probs") is True
+    return None
 
 
 def dpo_setup(setup, shape, no_reference: bool, assumptions: list[str]):
