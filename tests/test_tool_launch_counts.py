@@ -25,6 +25,13 @@ def _launches(root):
     ("FORCE_TORCHRUN=1 llamafactory-cli train cfg.yaml", None),  # every GPU of a machine we do not see
     ("NPROC_PER_NODE=$N FORCE_TORCHRUN=1 llamafactory-cli train cfg.yaml", None),
     ("CUDA_VISIBLE_DEVICES=0,1 USE_RAY=1 llamafactory-cli train cfg.yaml", None),  # Ray's processes
+    # a prefix assignment's value is expanded when the command runs, exported or not
+    ("GPUS=5,6,7\nCUDA_VISIBLE_DEVICES=$GPUS llamafactory-cli train cfg.yaml", 3),
+    ('GPUS=5,6\nCUDA_VISIBLE_DEVICES="${GPUS}" llamafactory-cli train cfg.yaml', 2),
+    # near misses: a value from a command, a default the environment may replace, an unset name
+    ("GPUS=$(nvidia-smi -L | wc -l)\nCUDA_VISIBLE_DEVICES=$GPUS llamafactory-cli train cfg.yaml", None),
+    ("CUDA_VISIBLE_DEVICES=${GPUS:-0,1} llamafactory-cli train cfg.yaml", None),
+    ("CUDA_VISIBLE_DEVICES=$GPUS llamafactory-cli train cfg.yaml", None),
 ])
 def test_llamafactory_cli_count_on_the_launch(tmp_path, command, world):
     write_project(tmp_path, {"run.sh": command + "\n", "cfg.yaml": LF})

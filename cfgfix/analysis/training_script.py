@@ -19,13 +19,19 @@ class BoundConfig:
     deprecated `config_params=`, accelerate's `DeepSpeedPlugin(hf_ds_config=...)`, or
     `HfDeepSpeedConfig(...)`. `path` is the file name as written (a string literal, a name
     bound once to one, an argparse / argument-dataclass default); `flag` the command-line
-    option that replaces that default (`--deepspeed`), if any; `inline` a dict literal."""
+    option that replaces that default (`--deepspeed`), if any; `inline` a dict built in code:
+    a literal, or the call of a function that returns one (`builder`: `ds_config =
+    get_train_ds_config(offload=args.offload)`); `updates` the keys the module assigns to that
+    dict after building it and before the binding call (`ds_config["train_batch_size"] = ...`,
+    `ds_config["zero_optimization"]["stage"] = 3`, `.update({...})`), in order."""
 
     call: str  # "TrainingArguments(deepspeed=...)" as the code spells it
     node: ast.expr  # the value as written
     path: str | None = None
     flag: str | None = None
     inline: bool = False
+    builder: ast.Call | None = None
+    updates: tuple = ()  # ((key, ...), value expression)
 
 
 @dataclass
@@ -187,11 +193,17 @@ def bound_configs(tree: ast.Module, imports: ImportMap | None = None, hf: bool |
             if value is None:
                 continue
             spelled = f"{ast.unparse(node.func)}({keyword}=...)"
+            updates: tuple = ()
+            builder = None
             if isinstance(value, ast.Name) and len(bound := values.assigned().get(value.id, [])) == 1 \
-                    and isinstance(bound[0], ast.Dict):
-                value = bound[0]  # `DS = {...}` then `deepspeed=DS`
-            if isinstance(value, ast.Dict):
-                found.append(BoundConfig(spelled, value, inline=True))
+                    and isinstance(bound[0], (ast.Dict, ast.Call)):
+                updates = _dict_updates(tree, value.id, bound[0], node)
+                if isinstance(bound[0], ast.Dict):
+                    value = bound[0]  # `DS = {...}` then `deepspeed=DS`
+                elif isinstance(bound[0].func, (ast.Name, ast.Attribute)) and not _is_open_or_load(bound[0]):
+                    builder = bound[0]  # `ds_config = get_train_ds_config(...)` then `config=ds_config`
+            if isinstance(value, ast.Dict) or builder is not None:
+                found.append(BoundConfig(spelled, builder or value, inline=True, builder=builder, updates=updates))
                 continue
             path, flag = values.text(value)
             if (path is not None and path.strip()) or flag is not None:  # a default the launch may pass
@@ -199,6 +211,41 @@ def bound_configs(tree: ast.Module, imports: ImportMap | None = None, hf: bool |
             break
     found.sort(key=lambda bound: (bound.node.lineno, bound.node.col_offset))
     return found
+
+
+def _is_open_or_load(call: ast.Call) -> bool:
+    """`json.load(open(p))`, `dict(...)`, `str(...)`: not a function that builds the config."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+    return name in ("load", "loads", "safe_load", "open", "dict", "str", "Path", "copy", "deepcopy", "get")
+
+
+def _dict_updates(tree: ast.Module, name: str, built: ast.expr, use: ast.Call) -> tuple:
+    """The keys assigned to the dict `name` holds between where it is built and `use`:
+    `name["k"] = v`, `name["a"]["b"] = v`, `name.update({"k": v})` / `name.update(k=v)`."""
+    start, end = (built.lineno, built.col_offset), (use.lineno, use.col_offset)
+    found = []
+    for node in ast.walk(tree):
+        if not start < (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) < end:
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
+            keys, base = [], node.targets[0]
+            while isinstance(base, ast.Subscript) and isinstance(base.slice, ast.Constant) \
+                    and isinstance(base.slice.value, str):
+                keys.append(base.slice.value)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == name and keys:
+                found.append(((node.lineno, node.col_offset), tuple(reversed(keys)), node.value))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == name):
+            items = list(zip(node.args[0].keys, node.args[0].values)) if node.args and isinstance(node.args[0], ast.Dict) else []
+            items += [(ast.Constant(kw.arg), kw.value) for kw in node.keywords if kw.arg]
+            if node.args and not isinstance(node.args[0], ast.Dict) or any(kw.arg is None for kw in node.keywords):
+                found.append(((node.lineno, node.col_offset), None, node))  # an update we cannot read: all unknown
+            for key, value in items:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    found.append(((node.lineno, node.col_offset), (key.value,), value))
+    found.sort(key=lambda item: item[0])
+    return tuple((keys, value) for _, keys, value in found)
 
 
 class _Values:
@@ -232,7 +279,9 @@ class _Values:
                     [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None else [])
                 for target in targets:
                     for name in ast.walk(target):
-                        if isinstance(name, ast.Name):
+                        # `cfg["k"] = v` / `cfg.k = v` change what `cfg` holds, not which object
+                        # (the keys: `_dict_updates`)
+                        if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
                             self._assigned.setdefault(name.id, []).append(
                                 node.value if isinstance(target, ast.Name) and not isinstance(node, ast.AugAssign)
                                 else ast.Constant(None))

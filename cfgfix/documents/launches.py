@@ -396,6 +396,18 @@ class _Variables:
                 return False
         return True
 
+    def _substituted(self, value: Word) -> str:
+        """A prefix assignment's value as the shell expands it when the command runs:
+        `CUDA_VISIBLE_DEVICES=$VISIBLE_DEVICES` with `VISIBLE_DEVICES=5,6,7` set above (exported
+        or not) is `5,6,7`; anything unsure stays as written (and reads as unknown)."""
+        match = _VARIABLE.fullmatch(value.text) if value.text.startswith("$") and "'" not in value.raw and ":" not in value.text else None
+        assignment = self.values.get(match.group(1) or match.group(2)) if match else None
+        sourced = self.values.get("*")
+        if (not isinstance(assignment, Assignment) or (isinstance(sourced, int) and sourced > assignment.span.start)
+                or any(mark in assignment.value.raw for mark in ("$(", "`", "$"))):
+            return value.text
+        return assignment.value.text
+
     # -- queries
     def number(self, word: Word | None) -> int | None:
         """The literal int `word` certainly holds now, or None."""
@@ -433,7 +445,7 @@ class _Variables:
     def env(self, command: Command) -> Mapping[str, str]:
         own = {}
         for assignment in command.env:
-            own[assignment.name] = assignment.value.text
+            own[assignment.name] = self._substituted(assignment.value)
         for word in env_wrapper_assignments(command.words):
             name, _, value = word.text.partition("=")
             own[name] = value

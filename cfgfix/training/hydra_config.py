@@ -308,6 +308,12 @@ def lookup(composed: dict, keys: tuple):
     return node
 
 
+def reference(value) -> tuple | None:
+    """The key path of a whole-value `${a.b}` interpolation, else None."""
+    match = _REFERENCE.match(value.strip()) if isinstance(value, str) else None
+    return tuple(match.group(1).split(".")) if match is not None else None
+
+
 def resolve_leaf(composed: dict, leaf: Leaf, depth: int = 0):
     """A leaf's value, a plain `${a.b}` reference followed; UNKNOWN for other interpolations."""
     value = leaf.value

@@ -701,24 +701,37 @@ class _Resolver:
         setup.sources["deepspeed config"] = self._deepspeed_values(doc, self.display(path))
 
     def _deepspeed_dict(self) -> None:
-        """`TrainingArguments(deepspeed={...})`, `deepspeed.initialize(config={...})`: a dict
-        literal in the script is the DeepSpeed config, read as one; its values point at the dict."""
-        import ast
+        """`TrainingArguments(deepspeed={...})`, `deepspeed.initialize(config=ds_config)`: a dict
+        built in the script (a literal, or what a function of the script or of another project
+        module returns, with the keys the script assigns before use: training/bound_dict.py) is
+        the DeepSpeed config, read as one; its values point at the dict."""
         import json
 
         from cfgfix.analysis.training_script import script_facts
         from cfgfix.documents.config import ConfigError, parse_config
         from cfgfix.documents.text import SourceText
+        from cfgfix.training.bound_dict import built_dict
 
         found = script_facts(self.project, self.setup.script)
         bound = next((b for b in found[1].bound_configs if b.inline), None) if found is not None else None
-        if bound is None:
+        parsed = self.project.script(self.setup.script) if bound is not None else None
+        if bound is None or parsed is None:
             return
         try:
-            data = json.dumps(ast.literal_eval(bound.node))
+            built = built_dict(self.project, self.setup.script, parsed[1], bound)
+            if built is None:
+                return
+            data = json.dumps(built[0])
             doc = parse_config(SourceText.from_bytes("<dict>", data.encode()), "json")
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, ConfigError):
             return
+        # the builder's module constants (`GLOBAL_BATCH_SIZE = 32` read by `get_train_ds_config()`)
+        # are values of this dict, which the script may assign again: not settings of their own
+        module = self.setup.sources.get("config module", {})
+        for path, name in built[1]:
+            shown = self.display(path)
+            for setting in [k for k, v in module.items() if v.name == name and v.origin.endswith(f" in {shown}")]:
+                del module[setting]
         if doc.root is None or doc.root.kind != "mapping":
             return
         span = found[0].span_of_node(bound.node)
@@ -980,7 +993,7 @@ def deepspeed_settings(doc, name: str) -> dict[str, Value]:
                 found[key] = Value(key, False, f"{key} without device in {name} (DeepSpeed's default "
                                    "device: none)", doc.span(node), key)
                 continue
-            if device is None or device == "auto":
+            if device not in ("cpu", "nvme", "none"):  # "auto", a value computed at run time, a typo (CFX512)
                 continue
             written = zero_entry(zero, key)[0].value
             if written == key:

@@ -80,6 +80,8 @@ def _hydra_arguments(resolver, script, node, arguments, unknown, label: str) -> 
         if key not in node:
             continue
         item = node[key]
+        if isinstance(item, Leaf) and isinstance(item.value, str) and (target := _referenced_node(composed, item)):
+            item = target  # `strategy: ${strategy}`: the node of another group (instantiated with it)
         if isinstance(item, Leaf):
             value, origin, span = resolve_leaf(composed, item), item.origin, item.span
         elif isinstance(item, dict) and isinstance(item.get("_target_"), Leaf):
@@ -98,6 +100,15 @@ def _hydra_arguments(resolver, script, node, arguments, unknown, label: str) -> 
             continue
         arguments[key] = Value(key, value, f"{origin} (Hydra config)", span, key)
         unknown.discard(key)
+
+
+def _referenced_node(composed, leaf):
+    """The config node a whole-value `${a.b}` interpolation points at, or None."""
+    from cfgfix.training.hydra_config import lookup, reference
+
+    keys = reference(leaf.value)
+    found = lookup(composed, keys) if keys is not None and composed is not None else None
+    return found if isinstance(found, dict) else None
 
 
 def _instantiated(resolver, script, arguments, unknown, where: str) -> bool:
