@@ -15,6 +15,7 @@ import bisect
 import re
 from collections.abc import Mapping
 
+from cfgfix.core import Span
 from cfgfix.documents.shell import Assignment, Command, ShellDocument, Word, env_wrapper_assignments
 from cfgfix.records import dataclass, field, replace
 
@@ -276,10 +277,26 @@ class _Variables:
         events += [(offset, 1, name) for name, offset in doc.clobbers]
         self.events = sorted(events, key=lambda e: e[:2])
         self.next = 0
+        self.inner_from: int | None = None  # start of the single-quoted inline script being read
+        self._reading: Span | None = None  # the word whose variables are being read
+        self.exported_names: dict[str, int] = {}  # `export NAME` / `declare -x NAME` / `set -a` ("*"): first offset
+        for command in doc.commands:
+            words = [w.text for w in command.words]
+            if not words:
+                continue
+            if words[0] == "export" or (words[0] in ("declare", "typeset") and "-x" in words[1:]):
+                for word in words[1:]:
+                    if not word.startswith("-"):
+                        self.exported_names.setdefault(word.split("=", 1)[0], command.span.start)
+            elif words[0] == "set" and any(w.startswith("-") and "a" in w[1:] for w in words[1:]):
+                self.exported_names.setdefault("*", command.span.start)
 
     def launch(self, command: Command, found: _Found | None, copied: bool = False) -> Launch | None:
         self._replay_until(command.span.start)
         self._enter(self.doc.scopes.get(command.span.start, ()))
+        # inside `srun bash -c '...'` the inner shell sees the outer variables only if exported
+        self.inner_from = next((start for start, end in self.doc.environment_only
+                                if start <= command.span.start < end), None)
         expanded = self._expand(command)
         if expanded is not command:  # `torchrun $DISTRIBUTED_ARGS train.py`, `srun bash -c "$LAUNCHER $CMD"`
             refound = _recognise(expanded, copied)
@@ -368,6 +385,7 @@ class _Variables:
             sourced = self.values.get("*")
             if (
                 not isinstance(assignment, Assignment)
+                or self._hidden(assignment, word.span)
                 or (isinstance(sourced, int) and sourced > assignment.span.start)
                 or any(mark in assignment.value.raw for mark in ("$(", "`"))
                 or ":" in word.raw  # `${X:-default}`: the default may be what runs
@@ -396,6 +414,16 @@ class _Variables:
                 return False
         return True
 
+    def _hidden(self, assignment: Assignment, at: Span | None = None) -> bool:
+        """An outer variable the inner shell of a single-quoted `bash -c` script does not see:
+        assigned outside it without `export` (unless the outer shell spliced it in, `'"$X"'`)."""
+        if self.inner_from is None or assignment.kind == "export" or assignment.span.start >= self.inner_from:
+            return False
+        if at is not None and any(start <= at.start < end for start, end in self.doc.outer_splices):
+            return False
+        marks = [self.exported_names.get(name) for name in (assignment.name, "*")]
+        return not any(mark is not None and mark < self.inner_from for mark in marks)
+
     def _substituted(self, value: Word) -> str:
         """A prefix assignment's value as the shell expands it when the command runs:
         `CUDA_VISIBLE_DEVICES=$VISIBLE_DEVICES` with `VISIBLE_DEVICES=5,6,7` set above (exported
@@ -404,7 +432,7 @@ class _Variables:
         assignment = self.values.get(match.group(1) or match.group(2)) if match else None
         sourced = self.values.get("*")
         if (not isinstance(assignment, Assignment) or (isinstance(sourced, int) and sourced > assignment.span.start)
-                or any(mark in assignment.value.raw for mark in ("$(", "`", "$"))):
+                or self._hidden(assignment, value.span) or any(mark in assignment.value.raw for mark in ("$(", "`", "$"))):
             return value.text
         return assignment.value.text
 
@@ -413,6 +441,7 @@ class _Variables:
         """The literal int `word` certainly holds now, or None."""
         if word is None or "'" in word.raw or "\\" in word.raw:
             return None
+        self._reading = word.span
         text = word.text.strip()
         if text.isdigit() and text.isascii():
             return int(text) if len(text) <= 30 else None  # no launch has 10^30 processes
@@ -428,7 +457,7 @@ class _Variables:
         """The int the variable `name` certainly holds now, or None."""
         # `${N:-8}` with N never assigned here: the environment may set it, so stay unsure.
         assignment = self.values.get(name)
-        if not isinstance(assignment, Assignment):
+        if not isinstance(assignment, Assignment) or self._hidden(assignment, self._reading):
             return None
         sourced = self.values.get("*")
         if isinstance(sourced, int) and sourced > assignment.span.start:

@@ -67,6 +67,12 @@ class ShellDocument:
     # (start, end) of the inline scripts that run once per task (`srun bash -c '...'`,
     # `mpirun -np 4 sh -c "..."`): a plain `python train.py` there is one of several copies.
     copied: list[tuple[int, int]] = field(default_factory=list)
+    # (start, end) of the single-quoted inline scripts (`srun bash -c '...'`): the inner shell
+    # expands their `$X`, and sees only what the outer shell exported (or set inside); and the
+    # (start, end) of the outer variables spliced into them (`'"$X"'`), which the outer shell
+    # expands before the inner one starts
+    environment_only: list[tuple[int, int]] = field(default_factory=list)
+    outer_splices: list[tuple[int, int]] = field(default_factory=list)
 
 
 def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
@@ -649,6 +655,9 @@ class _Builder:
                 return
             start = script.span.start
             text = text[:start] + spliced + text[start + len(raw):]  # same length: offsets hold
+            self.doc.outer_splices.extend((start + m.start(), start + m.end()) for m in _SPLICE.finditer(raw, 1, len(raw) - 1))
+        if raw[0] == "'":
+            self.doc.environment_only.append((script.span.start, script.span.end))
         if any(word.text.rsplit("/", 1)[-1] in _MULTIPLIERS for word in argv[:shell]):
             self.doc.copied.append((script.span.start, script.span.end))
         self.inline_depth += 1
