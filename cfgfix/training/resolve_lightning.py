@@ -46,6 +46,11 @@ def resolve_lightning(resolver, script) -> None:
         if not facts.launches:
             unknown.add("devices")  # without .launch() Fabric starts no processes of its own
     found = _settings(arguments, unknown, "**" in unknown)
+    if built:
+        setup.trains = True  # Hydra builds Lightning's Trainer: its fit() runs the training steps
+    target = getattr(resolver, "_hydra_target", None)
+    if built and target is not None and target.span is not None:  # where fix --fit adds a Trainer key
+        found["hydra_trainer"] = Value("hydra_trainer", str(target.value), target.origin, target.span, "_target_")
     setup.sources["lightning"] = found
     _deepspeed(setup, arguments, found)
 
@@ -127,6 +132,7 @@ def _instantiated(resolver, script, arguments, unknown, where: str) -> bool:
         target = node.get("_target_") if isinstance(node, dict) else None
         if not isinstance(target, Leaf) or str(resolve_leaf(composed, target)) not in pl.TRAINER_CLASSES:
             continue
+        resolver._hydra_target = target
         _hydra_arguments(resolver, script, node, arguments, unknown, ".".join(path.keys))
         for name, argument in kwargs.items():
             _take(resolver, script, arguments, unknown, argument, f"instantiate(..., {name}=) in {where}")

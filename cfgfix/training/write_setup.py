@@ -31,6 +31,10 @@ HF_NAMES = {
     "fp16": "fp16",
     "optimizer": "optim",
 }
+# fix --fit for a Lightning run: the settings written as Trainer arguments, and the precision
+# each autocast choice is (lightning 2.x unified precision names)
+LIGHTNING_SETTINGS = frozenset({"mixed_precision", "grad_accum", "zero_stage", "offload_optimizer", "offload_param"})
+LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "no": "32-true"}
 HF_OPTIMIZERS = {"adamw-8bit": "adamw_bnb_8bit", "adamw": "adamw_torch", "adafactor": "adafactor",
                  "paged-adamw-8bit": "paged_adamw_8bit", "paged-adamw": "paged_adamw_32bit"}
 
@@ -70,6 +74,8 @@ class SetupWriter:
     # -- writing one setting ---------------------------------------------------------------
     def set(self, setting: str, value) -> Change | None:
         """A change that makes `setting` equal `value` for this launch, or None (advice only)."""
+        if "lightning" in self.setup.sources and setting in LIGHTNING_SETTINGS:
+            return self._lightning(setting, value)
         if setting in ("zero_stage", "offload_optimizer", "offload_param"):
             return self._deepspeed(setting, value)
         if getattr(self.setup, "framework", None) is not None:
@@ -104,6 +110,94 @@ class SetupWriter:
         if change.edits:
             return change
         return self._add(HF_NAMES.get(setting), written)
+
+    def _lightning(self, setting: str, value) -> Change | None:
+        """A Lightning run's setting is the Trainer's (or Fabric's) argument: `precision=`,
+        `accumulate_grad_batches=`, `strategy="deepspeed_stage_N[_offload]"` (Lightning builds
+        the DeepSpeed config from it). The value is replaced where the call, its config file or
+        its Hydra node states it, else the keyword is added to the script's one Trainer call."""
+        lightning = self.setup.sources["lightning"]
+        if setting == "mixed_precision":
+            argument, written = "precision", LIGHTNING_PRECISION.get(value)
+            stated = lightning.get("lightning_precision")
+        elif setting == "grad_accum":
+            argument, written, stated = "accumulate_grad_batches", value, lightning.get("grad_accum")
+            if self.setup.script is not None and _fabric(self.project, self.setup.script):
+                self.reason = "Fabric has no accumulation argument: the script's own loop accumulates"
+                return None
+        else:
+            argument, stated = "strategy", lightning.get("strategy")
+            written = self._lightning_strategy(setting, value)
+        if written is None:
+            return None
+        if stated is not None and stated.span is not None and stated.name == argument:
+            if argument == "strategy" and not self._written_as_string(stated):
+                self.reason = "the strategy is an object (DeepSpeedStrategy(...)): set its stage / offload there"
+                return None
+            # `--trainer.precision 16` on the launch is a word of the launch script
+            source = "lightning" if stated.span.path.endswith((".py", ".yaml", ".yml", ".json")) else "flags"
+            edit = replace_value(self.project, source, stated, written)
+            return Change([edit], where=[f"{stated.origin}: {argument}={json.dumps(written)}"]) if edit is not None else None
+        target = lightning.get("hydra_trainer")
+        if target is not None:
+            return self._hydra_key(target, argument, written)
+        return self._lightning_keyword(argument, written)
+
+    def _hydra_key(self, target, argument: str, written) -> Change | None:
+        """A key the composed Trainer node lacks: added to the file that holds its `_target_`
+        (no config of the composition sets it, or it would be stated)."""
+        path = self.project.real_path(target.span.path)
+        doc = self.project.read(path)
+        node = next((n for n in doc.root.walk() if n.kind == "mapping" and any(
+            v.start == target.span.start and v.end == target.span.end for _, v in n.entries)), None) if doc else None
+        edit = insert_entry(doc, node, argument, written) if node is not None else None
+        shown = self.project.display(path)
+        return Change([edit], where=[f"{shown}: {argument}: {written}"]) if edit is not None else None
+
+    def _written_as_string(self, stated) -> bool:
+        """The strategy is written as a name (`"ddp"`, `strategy: deepspeed`), not an object."""
+        text = _text(self.project, stated.span.path)
+        if text is None:
+            return False
+        written = text[stated.span.start:stated.span.end].strip()
+        if stated.span.path.endswith(".py"):
+            return written[:1] in ("'", '"')
+        return bool(written) and written[:1] not in "{[" and "\n" not in written
+
+    def _lightning_strategy(self, setting: str, value) -> str | None:
+        """The registered DeepSpeed strategy name for the planned ZeRO stage and offload
+        (lightning 2.5.0 strategies/deepspeed.py register_strategies)."""
+        get = self.setup.values.get
+        stage = value if setting == "zero_stage" else getattr(get("zero_stage"), "value", None) or 0
+        optimizer = value if setting == "offload_optimizer" else getattr(get("offload_optimizer"), "value", False) is True
+        params = value if setting == "offload_param" else getattr(get("offload_param"), "value", False) is True
+        if stage not in (1, 2, 3):
+            self.reason = "Lightning's DeepSpeed strategies are ZeRO stages 1-3"
+            return None
+        if params and stage != 3 or (stage == 3 and optimizer != params) or (stage == 1 and optimizer):
+            self.reason = (f"no registered Lightning strategy runs ZeRO-{stage} with this offload: use "
+                           "DeepSpeedStrategy(stage=..., offload_optimizer=..., offload_parameters=...)")
+            return None
+        return f"deepspeed_stage_{stage}" + ("_offload" if optimizer else "")
+
+    def _lightning_keyword(self, argument: str, written) -> Change | None:
+        """`argument=written` added to the script's one literal Trainer/Fabric call."""
+        from cfgfix.documents.python_edits import add_keyword
+        from cfgfix.training.script import script_setup
+
+        script = self.setup.script
+        found = script_setup(self.project, script) if script is not None else None
+        facts = getattr(found, "lightning", None)
+        parsed = self.project.script(script) if script is not None else None
+        if facts is None or facts.call is None or parsed is None or facts.opaque & {"**", "*"} or facts.spread is not None:
+            self.reason = "the Trainer is not one literal call of the script: set it where the Trainer's arguments are"
+            return None
+        if argument == "strategy" and argument in facts.opaque:
+            return None
+        text = f"{argument}={json.dumps(written)}"
+        edit = add_keyword(parsed[0], facts.call, text)
+        shown = self.project.display(script)
+        return Change([edit], where=[f"{shown}: Trainer({text})"]) if edit is not None else None
 
     def _optimizer_in_code(self, value) -> Change | None:
         """`optimizer = torch.optim.AdamW(model.parameters(), lr=...)` in the script: a patch that
@@ -488,3 +582,10 @@ def _line_offset(text: str, line: int) -> int:
             return len(text)
         offset = found + 1
     return offset
+
+
+def _fabric(project, script: Path) -> bool:
+    from cfgfix.training.script import script_setup
+
+    found = script_setup(project, script)
+    return bool(getattr(getattr(found, "lightning", None), "fabric", False))
