@@ -235,10 +235,31 @@ _VARIABLE = LazyRegex(r"\$(?:\{(\w+)\}|(\w+))")
 
 def _expand(text: str, env: dict[str, str]) -> str:
     """`--model=$MODEL_NAME` with the value the launch script assigned; a variable it did
-    not assign stays as written (and the setting stays unknown)."""
+    not assign stays as written (and the setting stays unknown). The launch script's own
+    folder (`$(cd "$(dirname "$0")/.." && pwd)`, `$(dirname "$0")`, also through a variable:
+    `ROOT=...; $ROOT/configs/x.yaml`) is written relative to it (`./..`), which is where
+    `_resolve` looks first."""
     if "$" not in text:
         return text
-    return _VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
+    return _script_folder(_VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text))
+
+
+_SCRIPT = r"\$(?:0|\{0\}|\{BASH_SOURCE(?:\[0\])?\}|BASH_SOURCE(?:\[0\])?)"
+_SCRIPT_FOLDER = (
+    re.compile(r"\$\(cd\s+\$\(dirname\s+" + _SCRIPT + r"\)((?:/\.\.)*)/?\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)"),
+    re.compile(r"\$\(dirname\s+" + _SCRIPT + r"\)((?:/\.\.)*)"),
+)
+
+
+def _script_folder(text: str) -> str:
+    if not text.startswith(("$(", '"$(')):
+        return text
+    plain = text.replace('"', "")
+    for pattern in _SCRIPT_FOLDER:
+        match = pattern.match(plain)
+        if match is not None:
+            return "." + match.group(1) + plain[match.end():]
+    return text
 
 
 def _option(words, names: tuple[str, ...]) -> str | None:

@@ -63,9 +63,9 @@ def export(mirror: Path, commit: str, target: Path) -> bool:
     return True
 
 
-def explain(root: Path) -> list[dict]:
-    """`cfgfix explain --output-format json` on `root`, run from `root`."""
-    run = subprocess.run([sys.executable, "-m", "cfgfix", "explain", "--no-cache", "--output-format", "json", "."],
+def explain(root: Path, command: str = "explain") -> list[dict]:
+    """`cfgfix explain --output-format json` (or `estimate`) on `root`, run from `root`."""
+    run = subprocess.run([sys.executable, "-m", "cfgfix", command, "--no-cache", "--output-format", "json", "."],
                          cwd=root, capture_output=True, text=True, check=False,
                          env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(HERE.parent.parent))})
     try:
@@ -94,7 +94,7 @@ def same(expected, got) -> bool:
     return expected == got
 
 
-def score_row(row: dict, mirrors: Path) -> dict:
+def score_row(row: dict, mirrors: Path, estimate: bool = False) -> dict:
     mirror = mirrors / row["repo"].replace("/", "+") / "repo"
     result = {"id": row["id"], "framework": row["framework"], "fields": {}, "error": None}
     if not mirror.is_dir():
@@ -110,6 +110,10 @@ def score_row(row: dict, mirrors: Path) -> dict:
             launch.parent.mkdir(parents=True, exist_ok=True)
             launch.write_text(row["add_launch"] + "\n")
         setup = pick(explain(root), row)
+        if estimate:  # does `cfgfix estimate` give this launch a figure, and if not, why
+            entry = pick(explain(root, "estimate"), row)
+            result["estimate"] = None if entry is None else (
+                "estimated" if entry.get("estimate") else str(entry.get("problem") or "no estimate"))
     settings = setup["settings"] if setup is not None else {}
     if setup is None:
         result["error"] = "no setup for the launch"
@@ -127,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="one framework (trl, lightning, ...)")
     parser.add_argument("--json", type=Path, help="write the per-row results here")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every field")
+    parser.add_argument("--estimate", action="store_true", help="also run `cfgfix estimate` on each launch")
     args = parser.parse_args(argv)
     rows = [r for r in load_rows(args.manifest) if args.only in (None, r["framework"])]
-    results = [score_row(row, args.mirrors) for row in rows]
+    results = [score_row(row, args.mirrors, args.estimate) for row in rows]
     totals: dict[str, list[int]] = {}
     for result in results:
         right = sum(f["ok"] for f in result["fields"].values())
@@ -139,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         counts[1] += total
         counts[2] += 1
         note = f"  ({result['error']})" if result["error"] else ""
+        if args.estimate:
+            note += f"  estimate: {result.get('estimate')}"
         print(f"{result['id']:40s} {right:2d}/{total:2d}{note}")
         if args.verbose:
             for field, f in result["fields"].items():
@@ -146,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {field}: expected {f['expected']!r}, got {f['got']!r}")
     for framework, (right, total, count) in sorted(totals.items()):
         print(f"{framework}: {right}/{total} fields right on {count} launches")
+    if args.estimate:
+        estimated = sum(r.get("estimate") == "estimated" for r in results)
+        print(f"estimate: {estimated}/{len(results)} launches get a figure")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
