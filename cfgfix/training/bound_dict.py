@@ -170,9 +170,9 @@ def builder_module(project, script: Path, tree: ast.Module, name: str, depth: in
 
 
 def built_dict(project, script: Path, tree: ast.Module, bound) -> tuple[dict, set[tuple[Path, str]]] | None:
-    """The dict a `BoundConfig` (analysis/training_script.py) hands to DeepSpeed, with the
-    (module, name) of the module constants its builder read (they are the dict's values, not
-    settings of their own), or None when it cannot be read."""
+    """The dict a `BoundConfig` (analysis/training_script.py) hands to DeepSpeed, less the
+    keys whose value is a constant of the builder's module the script does not assign again
+    (returned as (module, key)), or None when it cannot be read."""
     script_env = _module_env(tree)
     constants: set[tuple[Path, str]] = set()
     if bound.builder is None:
@@ -190,8 +190,17 @@ def built_dict(project, script: Path, tree: ast.Module, bound) -> tuple[dict, se
         data = _returned_dict(function, bound.builder, module_env, script_env)
         if data is None:
             return None
-        constants = {(module_path, n.id) for n in ast.walk(function)
-                     if isinstance(n, ast.Name) and n.id in module_env.names}
+        # a key whose value is one of the builder module's constants (`"train_batch_size":
+        # GLOBAL_BATCH_SIZE`): that constant is already the module's stated setting (and a
+        # placeholder when the script assigns the key again: training/placeholders.py), so the
+        # key is left to it rather than read twice
+        returned = next(n.value for n in ast.walk(function) if isinstance(n, ast.Return))
+        if isinstance(returned, ast.Name):
+            returned = _single_assignments(function.body).get(returned.id, returned)
+        if isinstance(returned, ast.Dict):
+            constants = {(module_path, key.value) for key, value in zip(returned.keys, returned.values)
+                         if isinstance(key, ast.Constant) and isinstance(value, ast.Name)
+                         and value.id in module_env.names and value.id not in _single_assignments(function.body)}
     for keys, value in bound.updates:
         if keys is None:
             return None  # `.update(other)`: every key may change
@@ -202,4 +211,7 @@ def built_dict(project, script: Path, tree: ast.Module, bound) -> tuple[dict, se
                 child = target[key] = {}
             target = child
         target[keys[-1]] = evaluate(value, script_env)
+        constants.discard(next(((p, k) for p, k in constants if k == keys[0]), None))
+    for _, key in constants:
+        data.pop(key, None)
     return data, constants

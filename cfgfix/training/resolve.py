@@ -725,13 +725,6 @@ class _Resolver:
             doc = parse_config(SourceText.from_bytes("<dict>", data.encode()), "json")
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, ConfigError):
             return
-        # the builder's module constants (`GLOBAL_BATCH_SIZE = 32` read by `get_train_ds_config()`)
-        # are values of this dict, which the script may assign again: not settings of their own
-        module = self.setup.sources.get("config module", {})
-        for path, name in built[1]:
-            shown = self.display(path)
-            for setting in [k for k, v in module.items() if v.name == name and v.origin.endswith(f" in {shown}")]:
-                del module[setting]
         if doc.root is None or doc.root.kind != "mapping":
             return
         span = found[0].span_of_node(bound.node)
