@@ -9,7 +9,9 @@ Values are read where they are literal: constants, the function's parameters bou
 arguments or left at their literal defaults, names bound once in the function or its module,
 `a if c else b` whose test is known. Anything computed at run time (`args.per_device_train_
 batch_size * world_size`) becomes `COMPUTED`, so the setting it decides is unknown, never the
-placeholder the dict was built with (DeepSpeed-Chat's `GLOBAL_BATCH_SIZE = 32`).
+value the dict was built with. A key whose value is a constant of the builder's module
+(DeepSpeed-Chat's `"train_batch_size": GLOBAL_BATCH_SIZE`) is left out: the module states it
+already (`config module`), and training/placeholders.py decides when it is a placeholder.
 """
 
 from __future__ import annotations
