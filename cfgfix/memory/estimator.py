@@ -1054,7 +1054,11 @@ def _unet_activations(setup: MemorySetup, shape: ModelShape, notes: _Notes, b: i
                                                           shape.unet_layers_per_block, autocast, cross)
     formula = (f"{'checkpointing: unit inputs + norms and projections outside the checkpoints' if setup.checkpointing else 'resnets 3 cin + 3 cout, transformer blocks 30 C, wrappers 3 C per level'} "
                f"at {latent} x {latent} latents (diffusers UnetBlocks)")
-    copies = 2 * shape.block_linear_params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half and not setup.fsdp else 0
+    # autocast casts every conv weight as well as every Linear's (conv2d and linear are both on its
+    # 16-bit list) and caches the casts until the forward's autocast region ends: a UNet's weights are
+    # nearly all conv and Linear, so the copies are 2 B per parameter (the simulator: +1.64 GB of
+    # bf16 copies for SD 1.5 at the end of the forward)
+    copies = 2 * shape.params if setup.autocast and setup.weights == "fp32" and not setup.deepspeed_half and not setup.fsdp else 0
     return _Activations(saved, largest, 0, transient, copies, formula, (0.15, 0.15), profile)
 
 
