@@ -291,9 +291,9 @@ def main(loader):
 """
 MODULE_LEVEL = """\
 import torch
-import {module} as lora_tools
+from {module} import setup_lora_model as make_policy
 
-policy_model = lora_tools.setup_lora_model("Qwen/Qwen1.5-0.5B")
+policy_model = make_policy("Qwen/Qwen1.5-0.5B")
 policy_optimizer = torch.optim.AdamW(
     [p for p in policy_model.parameters() if p.requires_grad],
     lr=1e-5,

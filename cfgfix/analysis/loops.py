@@ -229,17 +229,33 @@ class LoopAnalysis:
         or `self.x` bound once."""
         func = site.node.func
         if self.functions is None or not isinstance(func, ast.Attribute) or site.receiver in (None, "self", "cls") \
-                or site.method in _LOOP_STEP_METHODS:
-            return False
+                or site.method in _LOOP_STEP_METHODS or not self._class_names:
+            return False  # most modules build no object of a project class: nothing to ask
         built = self.values.origin(func.value, site.context.function, site.context.classdef)
         if not isinstance(built, ast.Call):
             return False
         for cls in _class_choices(self.values, built.func, site.context):
+            if (dotted(cls) or "").split(".")[0] not in self._class_names:
+                continue  # a library class (`torch.nn.Linear`), never parsed for
             found = self.functions.class_lookup(cls)
             if found is not None and isinstance(found[1], ast.ClassDef) and \
                     _method_runs_step(found[0], found[1], site.method):
                 return True
         return False
+
+    @cached_property
+    def _class_names(self) -> frozenset[str]:
+        """The names that may build an object of a project class here: this module's
+        classes, capitalised names imported from the project's modules, and the project
+        modules imported whole (`engine.Trainer(...)`). Path lookups, no parse."""
+        table = self.functions
+        names = {name for name in table._classes if name[:1].isupper()}
+        if table.project is not None and table.path is not None:
+            imports = table.imports
+            for local in [*imports.relative, *imports.aliases]:
+                if local[:1].isupper() and table._resolves(local) or table.is_project_module(local):
+                    names.add(local)
+        return frozenset(names)
 
     @property
     def values(self):

@@ -207,12 +207,13 @@ def _from_imports(data: bytes):
             yield match
 
 
-# `model = build_model(cfg)`, `self.model, tok = load(args)`, `model = tools.build_model()`
-# (a function of a module imported whole): an assignment at the start of a line from a
-# plain call (group 1: the targets, group 2: the callee). Anchored at line starts so the
-# scan fails fast everywhere else.
+# `model = build_model(cfg)`, `self.model, tok = load(args)`: an assignment at the start of
+# a line from a plain call (group 1: the targets, group 2: the callee). Anchored at line
+# starts so the scan fails fast everywhere else. (`model = tools.build_model(cfg)` of a
+# module imported whole is not read: following those loaders parsed a fifth more of a
+# large repository's modules, sd-scripts' `train_util.load_target_model`.)
 _ASSIGN_FROM_CALL = re.compile(
-    rb"^[ \t]*([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*=[ \t]*(?:[a-z_]\w*\.)?([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE
+    rb"^[ \t]*([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*=[ \t]*([A-Za-z_]\w*)[ \t]*\(", re.MULTILINE
 )
 _MODEL_TARGET = re.compile(rb"(?i)model|net|unet|vae|encoder|policy|actor|critic|llm|transformer")
 
@@ -243,7 +244,7 @@ def model_assignment_callees(data: bytes) -> frozenset[str]:
 
 
 # `= name(`: every line `_ASSIGN_FROM_CALL` matches holds one (a superset: `==`, keywords).
-_CALL_AFTER_EQUALS = re.compile(rb"=[ \t]*(?:[a-z_]\w*\.)?[A-Za-z_]\w*[ \t]*\(")
+_CALL_AFTER_EQUALS = re.compile(rb"=[ \t]*[A-Za-z_]\w*[ \t]*\(")
 
 
 def _project_imported_names(data: bytes):

@@ -30,7 +30,7 @@ _MODEL_HANDED_IN = re.compile(
 def may_hold_bf16_weights(data: bytes) -> bool:
     """CFX205's text gate after the Adam build: the file says `bfloat16`, or its model may
     come from elsewhere: a model-like name bound to a loader's result (`model =
-    setup_lora_model(name)`, `policy = tools.build_policy()`), or a model a class is handed."""
+    setup_lora_model(name)`), or a model a class is handed."""
     if b"bfloat16" in data:
         return True
     from cfgfix.analysis.project_modules import model_assignment_callees
