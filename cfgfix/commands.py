@@ -451,7 +451,7 @@ def verify(command, **options) -> None:
 _RUN_FLAGS = ("num_gpus", "precision", "optimizer", "zero", "fsdp", "offload", "batch", "seq", "target_seq",
               "resolution", "lora_rank", "lora_targets", "quantize", "checkpointing", "device", "attention",
               "optimizer_impl", "head", "grad_accum", "task", "no_reference", "deepspeed_config", "torch_version",
-              "transformers_version")
+              "transformers_version", "variable_length")
 
 
 def _given_run_flags(names: bool = False) -> list[str]:
@@ -499,6 +499,8 @@ _PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "ds-bf16", "ds-fp
 @click.option("--head", type=click.Choice(("causal-lm", "masked-lm", "classification")), default=None,
               help="The head the script builds (AutoModelFor...): default causal-lm, BERT classification.")
 @click.option("--grad-accum", type=click.IntRange(min=1, max=1_000_000), default=1, show_default=True, help="Gradient accumulation steps.")
+@click.option("--variable-length/--fixed-length", default=None,
+              help="Whether the batches change shape from step to step (group_by_length, dynamic padding): the band's top then carries the caching allocator's reported 1.6-1.7x [default: not stated].")
 @click.option("--task", type=click.Choice(("sft", "dpo")), default="sft", show_default=True,
               help="dpo: TRL's DPOTrainer (chosen and rejected in one batch of twice --batch, and a frozen reference model unless LoRA or --no-reference).")
 @click.option("--no-reference", is_flag=True, help="--task dpo with precompute_ref_log_probs: no reference model held during training.")

@@ -77,7 +77,8 @@ def _flags_of(setup) -> RunFlags:
         lora_targets=",".join(setup.lora_targets) if setup.lora_targets else None, quantize=setup.quantization,
         checkpointing=setup.checkpointing, device=setup.device, attention=setup.attention,
         optimizer_impl=setup.optimizer_impl, head=setup.head, grad_accum=setup.gradient_accumulation,
-        torch_version=setup.torch_version, transformers_version=setup.transformers_version)
+        torch_version=setup.torch_version, transformers_version=setup.transformers_version,
+        variable_length=setup.variable_length)
 
 
 CASES = [c for i, c in enumerate(itertools.product(MODELS, DTYPES, (1, 8), (True, False), (False, True), SEQS, GPUS))
@@ -350,3 +351,40 @@ def test_a_llamafactory_dpo_stage_holds_the_reference_llamafactory_builds(tmp_pa
     setup = _project_answer(tmp_path).inputs.setup
     assert (setup.sequences_per_sample, setup.micro_batch) == (2, 2)
     assert bool(setup.frozen) is reference
+
+
+@pytest.mark.parametrize("keyword", ["group_by_length=True", "group_by_length=False", ""])
+def test_group_by_length_makes_the_batches_variable_length_in_project_and_flags(tmp_path, keyword):
+    """HF TrainingArguments(group_by_length=True) pads each batch to its own longest sample, so
+    the shapes change from step to step: the band's top carries the caching allocator's reported
+    margin (memory/estimator.py VARIABLE_LENGTH_RESERVED); `--variable-length` states the same."""
+    extra = f", {keyword}" if keyword else ""
+    write_project(tmp_path, {
+        "train.py": ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                     "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', torch_dtype=torch.bfloat16)\n"
+                     f"args = TrainingArguments(output_dir='o', per_device_train_batch_size=2, max_seq_length=1024{extra})\n"
+                     "Trainer(model=model, args=args).train()\n"),
+        "run.sh": "python train.py\n",
+        "cfgfix.toml": 'gpu = "H100 80GB"\n'})
+    project = _project_answer(tmp_path)
+    varying = keyword == "group_by_length=True"
+    assert project.inputs.setup.variable_length is (True if varying else None)
+    flags, _ = flags_answer(_flags_of(project.inputs.setup))
+    assert (flags.high.peak, flags.range, flags.verdict) == (project.high.peak, project.range, project.verdict)
+    fixed, _ = flags_answer(replace(_flags_of(project.inputs.setup), variable_length=None))
+    assert flags.high.peak == fixed.high.peak
+    if varying:
+        assert flags.range[1] > fixed.range[1] * 1.3
+        assert any("batches vary in shape" in a for a in flags.high.assumptions)
+    else:
+        assert flags.range == fixed.range
+
+
+def test_variable_length_flag_on_the_command_line():
+    base = ["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--precision", "bf16", "--seq", "1024", "--batch", "2",
+            "--gpu", "H100 80GB", "--output-format", "json"]
+    plain = CliRunner().invoke(cli, base)
+    varying = CliRunner().invoke(cli, [*base, "--variable-length"])
+    top = [json.loads(r.output)["answer"]["range_bytes"][1] for r in (plain, varying)]
+    assert plain.exit_code == 0 and varying.exit_code == 1  # fits at the top / only at the estimate
+    assert top[1] > 1.3 * top[0]

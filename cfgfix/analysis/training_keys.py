@@ -44,6 +44,9 @@ SETTING_NAMES: dict[str, tuple[str, ...]] = {
     "deepspeed": ("deepspeed",),
     "fsdp": ("fsdp",),
     "weights_config": ("torch_dtype", "model_dtype"),  # a config's dtype for the loaded weights  # HF TrainingArguments: "full_shard auto_wrap", "shard_grad_op", ...
+    # HF TrainingArguments: batches of similar lengths, so each batch is padded to a different
+    # length from step to step (memory: the caching allocator's variable-length margin)
+    "group_by_length": ("group_by_length",),
     "learning_rate": ("learning_rate",),
     "max_grad_norm": ("max_grad_norm",),
     "weight_decay": ("weight_decay",),

@@ -46,6 +46,7 @@ class RunFlags:
     optimizer_impl: str | None = None
     head: str | None = None
     grad_accum: int = 1
+    variable_length: bool | None = None
     task: str = "sft"
     no_reference: bool = False
     deepspeed_config: Path | None = None
@@ -114,7 +115,7 @@ def flags_input(flags: RunFlags):
         lora_targets=lora_targets, quantization=flags.quantize, gradient_accumulation=values["grad_accum"],
         device=flags.device, attention=flags.attention, optimizer_impl=flags.optimizer_impl, head=flags.head,
         gpu=gpu.name if gpu else None, torch_version=torch_version, cuda_version=_cuda_of(torch_version),
-        transformers_version=transformers_version,
+        transformers_version=transformers_version, variable_length=flags.variable_length,
         extras=values["extras"],
     )
     problems = setup.impossible() + setup.conflicts()

@@ -133,6 +133,8 @@ def memory_input(training, project=None, params: int | None = None) -> MemoryInp
         torch_version=(torch_version := _torch_version(training, project)),
         gpu=_catalog_gpu(get("gpu")),
         cuda_version=_cuda_of(torch_version),
+        # group_by_length pads each batch to its own longest sample: shapes vary step to step
+        variable_length=True if get("group_by_length") is True else None,
     )
     dpo = _dpo(training)
     if dpo is not None and shape is not None:

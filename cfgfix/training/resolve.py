@@ -750,7 +750,7 @@ class _Resolver:
         values = setup.values
         general = ("lightning",) + _GENERAL  # a Lightning Trainer's own arguments decide first
         for setting in ("model", "seq_len", "target_len", "resolution", "gradient_checkpointing", "lora_rank", "lora_targets",
-                        "precompute_ref_log_probs"):
+                        "precompute_ref_log_probs", "group_by_length"):
             value = self._first(setting, general)
             if value is not None:
                 values[setting] = value
