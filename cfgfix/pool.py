@@ -39,6 +39,7 @@ def map_in_pool(context, workers: int, initializer, initargs: tuple, fn, jobs: l
         results = [result for future in futures for result in future.result()]
     except BaseException:
         kill_workers(pool)
+        release_result_pipe(pool)
         manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False)
         if manager is not None:
@@ -52,6 +53,21 @@ def map_in_pool(context, workers: int, initializer, initargs: tuple, fn, jobs: l
 
 def _run_chunk(fn, chunk: list) -> list:
     return [fn(job) for job in chunk]
+
+
+def release_result_pipe(pool) -> None:
+    """Close the parent's write end of the pool's result pipe once the workers are dead. A
+    worker killed halfway through writing its result leaves a partial message, and the pool's
+    manager thread then blocks reading the rest; with no writer left the read ends (EOF), the
+    pool is marked broken and the thread exits. Otherwise the interpreter's exit hook joins that
+    thread forever and a stopped `check` never exits (seen under load: SIGHUP, exit never came)."""
+    queue = getattr(pool, "_result_queue", None)
+    writer = getattr(queue, "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
 
 
 def kill_workers(pool) -> None:
