@@ -74,6 +74,14 @@ class ShellDocument:
     environment_only: list[tuple[int, int]] = field(default_factory=list)
     outer_splices: list[tuple[int, int]] = field(default_factory=list)
 
+    def command_covering(self, line: int) -> Command | None:
+        """The last command whose span covers `line` (an inner one over the one enclosing it)."""
+        found = None
+        for command in self.commands:
+            if command.span.line <= line <= command.span.end_line:
+                found = command
+        return found
+
 
 def parse_shell(source: SourceText, dialect: str = "sh") -> ShellDocument:
     """Commands and assignments of a shell script, Makefile, Dockerfile or `.env` file.

@@ -76,7 +76,7 @@ class ContinuationCutByComment(Rule):
             if not _continues(source.line_text(first_comment)):
                 continue  # the line above the comments ends a command of its own
             cut = first_comment + 1
-            owner = _command_ending_at(ctx.document.commands, first_comment)
+            owner = ctx.document.command_covering(first_comment)
             dropped = " ".join(words)
             dropped = dropped if len(dropped) <= 80 else dropped[:77] + "..."
             start = source.line_starts[cut - 1]
@@ -139,12 +139,3 @@ def _continues(text: str) -> bool:
 
 def _indent(text: str) -> int:
     return len(text) - len(text.lstrip())
-
-
-def _command_ending_at(commands, line: int):
-    """The command whose span ends on `line`, the one the comment cuts."""
-    found = None
-    for command in commands:
-        if command.span.line <= line <= command.span.end_line:
-            found = command
-    return found

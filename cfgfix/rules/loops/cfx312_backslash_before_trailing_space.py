@@ -75,7 +75,7 @@ class BackslashBeforeTrailingSpace(Rule):
             match = _BROKEN_END.search(above)
             if match is None or above.lstrip().startswith("#"):
                 continue
-            owner = _command_on(ctx.document.commands, line - 1)
+            owner = ctx.document.command_covering(line - 1)
             if owner is None or owner is command:
                 continue  # the backslash is inside a string or a heredoc, not a command's end
             start = source.line_starts[line - 2] + match.start(1)
@@ -116,12 +116,3 @@ class BackslashBeforeTrailingSpace(Rule):
         Example("#!/bin/bash\ndeepspeed train.py \\\t\n\t--deepspeed ds.json\n", path="train.sh", line=2,
                 fixed="#!/bin/bash\ndeepspeed train.py \\\n\t--deepspeed ds.json\n", why="a tab after the backslash"),
     ]
-
-
-def _command_on(commands, line: int):
-    """The command whose span covers `line` (the one the broken continuation ends)."""
-    found = None
-    for command in commands:
-        if command.span.line <= line <= command.span.end_line:
-            found = command
-    return found

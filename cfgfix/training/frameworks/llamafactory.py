@@ -119,13 +119,22 @@ def _is_llamafactory(resolver, keys: set[str]) -> bool:
     if len(keys & _SIGNATURE) >= 2:
         return True
     source = resolver.setup.script
-    if source is None:
+    parsed = resolver.project.script(source) if source is not None else None
+    if parsed is None:
         return False
-    try:
-        text = source.read_text(encoding="utf-8", errors="replace")[:4000]
-    except OSError:
-        return False
-    return any(f"from {package}" in text or f"import {package}" in text for package in _IMPORTS)
+    import ast
+
+    # the project's own parse of the script (read once per run), not a second read of the file
+    for node in ast.walk(parsed[1]):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        if any(name.split(".", 1)[0] in _IMPORTS for name in names):
+            return True
+    return False
 
 
 def _release(resolver) -> tuple[str, str]:
